@@ -1,0 +1,1 @@
+"""The SparkInfer OpenAI-compatible HTTP server."""

@@ -1,0 +1,1 @@
+"""sparkinfer-bench: serving, prefill, kernel and determinism benchmarks."""

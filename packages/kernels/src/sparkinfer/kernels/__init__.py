@@ -1,0 +1,1 @@
+"""Triton kernels for Qwen3.8, each beside a plain-torch reference."""

@@ -1,0 +1,1 @@
+"""Media decoding for SparkInfer: data URLs, images (Pillow), video (PyAV)."""

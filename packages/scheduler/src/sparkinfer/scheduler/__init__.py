@@ -1,0 +1,1 @@
+"""The SparkInfer engine: batching, paged KV, recurrent-state slots, CUDA graphs, sampling."""

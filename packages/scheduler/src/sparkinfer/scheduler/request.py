@@ -1,0 +1,89 @@
+"""A request's public parameters and outputs, and the `Request` that owns its state in the engine."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token and when to stop (validated by the API before it gets here).
+
+    max_tokens None means "up to the context limit". temperature 0 means greedy.
+    top_k 0 or -1 and top_p 1.0 disable those filters. logprobs None: no logprobs; k: the chosen
+    token's logprob plus the k most likely.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature is {self.temperature}; it must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p is {self.top_p}; it must be in (0, 1]")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens is {self.max_tokens}; it must be >= 1")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty is {self.repetition_penalty}; it must be > 0")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # a stop token id (EOS or user-given)
+    LENGTH = "length"  # max_tokens or the context limit
+    ABORT = "abort"  # client gone or aborted
+    ERROR = "error"  # the engine failed this request
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The chosen token's logprob and the top alternatives at that step."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Engine telemetry of one request (not billing figures)."""
+
+    ttft_ms: float | None = None
+    generation_ms: float | None = None
+    decode_tps: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one engine step produced for one request: new tokens, and how it ended if it did."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int = 0
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
