@@ -1,0 +1,9 @@
+"""Paged KV-cache attention: cache write, causal varlen prefill and split-KV decode."""
+
+from sparkinfer.kernels.paged_attention.ref import (
+    paged_attention_decode_ref,
+    paged_attention_prefill_ref,
+    write_kv_cache_ref,
+)
+
+__all__ = ["paged_attention_decode_ref", "paged_attention_prefill_ref", "write_kv_cache_ref"]

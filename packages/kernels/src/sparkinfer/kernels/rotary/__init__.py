@@ -1,0 +1,5 @@
+"""Partial rotary embedding applied in place to q and k (rotate_half style)."""
+
+from sparkinfer.kernels.rotary.ref import apply_rotary_ref
+
+__all__ = ["apply_rotary_ref"]
