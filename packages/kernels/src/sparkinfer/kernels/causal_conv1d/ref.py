@@ -1,0 +1,89 @@
+"""Plain-torch references for the causal depthwise conv1d + SiLU: the specification.
+
+The conv state of a sequence holds its last W - 1 pre-conv inputs, oldest first.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _conv_silu(window: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """silu(sum_j weight[:, j] * window[t + j]) per t; window [N + W - 1, C] fp32 -> [N, C]."""
+    width = weight.shape[1]
+    num_out = window.shape[0] - width + 1
+    w = weight.float()
+    acc = torch.zeros(num_out, window.shape[1], dtype=torch.float32, device=window.device)
+    for j in range(width):
+        acc += w[:, j] * window[j : j + num_out]
+    return F.silu(acc)
+
+
+def causal_conv1d_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    cu_seqlens: torch.Tensor,
+    state_slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """Causal depthwise conv1d then SiLU over a packed (varlen) prefill batch.
+
+    Args:
+        x: [T, C] pre-conv inputs.
+        weight: [C, W] depthwise filter; y[t] = silu(sum_j weight[:, j] * x[t - W + 1 + j]).
+        conv_state: [num_slots, W - 1, C] last W - 1 inputs per slot, oldest first;
+            updated in place.
+        cu_seqlens: [B + 1] int32 sequence starts in T.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (state untouched,
+            output zero).
+        has_initial_state: [B] bool; True starts from the slot's window, False from zeros.
+
+    Returns:
+        y: [T, C] in x.dtype. Each sequence's last W - 1 inputs (reaching into the initial window
+        when the sequence is shorter than W - 1) are written back to ``conv_state[slot]``.
+    """
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    bounds = cu_seqlens.tolist()
+    state_len = weight.shape[1] - 1
+    for i, slot in enumerate(state_slots.tolist()):
+        if slot < 0:
+            continue
+        bos, eos = bounds[i], bounds[i + 1]
+        if bool(has_initial_state[i]):
+            init = conv_state[slot].float()
+        else:
+            init = torch.zeros(state_len, x.shape[1], dtype=torch.float32, device=x.device)
+        window = torch.cat([init, x[bos:eos].float()])  # [W - 1 + len, C]
+        y[bos:eos] = _conv_silu(window, weight)
+        conv_state[slot] = window[window.shape[0] - state_len :].to(conv_state.dtype)
+    return y.to(x.dtype)
+
+
+def causal_conv1d_update_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+) -> torch.Tensor:
+    """One decode token per sequence: conv over (window, x) then SiLU, window shifted in place.
+
+    Args:
+        x: [B, C] the new pre-conv input of each sequence.
+        weight: [C, W] depthwise filter.
+        conv_state: [num_slots, W - 1, C] windows, oldest first; row ``state_slots[i]`` gains x[i]
+            and drops its oldest input.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+
+    Returns:
+        y: [B, C] in x.dtype.
+    """
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for i, slot in enumerate(state_slots.tolist()):
+        if slot < 0:
+            continue
+        window = torch.cat([conv_state[slot].float(), x[i : i + 1].float()])  # [W, C]
+        y[i] = _conv_silu(window, weight)[0]
+        conv_state[slot] = window[1:].to(conv_state.dtype)
+    return y.to(x.dtype)

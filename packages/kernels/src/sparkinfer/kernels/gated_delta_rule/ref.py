@@ -1,0 +1,165 @@
+"""Plain-torch references for the gated delta rule: the specification the Triton kernels must match.
+
+Each function here has the same signature as its fast twin. They accumulate in fp32, loop one
+timestep at a time and are written for reading, not speed.
+"""
+
+import torch
+import torch.nn.functional as F
+
+L2NORM_EPS = 1e-6
+
+
+def l2norm_ref(x: torch.Tensor) -> torch.Tensor:
+    """x * rsqrt(sum(x^2) + 1e-6) over the last dim, in fp32 (the FLA and transformers form)."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + L2NORM_EPS)
+
+
+def gdn_gating_ref(
+    a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gated-DeltaNet gates from the raw projections.
+
+    Args:
+        a: [T, HV] raw decay projection (any float dtype).
+        b: [T, HV] raw write-strength projection (any float dtype).
+        A_log: [HV] log of the decay rate.
+        dt_bias: [HV] bias added to ``a`` before the softplus.
+
+    Returns:
+        (g, beta): both [T, HV] fp32; g = -exp(A_log) * softplus(a + dt_bias) is the log-decay
+        (g <= 0) and beta = sigmoid(b).
+    """
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias.float())
+    beta = b.float().sigmoid()
+    return g, beta
+
+
+def _prepare_qk(
+    q: torch.Tensor, k: torch.Tensor, num_v_heads: int, scale: float | None, use_qk_l2norm: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Broadcast q, k [N, H, K] to value heads [N, HV, K] in fp32, l2-normalised, q scaled."""
+    group = num_v_heads // q.shape[1]
+    q = q.float().repeat_interleave(group, dim=1)
+    k = k.float().repeat_interleave(group, dim=1)
+    if use_qk_l2norm:
+        q, k = l2norm_ref(q), l2norm_ref(k)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return q * scale, k
+
+
+def _delta_rule_step(
+    S: torch.Tensor,
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    g_t: torch.Tensor,
+    beta_t: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token for every value head.
+
+    S [HV, K, V] fp32, q_t/k_t [HV, K], v_t [HV, V], g_t/beta_t [HV]. Returns (S_new, o_t [HV, V]).
+    Decay first, read the memory from the decayed state, write the delta, then read out.
+    """
+    S = S * g_t.exp()[:, None, None]
+    kv_mem = torch.einsum("hkv,hk->hv", S, k_t)  # [HV, V]
+    delta = (v_t - kv_mem) * beta_t[:, None]
+    S = S + k_t[:, :, None] * delta[:, None, :]
+    o_t = torch.einsum("hkv,hk->hv", S, q_t)
+    return S, o_t
+
+
+def chunk_gated_delta_rule_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    cu_seqlens: torch.Tensor,
+    state_slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """Gated delta rule over a packed (varlen) prefill batch, one timestep at a time.
+
+    Args:
+        q: [T, H, K] queries.
+        k: [T, H, K] keys.
+        v: [T, HV, V] values; value head j reads key head j // (HV // H).
+        g: [T, HV] fp32 log-decay (g <= 0).
+        beta: [T, HV] write strength in (0, 1).
+        state: [num_slots, HV, K, V] fp32 state pool, updated in place.
+        cu_seqlens: [B + 1] int32 sequence starts in the packed T dimension.
+        state_slots: [B] int64 row of ``state`` per sequence; -1 is a padding row (state untouched,
+            output zero).
+        has_initial_state: [B] bool; True reads the initial state from the slot, False starts at 0.
+        scale: query scale; defaults to K ** -0.5.
+        use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
+
+    Returns:
+        o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.
+    """
+    num_v_heads = v.shape[1]
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    bounds = cu_seqlens.tolist()
+    for i, slot in enumerate(state_slots.tolist()):
+        if slot < 0:
+            continue
+        bos, eos = bounds[i], bounds[i + 1]
+        qs, ks = _prepare_qk(q[bos:eos], k[bos:eos], num_v_heads, scale, use_qk_l2norm)
+        vs, gs, betas = v[bos:eos].float(), g[bos:eos].float(), beta[bos:eos].float()
+        if bool(has_initial_state[i]):
+            S = state[slot].float().clone()
+        else:
+            S = torch.zeros(state.shape[1:], dtype=torch.float32, device=state.device)
+        for t in range(eos - bos):
+            S, o[bos + t] = _delta_rule_step(S, qs[t], ks[t], vs[t], gs[t], betas[t])
+        state[slot] = S
+    return o.to(v.dtype)
+
+
+def fused_recurrent_gated_delta_rule_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
+
+    Args:
+        q: [B, H, K] queries.
+        k: [B, H, K] keys.
+        v: [B, HV, V] values; value head j reads key head j // (HV // H).
+        a: [B, HV] raw decay projection; g = -exp(A_log) * softplus(a + dt_bias) in fp32.
+        b: [B, HV] raw write-strength projection; beta = sigmoid(b).
+        A_log: [HV] log decay rate.
+        dt_bias: [HV] decay bias.
+        state: [num_slots, HV, K, V] fp32 state pool, row ``state_slots[i]`` updated in place.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+        scale: query scale; defaults to K ** -0.5.
+        use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
+
+    Returns:
+        o: [B, HV, V] in v.dtype.
+    """
+    g, beta = gdn_gating_ref(a, b, A_log, dt_bias)
+    qs, ks = _prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    for i, slot in enumerate(state_slots.tolist()):
+        if slot < 0:
+            continue
+        S, o[i] = _delta_rule_step(state[slot].float(), qs[i], ks[i], v[i].float(), g[i], beta[i])
+        state[slot] = S
+    return o.to(v.dtype)
