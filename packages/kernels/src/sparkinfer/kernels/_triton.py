@@ -1,11 +1,78 @@
-"""Launch helpers shared by the Triton kernels of this package."""
+"""Shared launch helpers: input checks that raise clear errors before a Triton launch.
 
-from __future__ import annotations
+Each check names the argument, what it got and what it expected. Launchers call them first, then
+allocate outputs and launch; inputs are never checked with ``assert``.
+"""
+
+from collections.abc import Iterable
 
 import torch
+import triton
 import triton.language as tl
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+def is_interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    knobs = getattr(triton, "knobs", None)
+    return bool(knobs is not None and knobs.runtime.interpret)
+
+
+def check_device(op: str, tensors: dict[str, torch.Tensor]) -> torch.device:
+    """All tensors on one device, CUDA unless Triton interprets on the CPU; returns that device."""
+    devices = {name: t.device for name, t in tensors.items()}
+    first_name, device = next(iter(devices.items()))
+    for name, dev in devices.items():
+        if dev != device:
+            raise ValueError(
+                f"{op}: {name} is on {dev} but {first_name} is on {device}; "
+                "move all inputs to the same device"
+            )
+    if device.type != "cuda" and not is_interpreting():
+        raise ValueError(
+            f"{op}: inputs are on {device}; Triton kernels need CUDA tensors "
+            "(or TRITON_INTERPRET=1 for CPU tests)"
+        )
+    return device
+
+
+def check_dtype(op: str, name: str, t: torch.Tensor, allowed: Iterable[torch.dtype]) -> None:
+    """Raise TypeError unless t.dtype is one of ``allowed``."""
+    allowed = tuple(allowed)
+    if t.dtype not in allowed:
+        names = ", ".join(str(d) for d in allowed)
+        raise TypeError(f"{op}: {name} has dtype {t.dtype}; expected one of {names}")
+
+
+def check_shape(op: str, name: str, t: torch.Tensor, expected: tuple[int, ...]) -> None:
+    """Raise ValueError unless t.shape == expected."""
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"{op}: {name} has shape {list(t.shape)}; expected {list(expected)}")
+
+
+def check_ndim(op: str, name: str, t: torch.Tensor, ndim: int, layout: str) -> None:
+    """Raise ValueError unless t has ``ndim`` dims; ``layout`` names them, e.g. "[T, H, K]"."""
+    if t.dim() != ndim:
+        raise ValueError(f"{op}: {name} has shape {list(t.shape)}; expected {layout}")
+
+
+def check_contiguous(op: str, name: str, t: torch.Tensor) -> None:
+    """Raise ValueError unless t is contiguous (row-major, dense)."""
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{op}: {name} has strides {t.stride()} for shape {list(t.shape)}; "
+            "expected a contiguous tensor: call .contiguous() first"
+        )
+
+
+def check_last_dim_contiguous(op: str, name: str, t: torch.Tensor) -> None:
+    """Raise ValueError unless the last dim has stride 1 (other dims may be strided views)."""
+    if t.stride(-1) != 1:
+        raise ValueError(
+            f"{op}: {name} has strides {t.stride()}; expected stride 1 in the last dim: "
+            "call .contiguous() first"
+        )
 
 
 def dot_dtype(t: torch.Tensor) -> tl.dtype:
