@@ -97,11 +97,15 @@ def allocate_caches(
     num_slots: int,
     device: torch.device | str,
 ) -> ModelCaches:
-    """Allocate zeroed caches for `spec`: `num_blocks` KV pages per attention layer and `num_slots` state rows."""
+    """Allocate zeroed caches: `num_blocks` KV pages per attention layer, `num_slots` state rows."""
+
+    def kv_shape(s: AttentionCacheSpec) -> tuple[int, ...]:
+        return (num_blocks, block_size, s.num_kv_heads, s.head_dim)
+
     attention = {
         s.layer_idx: AttentionCache(
-            k=torch.zeros(num_blocks, block_size, s.num_kv_heads, s.head_dim, dtype=s.dtype, device=device),
-            v=torch.zeros(num_blocks, block_size, s.num_kv_heads, s.head_dim, dtype=s.dtype, device=device),
+            k=torch.zeros(kv_shape(s), dtype=s.dtype, device=device),
+            v=torch.zeros(kv_shape(s), dtype=s.dtype, device=device),
         )
         for s in spec.attention
     }
@@ -109,7 +113,9 @@ def allocate_caches(
         s.layer_idx: LinearStateCache(
             conv=torch.zeros(num_slots, s.conv_len, s.conv_dim, dtype=s.conv_dtype, device=device),
             recurrent=torch.zeros(
-                num_slots, s.num_v_heads, s.k_head_dim, s.v_head_dim, dtype=s.state_dtype, device=device
+                (num_slots, s.num_v_heads, s.k_head_dim, s.v_head_dim),
+                dtype=s.state_dtype,
+                device=device,
             ),
         )
         for s in spec.linear

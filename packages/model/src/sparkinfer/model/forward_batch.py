@@ -7,10 +7,10 @@ and ends the step with context_lens[b] = cached_lens[b] + its new tokens in the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
 from sparkinfer.model.cache_spec import ModelCaches
 
 
@@ -61,3 +61,69 @@ class ForwardBatch:
     def has_initial_state(self) -> list[bool]:
         """Whether each sequence continues from cached state (False: start from zero state)."""
         return [n > 0 for n in self.cached_lens_cpu]
+
+    @classmethod
+    def build(
+        cls,
+        num_new_tokens: Sequence[int],
+        cached_lens: Sequence[int],
+        block_tables: Sequence[Sequence[int]],
+        state_slots: Sequence[int],
+        *,
+        caches: ModelCaches,
+        block_size: int,
+        device: torch.device | str,
+        positions: torch.Tensor | None = None,
+        logits_indices: Sequence[int] | None = None,
+    ) -> ForwardBatch:
+        """Build the batch of one step from per-sequence host lists.
+
+        Sequence b runs num_new_tokens[b] tokens after cached_lens[b] cached ones, its KV in the
+        blocks block_tables[b] (enough for cached + new tokens) and its GDN state in row
+        state_slots[b]. Positions default to the text positions cached..cached+new-1 ([T]); pass
+        [3, T] MRoPE positions for multimodal prompts. Logits default to each sequence's last token.
+        The step is a decode step when every sequence has one new token after a non-empty cache.
+        """
+        num_seqs = len(num_new_tokens)
+        if not num_seqs == len(cached_lens) == len(block_tables) == len(state_slots):
+            raise ValueError(
+                f"per-sequence lists differ in length: num_new_tokens {num_seqs}, cached_lens "
+                f"{len(cached_lens)}, block_tables {len(block_tables)}, state_slots "
+                f"{len(state_slots)}: give one entry per sequence"
+            )
+        cu = [0]
+        for n in num_new_tokens:
+            cu.append(cu[-1] + n)
+        text_positions: list[int] = []
+        slots: list[int] = []
+        for new, cached, table in zip(num_new_tokens, cached_lens, block_tables, strict=True):
+            if cached + new > len(table) * block_size:
+                raise ValueError(
+                    f"a sequence needs {cached + new} KV rows; its block table has {len(table)} "
+                    f"blocks of {block_size}: allocate more blocks"
+                )
+            for pos in range(cached, cached + new):
+                text_positions.append(pos)
+                slots.append(table[pos // block_size] * block_size + pos % block_size)
+        max_blocks = max((len(t) for t in block_tables), default=0)
+        tables = [list(t) + [0] * (max_blocks - len(t)) for t in block_tables]
+        context = [c + n for c, n in zip(cached_lens, num_new_tokens, strict=True)]
+        last = [c - 1 for c in cu[1:]] if logits_indices is None else list(logits_indices)
+
+        def ints(values: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return cls(
+            positions=ints(text_positions, torch.int64) if positions is None else positions,
+            cu_seqlens=ints(cu, torch.int32),
+            cached_lens=ints(cached_lens, torch.int32),
+            context_lens=ints(context, torch.int32),
+            block_tables=ints(tables, torch.int32).reshape(num_seqs, max_blocks),
+            slot_mapping=ints(slots, torch.int64),
+            state_slots=ints(state_slots, torch.int64),
+            logits_indices=ints(last, torch.int64),
+            is_decode=all(n == 1 for n in num_new_tokens) and all(c > 0 for c in cached_lens),
+            caches=caches,
+            cu_seqlens_cpu=cu,
+            cached_lens_cpu=list(cached_lens),
+        )

@@ -1,0 +1,181 @@
+"""The Qwen3.8 text model: hybrid Gated-DeltaNet / gated-attention stack and untied LM head.
+
+Parameter names follow the text-only checkpoint layout (`model.*`, `lm_head.weight`), so loading
+is a near-identity map (weights.py strips `language_model.` from the multimodal layout).
+"""
+
+from __future__ import annotations
+
+import torch
+from sparkinfer.model.cache_spec import AttentionCacheSpec, CacheSpec, LinearStateSpec
+from sparkinfer.model.config import LINEAR_ATTENTION, ModelConfig, TextConfig
+from sparkinfer.model.errors import ConfigError
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.layers import KernelOps, select_ops
+from sparkinfer.model.layers.attention import GatedAttention
+from sparkinfer.model.layers.embedding import Embedding, LMHead
+from sparkinfer.model.layers.gated_deltanet import GatedDeltaNet
+from sparkinfer.model.layers.mlp import MLP
+from sparkinfer.model.layers.norm import RMSNorm
+from sparkinfer.model.layers.rotary import RotaryEmbedding
+from torch import nn
+
+
+class DecoderLayer(nn.Module):
+    """x = x + mixer(input_layernorm(x)); x = x + mlp(post_attention_layernorm(x))."""
+
+    def __init__(
+        self,
+        config: TextConfig,
+        layer_idx: int,
+        *,
+        ops: KernelOps,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        dims = {"ops": ops, "device": device, "dtype": dtype}
+        self.is_linear = config.layer_types[layer_idx] == LINEAR_ATTENTION
+        if self.is_linear:
+            self.linear_attn = GatedDeltaNet(config, layer_idx, **dims)
+        else:
+            self.self_attn = GatedAttention(config, layer_idx, **dims)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size, **dims)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **dims)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **dims)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, residual) -> (mlp output, residual stream); the add is fused into the next norm."""
+        h, residual = self.input_layernorm(x, residual)
+        if self.is_linear:  # noqa: SIM108 (one visible branch per mixer kind)
+            h = self.linear_attn(h, batch)
+        else:
+            h = self.self_attn(h, *rope, batch)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class TextModel(nn.Module):
+    """Embedding, decoder layers and final norm (`model.*` in the checkpoint)."""
+
+    def __init__(
+        self, config: TextConfig, *, ops: KernelOps, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(
+            config.vocab_size, config.hidden_size, device=device, dtype=dtype
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, ops=ops, device=device, dtype=dtype)
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(
+            config.hidden_size, config.rms_norm_eps, ops=ops, device=device, dtype=dtype
+        )
+        self.rotary_emb = RotaryEmbedding(
+            config.rotary_dim, config.rope_theta, config.mrope_section, device=device
+        )
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """h [T, hidden] input embeddings -> [T, hidden] final-normed hidden states."""
+        rope = self.rotary_emb(batch.positions)
+        residual = None
+        for layer in self.layers:
+            h, residual = layer(h, residual, rope, batch)
+        h, _ = self.norm(h, residual)
+        return h
+
+
+class Qwen3_8ForCausalLM(nn.Module):
+    """The Qwen3.8 language model over a packed `ForwardBatch` (see docs/contracts.md).
+
+    Args:
+        config: the checkpoint's config (vision, if any, is not part of this module).
+        device, dtype: where and how the weights live; A_log and dt_bias stay fp32. A CUDA device
+            selects the Triton kernels, any other the plain-torch references.
+        num_real_tokens: ids at or above this are padding and get -inf logits; the tokenizer's
+            length when known, else the config's vocab_size (nothing masked).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        num_real_tokens: int | None = None,
+    ) -> None:
+        super().__init__()
+        text = config.text
+        vocab = text.vocab_size
+        if num_real_tokens is not None and not 0 < num_real_tokens <= vocab:
+            raise ConfigError(
+                f"num_real_tokens is {num_real_tokens}; it must be in [1, vocab_size={vocab}]: "
+                "pass the tokenizer's length"
+            )
+        self.config = config
+        self.dtype = dtype
+        device = torch.device(device)
+        self.ops = select_ops(use_triton=device.type == "cuda")
+        self.model = TextModel(text, ops=self.ops, device=device, dtype=dtype)
+        self.lm_head = LMHead(
+            vocab,
+            text.hidden_size,
+            num_real_tokens=num_real_tokens or vocab,
+            device=device,
+            dtype=dtype,
+        )
+        if text.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def cache_spec(self) -> CacheSpec:
+        """KV for each full-attention layer, conv + fp32 recurrent state for each GDN layer."""
+        text = self.config.text
+        attention = tuple(
+            AttentionCacheSpec(i, text.num_key_value_heads, text.head_dim, self.dtype)
+            for i in text.full_attention_layers
+        )
+        linear = tuple(
+            LinearStateSpec(
+                layer_idx=i,
+                conv_dim=text.linear_conv_dim,
+                conv_len=text.linear_conv_kernel_dim - 1,
+                num_v_heads=text.linear_num_value_heads,
+                k_head_dim=text.linear_key_head_dim,
+                v_head_dim=text.linear_value_head_dim,
+                conv_dtype=self.dtype,
+                state_dtype=torch.float32,
+            )
+            for i in text.linear_attention_layers
+        )
+        return CacheSpec(attention=attention, linear=linear)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [T] int64 -> [T, hidden]; the caller merges vision features into these."""
+        return self.model.embed_tokens(input_ids)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        batch: ForwardBatch,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids [T] int64 (or inputs_embeds [T, hidden]) -> hidden [T, hidden].
+
+        Writes the new tokens' KV and each sequence's GDN state into `batch.caches`.
+        """
+        h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
+        return self.model(h, batch)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, hidden] -> logits [N, vocab_size] fp32, padded ids set to -inf."""
+        return self.lm_head(hidden)

@@ -1,0 +1,110 @@
+"""Model layers and the table of kernel entry points they call.
+
+`KernelOps` is chosen once per model from its device: the fast Triton launchers on CUDA, the
+plain-torch references on CPU. Both sides share their signatures (docs/contracts.md), so a layer
+calls `self.ops.<op>(...)` without knowing which one it got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref, causal_conv1d_update_ref
+from sparkinfer.kernels.gated_delta_rule import (
+    chunk_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule_ref,
+    gdn_gating_ref,
+)
+from sparkinfer.kernels.paged_attention import (
+    paged_attention_decode_ref,
+    paged_attention_prefill_ref,
+    write_kv_cache_ref,
+)
+from sparkinfer.kernels.rms_norm import gated_rms_norm_ref, rms_norm_ref
+from sparkinfer.kernels.rotary import apply_rotary_ref
+
+Op = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    """The kernel functions one model calls; `linear` is None where torch's GEMM is used."""
+
+    rms_norm: Op
+    gated_rms_norm: Op
+    apply_rotary: Op
+    write_kv_cache: Op
+    paged_attention_prefill: Op
+    paged_attention_decode: Op
+    causal_conv1d: Op
+    causal_conv1d_update: Op
+    gdn_gating: Op
+    chunk_gated_delta_rule: Op
+    fused_recurrent_gated_delta_rule: Op
+    linear: Op | None
+    is_triton: bool
+
+
+REFERENCE_OPS = KernelOps(
+    rms_norm=rms_norm_ref,
+    gated_rms_norm=gated_rms_norm_ref,
+    apply_rotary=apply_rotary_ref,
+    write_kv_cache=write_kv_cache_ref,
+    paged_attention_prefill=paged_attention_prefill_ref,
+    paged_attention_decode=paged_attention_decode_ref,
+    causal_conv1d=causal_conv1d_ref,
+    causal_conv1d_update=causal_conv1d_update_ref,
+    gdn_gating=gdn_gating_ref,
+    chunk_gated_delta_rule=chunk_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
+    linear=None,
+    is_triton=False,
+)
+
+
+def triton_ops() -> KernelOps:
+    """The fast launchers (imported here so CPU-only installs never load Triton)."""
+    from sparkinfer.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
+    from sparkinfer.kernels.gated_delta_rule import (
+        chunk_gated_delta_rule,
+        fused_recurrent_gated_delta_rule,
+        gdn_gating,
+    )
+    from sparkinfer.kernels.linear import linear
+    from sparkinfer.kernels.paged_attention import (
+        paged_attention_decode,
+        paged_attention_prefill,
+        write_kv_cache,
+    )
+    from sparkinfer.kernels.rms_norm import gated_rms_norm, rms_norm
+    from sparkinfer.kernels.rotary import apply_rotary
+
+    return KernelOps(
+        rms_norm=rms_norm,
+        gated_rms_norm=gated_rms_norm,
+        apply_rotary=apply_rotary,
+        write_kv_cache=write_kv_cache,
+        paged_attention_prefill=paged_attention_prefill,
+        paged_attention_decode=paged_attention_decode,
+        causal_conv1d=causal_conv1d,
+        causal_conv1d_update=causal_conv1d_update,
+        gdn_gating=gdn_gating,
+        chunk_gated_delta_rule=chunk_gated_delta_rule,
+        fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
+        linear=linear,
+        is_triton=True,
+    )
+
+
+def select_ops(*, use_triton: bool) -> KernelOps:
+    """Fast kernels for a CUDA model, references for a CPU model."""
+    return triton_ops() if use_triton else REFERENCE_OPS
+
+
+def new_parameter(*shape: int, device: Any, dtype: Any) -> Any:
+    """An uninitialised, inference-only parameter (weights.py or embedded.py fills it)."""
+    import torch
+
+    return torch.nn.Parameter(torch.empty(*shape, device=device, dtype=dtype), requires_grad=False)

@@ -1,0 +1,82 @@
+"""Gated full attention with GQA over the paged KV cache (SPEC §4).
+
+q_proj yields [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNorm over
+each head before the partial rotary; the output is multiplied by sigmoid(gate) before o_proj.
+"""
+
+from __future__ import annotations
+
+import torch
+from sparkinfer.model.config import TextConfig
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.layers import KernelOps
+from sparkinfer.model.layers.linear import Linear
+from sparkinfer.model.layers.norm import RMSNorm
+from torch import nn
+
+
+class GatedAttention(nn.Module):
+    """One full-attention mixer (`self_attn.*` in the checkpoint)."""
+
+    def __init__(
+        self,
+        config: TextConfig,
+        layer_idx: int,
+        *,
+        ops: KernelOps,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        self.ops = ops
+        dims = {"ops": ops, "device": device, "dtype": dtype}
+        hidden, q_width = config.hidden_size, self.num_heads * self.head_dim
+        kv_width = self.num_kv_heads * self.head_dim
+        self.q_proj = Linear(hidden, 2 * q_width, **dims)
+        self.k_proj = Linear(hidden, kv_width, **dims)
+        self.v_proj = Linear(hidden, kv_width, **dims)
+        self.o_proj = Linear(q_width, hidden, **dims)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch
+    ) -> torch.Tensor:
+        """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden]."""
+        num_tokens = x.shape[0]
+        q_gate = self.q_proj(x).view(num_tokens, self.num_heads, 2 * self.head_dim)
+        q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
+        q, _ = self.q_norm(q.contiguous())
+        k, _ = self.k_norm(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = self.ops.apply_rotary(q, k, cos, sin)
+
+        cache = batch.caches.attention[self.layer_idx]
+        self.ops.write_kv_cache(k, v, cache.k, cache.v, batch.slot_mapping)
+        if batch.is_decode:
+            o = self.ops.paged_attention_decode(
+                q,
+                cache.k,
+                cache.v,
+                context_lens=batch.context_lens,
+                block_tables=batch.block_tables,
+                scale=self.scale,
+                gate=gate,
+            )
+        else:
+            o = self.ops.paged_attention_prefill(
+                q,
+                cache.k,
+                cache.v,
+                cu_seqlens=batch.cu_seqlens,
+                cached_lens=batch.cached_lens,
+                block_tables=batch.block_tables,
+                scale=self.scale,
+                gate=gate,
+            )
+        return self.o_proj(o.reshape(num_tokens, -1))

@@ -1,0 +1,111 @@
+"""Gated DeltaNet linear attention with conv and recurrent state per slot (SPEC §5).
+
+in_proj_qkv gives the contiguous [q | k | v] channels; only they go through the causal conv and
+SiLU. Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
+l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
+The output goes through the gated RMSNorm with z, then out_proj.
+"""
+
+from __future__ import annotations
+
+import torch
+from sparkinfer.model.config import TextConfig
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.layers import KernelOps, new_parameter
+from sparkinfer.model.layers.linear import Linear
+from sparkinfer.model.layers.norm import GatedRMSNorm
+from torch import nn
+
+
+class DepthwiseConvWeight(nn.Module):
+    """Holds `conv1d.weight` [conv_dim, 1, kernel] as stored; the conv runs in the kernels."""
+
+    def __init__(self, channels: int, width: int, *, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.weight = new_parameter(channels, 1, width, device=device, dtype=dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """One linear-attention mixer (`linear_attn.*` in the checkpoint).
+
+    A_log and dt_bias are kept in fp32 whatever the model dtype: the gates are computed in fp32.
+    """
+
+    def __init__(
+        self,
+        config: TextConfig,
+        layer_idx: int,
+        *,
+        ops: KernelOps,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_k_heads = config.linear_num_key_heads
+        self.num_v_heads = config.linear_num_value_heads
+        self.k_head_dim = config.linear_key_head_dim
+        self.v_head_dim = config.linear_value_head_dim
+        self.key_dim, self.value_dim = config.linear_key_dim, config.linear_value_dim
+        self.ops = ops
+        dims = {"ops": ops, "device": device, "dtype": dtype}
+        hidden, conv_dim = config.hidden_size, config.linear_conv_dim
+        self.in_proj_qkv = Linear(hidden, conv_dim, **dims)
+        self.in_proj_z = Linear(hidden, self.value_dim, **dims)
+        self.in_proj_b = Linear(hidden, self.num_v_heads, **dims)
+        self.in_proj_a = Linear(hidden, self.num_v_heads, **dims)
+        self.conv1d = DepthwiseConvWeight(
+            conv_dim, config.linear_conv_kernel_dim, device=device, dtype=dtype
+        )
+        self.dt_bias = new_parameter(self.num_v_heads, device=device, dtype=torch.float32)
+        self.A_log = new_parameter(self.num_v_heads, device=device, dtype=torch.float32)
+        self.norm = GatedRMSNorm(self.v_head_dim, config.rms_norm_eps, **dims)
+        self.out_proj = Linear(self.value_dim, hidden, **dims)
+
+    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[T, conv_dim] -> q, k [T, H, K] and v [T, HV, V]."""
+        num_tokens = qkv.shape[0]
+        q, k, v = qkv.split((self.key_dim, self.key_dim, self.value_dim), dim=-1)
+        return (
+            q.reshape(num_tokens, self.num_k_heads, self.k_head_dim),
+            k.reshape(num_tokens, self.num_k_heads, self.k_head_dim),
+            v.reshape(num_tokens, self.num_v_heads, self.v_head_dim),
+        )
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
+        num_tokens = x.shape[0]
+        qkv = self.in_proj_qkv(x)  # [T, conv_dim], pre-conv
+        z = self.in_proj_z(x).view(num_tokens, self.num_v_heads, self.v_head_dim)
+        b, a = self.in_proj_b(x), self.in_proj_a(x)  # [T, HV] each
+        conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
+        state = batch.caches.linear[self.layer_idx]
+        if batch.is_decode:
+            qkv = self.ops.causal_conv1d_update(
+                qkv, conv_weight, state.conv, state_slots=batch.state_slots
+            )
+            q, k, v = self._split_qkv(qkv)
+            o = self.ops.fused_recurrent_gated_delta_rule(
+                q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent,
+                state_slots=batch.state_slots,
+            )  # fmt: skip
+        else:
+            has_initial_state = batch.cached_lens > 0
+            qkv = self.ops.causal_conv1d(
+                qkv,
+                conv_weight,
+                state.conv,
+                cu_seqlens=batch.cu_seqlens,
+                state_slots=batch.state_slots,
+                has_initial_state=has_initial_state,
+            )
+            q, k, v = self._split_qkv(qkv)
+            g, beta = self.ops.gdn_gating(a, b, self.A_log, self.dt_bias)
+            o = self.ops.chunk_gated_delta_rule(
+                q, k, v, g, beta, state.recurrent,
+                cu_seqlens=batch.cu_seqlens,
+                state_slots=batch.state_slots,
+                has_initial_state=has_initial_state,
+            )  # fmt: skip
+        o = self.norm(o, z)  # [T, HV, V]
+        return self.out_proj(o.reshape(num_tokens, self.value_dim))

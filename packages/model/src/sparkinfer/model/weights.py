@@ -1,0 +1,299 @@
+"""Checkpoint files (local directory or hub id) -> a loaded `Qwen3_8ForCausalLM`.
+
+Accepted tensor layouts (SPEC §11):
+- Qwen3_5ForConditionalGeneration: `model.language_model.*`, `lm_head.weight`, `model.visual.*`,
+  `mtp.*`
+- Qwen3_5ForCausalLM: `model.*`, `lm_head.weight`
+
+The one rename is `model.language_model.X` -> `model.X`. Vision (`model.visual.*`) and MTP
+(`mtp.*`) tensors are recognised and kept apart in `Checkpoint.vision` / `Checkpoint.mtp` for the
+vision tower and the MTP head; they are not loaded into the text model. Any other unknown or
+missing tensor is an error naming it. Each tensor's dtype comes from the safetensors header;
+`copy_` casts it to the parameter's dtype (A_log and dt_bias parameters are fp32).
+
+Fused parameters (one row per parameter built from several checkpoint tensors): none. Every
+parameter is a checkpoint tensor under its own name.
+
+| parameter | checkpoint tensors |
+|---|---|
+| (none) | |
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from sparkinfer.model.config import (
+    GenerationDefaults,
+    ModelConfig,
+    load_generation_defaults,
+    load_model_config,
+)
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.errors import CheckpointError, CheckpointNotFound
+from tqdm.auto import tqdm
+
+FUSED_PARAMETERS: Mapping[str, tuple[str, ...]] = {}  # parameter -> checkpoint tensors (none)
+MULTIMODAL_TEXT_PREFIX = "model.language_model."
+TEXT_PREFIX = "model."
+VISION_PREFIX = "model.visual."
+MTP_PREFIX = "mtp."
+LM_HEAD = "lm_head.weight"
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+CONFIG_PATTERNS = ("*.json", "*.jinja")
+CHECKPOINT_PATTERNS = ("*.json", "*.jinja", "*.safetensors", "*.txt", "*.tiktoken")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_MAX_NAMES = 8  # tensor names quoted in one error message
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """Where one checkpoint tensor lives and what its header says."""
+
+    file: Path
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointConfigs:
+    """A checkpoint's local directory and its parsed configs."""
+
+    path: Path
+    model: ModelConfig
+    generation: GenerationDefaults
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An opened checkpoint: configs plus its tensors grouped by owner (nothing read yet).
+
+    text: keyed by `Qwen3_8ForCausalLM` parameter name; vision and mtp: keyed by checkpoint name.
+    """
+
+    path: Path
+    config: ModelConfig
+    generation: GenerationDefaults
+    text: Mapping[str, TensorRef]
+    vision: Mapping[str, TensorRef]
+    mtp: Mapping[str, TensorRef]
+
+    def read(
+        self, refs: Mapping[str, TensorRef], *, progress: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (key, CPU tensor in its stored dtype) for `refs`, one file open at a time."""
+        by_file: dict[Path, list[tuple[str, TensorRef]]] = {}
+        for key, ref in refs.items():
+            by_file.setdefault(ref.file, []).append((key, ref))
+        bar = tqdm(total=len(refs), desc="Loading weights", unit="tensor", disable=not progress)
+        with bar:
+            for file, items in by_file.items():
+                with safe_open(str(file), framework="pt", device="cpu") as f:
+                    for key, ref in items:
+                        yield key, f.get_tensor(ref.name)
+                        bar.update(1)
+
+    def read_group(self, group: str, *, device: torch.device | str) -> dict[str, torch.Tensor]:
+        """All tensors of group "vision" or "mtp" by checkpoint name, on `device`, stored dtype."""
+        refs = {"vision": self.vision, "mtp": self.mtp}.get(group)
+        if refs is None:
+            raise ValueError(f"group is {group!r}; expected 'vision' or 'mtp'")
+        return {k: t.to(device) for k, t in self.read(refs)}
+
+
+class _SilentTqdm(tqdm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["disable"] = True
+        super().__init__(*args, **kwargs)
+
+
+def resolve_checkpoint(
+    path_or_id: str | Path, *, allow_patterns: Sequence[str], progress: bool = True
+) -> Path:
+    """A local checkpoint directory, downloading `allow_patterns` of a hub repo id if needed."""
+    path = Path(path_or_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise CheckpointNotFound(f"{path} is a file; pass the checkpoint directory that holds it")
+    text = str(path_or_id)
+    if not _REPO_ID.match(text):
+        raise CheckpointNotFound(
+            f"{text} is neither an existing directory nor a hub repo id (owner/name): "
+            "check the path"
+        )
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+
+    try:
+        local = huggingface_hub.snapshot_download(
+            text,
+            allow_patterns=list(allow_patterns),
+            tqdm_class=None if progress else _SilentTqdm,
+        )
+    except (HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OSError) as e:
+        raise CheckpointNotFound(
+            f"cannot fetch {text!r} from the Hugging Face hub ({type(e).__name__}: {e}); if you "
+            "are offline or the repo is private, download it elsewhere and pass its local "
+            "directory path instead"
+        ) from e
+    return Path(str(local))
+
+
+def read_checkpoint_configs(path_or_id: str | Path, *, progress: bool = True) -> CheckpointConfigs:
+    """Config and generation defaults of a directory or hub id (fetches only the small files)."""
+    path = resolve_checkpoint(path_or_id, allow_patterns=CONFIG_PATTERNS, progress=progress)
+    model = load_model_config(path)
+    return CheckpointConfigs(path, model, load_generation_defaults(path, config=model))
+
+
+def _shard_files(path: Path) -> dict[str, Path]:
+    """Tensor name -> file, from the index if sharded, else from the single file's header."""
+    index = path / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index} has no valid weight_map ({e}): re-download it") from e
+        files = {name: path / file for name, file in weight_map.items()}
+        for file in sorted(set(files.values())):
+            if not file.is_file():
+                raise CheckpointError(f"{index} lists {file.name}, which is missing: re-download")
+        return files
+    single = path / SINGLE_FILE
+    if not single.is_file():
+        raise CheckpointNotFound(
+            f"{path} has neither {SINGLE_FILE} nor {INDEX_FILE}: pass a safetensors checkpoint"
+        )
+    with safe_open(str(single), framework="pt", device="cpu") as f:
+        return dict.fromkeys(f.keys(), single)
+
+
+def _read_headers(files: Mapping[str, Path]) -> list[TensorRef]:
+    by_file: dict[Path, list[str]] = {}
+    for name, file in files.items():
+        by_file.setdefault(file, []).append(name)
+    refs = []
+    for file, names in by_file.items():
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            present = set(f.keys())
+            for name in names:
+                if name not in present:
+                    raise CheckpointError(f"tensor {name} is listed for {file.name} but absent")
+                info = f.get_slice(name)
+                refs.append(TensorRef(file, name, info.get_dtype(), tuple(info.get_shape())))
+    return refs
+
+
+def _quote(names: Sequence[str]) -> str:
+    shown = ", ".join(sorted(names)[:_MAX_NAMES])
+    more = len(names) - _MAX_NAMES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _group(refs: Sequence[TensorRef]) -> tuple[dict[str, TensorRef], ...]:
+    """Split tensors into text (renamed to parameter names), vision and mtp."""
+    text: dict[str, TensorRef] = {}
+    vision: dict[str, TensorRef] = {}
+    mtp: dict[str, TensorRef] = {}
+    unknown = []
+    for ref in refs:
+        name = ref.name
+        if name.startswith(MTP_PREFIX):
+            mtp[name] = ref
+        elif name.startswith(VISION_PREFIX):
+            vision[name] = ref
+        elif name == LM_HEAD or name.startswith(TEXT_PREFIX):
+            if name.startswith(MULTIMODAL_TEXT_PREFIX):
+                name = TEXT_PREFIX + name.removeprefix(MULTIMODAL_TEXT_PREFIX)
+            if name in text:
+                raise CheckpointError(
+                    f"tensor {name} appears twice ({text[name].name} and {ref.name}): "
+                    "the checkpoint mixes both layouts"
+                )
+            text[name] = ref
+        else:
+            unknown.append(name)
+    if unknown:
+        raise CheckpointError(
+            f"unexpected tensors {_quote(unknown)}: they belong to no known part of a Qwen3.5 "
+            "checkpoint (text model, model.visual, mtp); check the checkpoint"
+        )
+    return text, vision, mtp
+
+
+def open_checkpoint(path_or_id: str | Path, *, progress: bool = True) -> Checkpoint:
+    """Resolve, parse the configs, and index every tensor by owner (reads headers only)."""
+    path = resolve_checkpoint(path_or_id, allow_patterns=CHECKPOINT_PATTERNS, progress=progress)
+    config = load_model_config(path)
+    generation = load_generation_defaults(path, config=config)
+    text, vision, mtp = _group(_read_headers(_shard_files(path)))
+    return Checkpoint(path, config, generation, text, vision, mtp)
+
+
+def _match_parameters(model: Qwen3_8ForCausalLM, ckpt: Checkpoint) -> dict[str, TensorRef]:
+    """Check names and shapes of the text tensors against the model's parameters."""
+    params = dict(model.named_parameters())
+    refs = dict(ckpt.text)
+    if ckpt.config.text.tie_word_embeddings:
+        refs.pop(LM_HEAD, None)  # tied: the head is embed_tokens, a stored copy is redundant
+    missing = sorted(set(params) - set(refs))
+    unexpected = sorted(set(refs) - set(params))
+    if missing:
+        raise CheckpointError(
+            f"missing tensors {_quote(missing)} (names after mapping model.language_model.* to "
+            f"model.*) in {ckpt.path}: the checkpoint does not match its config.json"
+        )
+    if unexpected:
+        names = [refs[n].name for n in unexpected]
+        raise CheckpointError(
+            f"unexpected tensors {_quote(names)} in {ckpt.path}: the config.json does not "
+            "declare them; check num_hidden_layers and layer_types"
+        )
+    for name, ref in refs.items():
+        expected = tuple(params[name].shape)
+        if ref.shape != expected:
+            raise CheckpointError(
+                f"tensor {ref.name} has shape {list(ref.shape)}; the config expects "
+                f"{list(expected)}: the checkpoint does not match its config.json"
+            )
+    return refs
+
+
+@torch.no_grad()
+def load_text_weights(
+    model: Qwen3_8ForCausalLM, ckpt: Checkpoint, *, progress: bool = True
+) -> None:
+    """Copy every text tensor of `ckpt` into `model` (names and shapes checked first)."""
+    params = dict(model.named_parameters())
+    for name, tensor in ckpt.read(_match_parameters(model, ckpt), progress=progress):
+        params[name].copy_(tensor)
+
+
+def load_model(
+    path_or_id: str | Path,
+    *,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    progress: bool = True,
+    num_real_tokens: int | None = None,
+) -> Qwen3_8ForCausalLM:
+    """Load the text model of a local checkpoint directory or hub repo id.
+
+    num_real_tokens: the tokenizer's length when known; ids at or above it get -inf logits.
+    """
+    ckpt = open_checkpoint(path_or_id, progress=progress)
+    model = Qwen3_8ForCausalLM(
+        ckpt.config, device=device, dtype=dtype, num_real_tokens=num_real_tokens
+    )
+    load_text_weights(model, ckpt, progress=progress)
+    return model
