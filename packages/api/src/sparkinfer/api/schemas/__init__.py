@@ -1,0 +1,1 @@
+"""Pydantic request and response bodies, one module per endpoint (plus `common`)."""

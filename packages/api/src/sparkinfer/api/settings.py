@@ -1,0 +1,126 @@
+"""Server settings: flags and `SPARKINFER_*` environment variables, read in this module only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "SPARKINFER_"
+
+
+class SettingsError(ValueError):
+    """A setting has an invalid value or an unknown name; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Everything the server can be configured with; one field per `SPARKINFER_<NAME>` variable."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    model: str | None = Field(
+        None, description="Checkpoint folder or Hugging Face hub id; unset: the embedded model"
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free port)")
+    served_model_name: str | None = Field(
+        None, description="Model id in the API; unset: the value of model"
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="Context length; unset: the checkpoint's maximum"
+    )
+    max_num_seqs: int = Field(64, ge=1, description="Most sequences in one engine step")
+    max_num_batched_tokens: int = Field(
+        2048, ge=1, description="Most tokens in one engine step (prefill chunk budget)"
+    )
+    max_queue_depth: int = Field(
+        0, ge=0, description="Most waiting requests before 429 overloaded (0: unlimited)"
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=1.0, description="Share of device memory for weights and caches"
+    )
+    block_size: int = Field(64, ge=1, description="Tokens per KV-cache block")
+    enforce_eager: bool = Field(False, description="Never capture CUDA graphs")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Weight and activation dtype (auto: the checkpoint's)"
+    )
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    api_key: SecretStr | None = Field(
+        None, description="Bearer token every /v1 route requires; unset: no auth"
+    )
+    deterministic: bool = Field(
+        True, description="Batch-invariant numerics: same seed, same output in any batch"
+    )
+    mrope: bool = Field(True, description="Multimodal 3-axis rotary positions (off: text-only)")
+    keep_alive_s: float = Field(
+        15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Server log level"
+    )
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def _check_unknown(environ: Mapping[str, str]) -> None:
+    known = {env_name(f) for f in Settings.model_fields}
+    unknown = sorted(
+        k for k in environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known
+    )
+    if unknown:
+        raise SettingsError(
+            f"unknown setting {unknown[0]}: known settings are {', '.join(sorted(known))}; "
+            "fix the name or unset it"
+        )
+
+
+def _describe(err: ValidationError, overrides: Mapping[str, object]) -> str:
+    first = err.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "?"
+    where = f"--{field.replace('_', '-')}" if field in overrides else env_name(field)
+    return f"invalid setting {where}={first.get('input')!r}: {first['msg']}"
+
+
+def load_settings(
+    overrides: Mapping[str, object] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Build `Settings` from flags (overrides) over `SPARKINFER_*` variables over defaults.
+
+    Raises `SettingsError` naming the variable or flag for an unknown name or an invalid value.
+    """
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_unknown(os.environ if environ is None else environ)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as err:
+        raise SettingsError(_describe(err, overrides)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One `--flag` per setting; an omitted flag falls back to its variable, then the default."""
+    parser = argparse.ArgumentParser(
+        prog="sparkinfer-api",
+        description="SparkInfer OpenAI-compatible server. Every flag is also a SPARKINFER_* "
+        "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN).",
+    )
+    for name, info in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{info.description} [{env_name(name)}]"
+        if info.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            parser.add_argument(flag, default=None, help=help_text, metavar=name.upper())
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, argparse.Namespace]:
+    """Parse command-line flags into `Settings` (raises `SettingsError` on bad values)."""
+    args = build_parser().parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
+    return load_settings(overrides), args

@@ -1,0 +1,183 @@
+"""Tools at the edge: JSON Schema checks (metaschema, local `$ref` only), tool_choice, arguments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+from jsonschema.validators import Draft202012Validator
+from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
+from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice, Tool
+
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+_ANNOTATION_KEYS = ("$schema", "$comment")
+_MAX_SCHEMA_DEPTH = 64
+
+
+def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object inside a schema with its JSON-pointer-like path."""
+    if depth > _MAX_SCHEMA_DEPTH:
+        raise ValueError(f"{path or '/'} is nested deeper than {_MAX_SCHEMA_DEPTH} levels")
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.items():
+            yield from _walk(value, f"{path}/{key}", depth + 1)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk(value, f"{path}/{i}", depth + 1)
+
+
+def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+def _registry(schema: dict[str, Any]) -> referencing.Registry[Any]:
+    """A registry holding only `schema` itself; any other URI is refused, never fetched."""
+    resource = referencing.jsonschema.DRAFT202012.create_resource(schema)
+    return referencing.Registry(retrieve=_refuse_retrieval).with_resource("", resource)
+
+
+def check_schema(
+    schema: Any, param: str, *, error: type[InvalidRequest | InvalidToolSchema]
+) -> None:
+    """Check `schema` against the 2020-12 metaschema and its `$ref`s; raise `error` naming `param`.
+
+    `$schema`/`$comment` are annotations (must be strings). `$ref` must be local (`#...`, into
+    `$defs`/`definitions`) and must resolve; recursion is fine. Remote or file refs are refused
+    because the server never fetches schemas.
+    """
+    if not isinstance(schema, dict | bool):
+        raise error(
+            f"{param} must be a JSON Schema object, got {type(schema).__name__}", param=param
+        )
+    if isinstance(schema, bool):
+        return
+    try:
+        nodes = list(_walk(schema, ""))
+    except ValueError as exc:
+        raise error(f"{param}: {exc}: flatten the schema", param=param) from None
+    for path, node in nodes:
+        for key in _ANNOTATION_KEYS:
+            if key in node and not isinstance(node[key], str):
+                raise error(
+                    f"{param}{path}/{key} must be a string, got {type(node[key]).__name__}",
+                    param=param,
+                )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        raise error(
+            f"{param} is not a valid JSON Schema: at '/{where}': {exc.message}", param=param
+        ) from None
+    registry = _registry(schema)
+    resolver = registry.resolver(base_uri="")
+    for path, node in nodes:
+        for key in _REF_KEYS:
+            ref = node.get(key)
+            if not isinstance(ref, str):
+                continue
+            if not ref.startswith("#"):
+                raise error(
+                    f"{param}{path}/{key} is {ref!r}, a remote or file reference; the server "
+                    "never fetches schemas: inline it under $defs and refer to it as "
+                    "'#/$defs/NAME'",
+                    param=param,
+                )
+            try:
+                resolver.lookup(ref)
+            except referencing.exceptions.Unresolvable:
+                raise error(
+                    f"{param}{path}/{key} is {ref!r}, which does not resolve inside the schema: "
+                    "define it under $defs",
+                    param=param,
+                ) from None
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """The request's tools by name, with a validator for each one's arguments."""
+
+    tools: tuple[Tool, ...]
+    validators: dict[str, Draft202012Validator]
+
+    @property
+    def names(self) -> list[str]:
+        return [t.function.name for t in self.tools]
+
+    def parameters(self, name: str) -> dict[str, Any] | None:
+        for tool in self.tools:
+            if tool.function.name == name:
+                return tool.function.parameters
+        return None
+
+    def check_arguments(self, name: str, arguments: str) -> str | None:
+        """Why `arguments` (JSON text) is not a valid call of `name`; None when it is."""
+        validator = self.validators.get(name)
+        if validator is None:
+            return f"no tool named {name!r}"
+        try:
+            value = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            return f"arguments are not JSON: {exc}"
+        if not isinstance(value, dict):
+            return "arguments are not a JSON object"
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        return None if error is None else error.message
+
+
+def validator_for(schema: dict[str, Any] | bool | None) -> Draft202012Validator:
+    """A validator whose `$ref`s resolve inside `schema` only."""
+    if schema is None or isinstance(schema, bool):
+        return Draft202012Validator({} if schema is None else schema)
+    return Draft202012Validator(schema, registry=_registry(schema))
+
+
+def check_tools(req: ChatCompletionRequest) -> ToolSet | None:
+    """Validate tools and tool_choice before anything is queued; None when there are no tools."""
+    if not req.tools:
+        if req.tool_choice not in (None, "none", "auto"):
+            raise InvalidRequest("tool_choice needs a non-empty tools list", param="tool_choice")
+        return None
+    seen: set[str] = set()
+    validators: dict[str, Draft202012Validator] = {}
+    for i, tool in enumerate(req.tools):
+        name = tool.function.name
+        if name in seen:
+            raise InvalidRequest(
+                f"tools[{i}].function.name {name!r} is used twice: give each tool its own name",
+                param=f"tools[{i}].function.name",
+            )
+        seen.add(name)
+        params = tool.function.parameters
+        if params is not None:
+            check_schema(params, f"tools[{i}].function.parameters", error=InvalidToolSchema)
+        validators[name] = validator_for(params)
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in seen:
+        raise InvalidRequest(
+            f"tool_choice.function.name {choice.function.name!r} is not among tools "
+            f"({', '.join(sorted(seen))}): name one of them",
+            param="tool_choice.function.name",
+        )
+    return ToolSet(tuple(req.tools), validators)
+
+
+def check_response_format_schema(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The json_schema response format's schema, validated; None for text/json_object."""
+    fmt = req.response_format
+    if fmt is None or fmt.type != "json_schema" or fmt.json_schema is None:
+        return None
+    schema = fmt.json_schema.schema_
+    if schema is None:
+        raise InvalidRequest(
+            "response_format.json_schema.schema is required", param="response_format.json_schema"
+        )
+    check_schema(schema, "response_format.json_schema.schema", error=InvalidRequest)
+    return schema

@@ -1,0 +1,69 @@
+"""Settings: flags over SPARKINFER_* variables over defaults; bad or unknown values stop start."""
+
+import re
+from pathlib import Path
+
+import pytest
+from sparkinfer.api.settings import Settings, SettingsError, env_name, load_settings, parse_args
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = load_settings(environ={})
+    assert (s.host, s.port, s.model, s.max_queue_depth) == ("127.0.0.1", 8080, None, 0)
+
+
+def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKINFER_PORT", "9000")
+    monkeypatch.setenv("SPARKINFER_MAX_MODEL_LEN", "1024")
+    s = load_settings()
+    assert (s.port, s.max_model_len) == (9000, 1024)
+
+
+def test_flags_beat_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKINFER_PORT", "9000")
+    s, _ = parse_args(["--port", "9100", "--served-model-name", "m", "--enforce-eager"])
+    assert (s.port, s.served_model_name, s.enforce_eager) == (9100, "m", True)
+
+
+def test_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKINFER_MAX_NUM_SEQS", "zero")
+    with pytest.raises(SettingsError, match="SPARKINFER_MAX_NUM_SEQS"):
+        load_settings()
+
+
+def test_invalid_flag_names_the_flag() -> None:
+    with pytest.raises(SettingsError, match="--gpu-memory-utilization"):
+        parse_args(["--gpu-memory-utilization", "1.5"])
+
+
+def test_unknown_variable_stops_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKINFER_MAX_SEQS", "4")
+    with pytest.raises(SettingsError, match="SPARKINFER_MAX_SEQS"):
+        load_settings()
+
+
+def test_api_key_is_secret() -> None:
+    s = load_settings({"api_key": "sk-123"}, environ={})
+    assert "sk-123" not in repr(s)
+
+
+def test_readme_table_lists_every_setting() -> None:
+    rows = re.findall(
+        r"^\| `(SPARKINFER_[A-Z_]+)` \| `(--[a-z-]+)` \| `([^`]*)` \|", README.read_text(), re.M
+    )
+    documented = {env: (flag, default) for env, flag, default in rows}
+    expected = {
+        env_name(name): ("--" + name.replace("_", "-"), _shown(info.default))
+        for name, info in Settings.model_fields.items()
+    }
+    assert documented == expected
+
+
+def _shown(default: object) -> str:
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return str(default).lower()
+    return str(default)
