@@ -1,8 +1,10 @@
-"""A request's public parameters and outputs, and the `Request` that owns its state in the engine."""
+"""A request's public parameters and outputs, and the `Request` that owns its engine state."""
 
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -45,7 +47,7 @@ class SamplingParams:
         return self.temperature == 0.0 or self.top_k == 1
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     STOP = "stop"  # a stop token id (EOS or user-given)
     LENGTH = "length"  # max_tokens or the context limit
     ABORT = "abort"  # client gone or aborted
@@ -87,3 +89,81 @@ class RequestOutput:
     @property
     def is_finished(self) -> bool:
         return self.finish_reason is not None
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, or preempted and queued again at the front
+    RUNNING = "running"  # holds KV blocks and a state slot
+    FINISHED = "finished"
+
+
+OutputCallback = Callable[[RequestOutput], None]
+
+
+class Request:
+    """One request inside the engine: its tokens, status, sampling params, block table and slot.
+
+    `token_ids` holds prompt then generated tokens. `num_computed_tokens` of them are in the KV
+    cache and the recurrent state; the scheduler owns every change to this object.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        max_len: int,
+        on_output: OutputCallback | None = None,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.params = params
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.max_len = max_len  # finish with LENGTH once token_ids reaches this
+        self.on_output = on_output
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.block_ids: list[int] = []
+        self.state_slot: int | None = None
+        self.num_preemptions = 0
+        self.finish_reason: FinishReason | None = None
+        self.error: str | None = None
+        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens not in the cache yet: the prompt (all, after preemption), or the last sample."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def metrics(self) -> RequestMetrics:
+        """Telemetry so far: time to first token, decode time and decode tokens per second."""
+        if self.first_token_time is None:
+            return RequestMetrics()
+        ttft_ms = (self.first_token_time - self.arrival_time) * 1e3
+        if self.finish_time is None:
+            return RequestMetrics(ttft_ms=ttft_ms)
+        generation_s = self.finish_time - self.first_token_time
+        decode_tps = (self.num_output_tokens - 1) / generation_s if generation_s > 0 else None
+        return RequestMetrics(
+            ttft_ms=ttft_ms, generation_ms=generation_s * 1e3, decode_tps=decode_tps
+        )

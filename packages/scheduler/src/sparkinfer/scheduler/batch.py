@@ -1,0 +1,58 @@
+"""What one step runs (`ScheduledBatch`) and what the runner hands back (`ModelOutput`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkinfer.scheduler.request import Request, TokenLogprob
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    """One request's share of a step: `num_new_tokens` tokens after `num_cached_tokens`."""
+
+    req: Request
+    num_cached_tokens: int
+    num_new_tokens: int
+
+    @property
+    def is_decode(self) -> bool:
+        """One new token on top of carried state: the recurrent (and graph-able) path."""
+        return self.num_new_tokens == 1 and self.num_cached_tokens > 0
+
+    @property
+    def is_sampled(self) -> bool:
+        """The chunk reaches the last known token, so the step samples the next one."""
+        return self.num_cached_tokens + self.num_new_tokens == self.req.num_tokens
+
+    @property
+    def new_token_ids(self) -> list[int]:
+        start = self.num_cached_tokens
+        return self.req.token_ids[start : start + self.num_new_tokens]
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    """What one step runs: every scheduled sequence, decodes first."""
+
+    step_idx: int
+    seqs: tuple[ScheduledSeq, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.seqs)
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """The token the runner picked for one request, with its logprobs when asked for."""
+
+    token_id: int
+    logprob: TokenLogprob | None = None
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    """What `Runner.run` returns: a sampled token per request whose chunk reached its end."""
+
+    samples: dict[str, SampledToken]

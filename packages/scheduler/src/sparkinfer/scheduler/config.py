@@ -1,0 +1,84 @@
+"""Engine settings: one frozen, validated dataclass (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
+_GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the engine batches, caches and runs.
+
+    max_num_seqs: most sequences in one step (also bounded by the state slots that fit).
+    max_model_len: context window: prompt + generated tokens.
+    max_num_batched_tokens: token budget of one step (decodes first, then prefill chunks).
+    max_queue_depth: most waiting requests before `add_request` raises QueueFull (0: unlimited).
+    block_size: tokens per KV page.
+    gpu_memory_utilization: fraction of the GPU's memory the process may use (weights included).
+    num_kv_blocks / num_state_slots: explicit cache sizes; None sizes them from memory on CUDA
+        and from `cpu_cache_bytes` on CPU.
+    cpu_cache_bytes: cache budget on CPU when the sizes are not given.
+    enforce_eager: never capture CUDA graphs.
+    deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards,
+        and on CPU the matmuls run row-blocked at a fixed shape.
+    eos_token_ids: the model's end-of-sequence ids (from its generation defaults).
+    seed: seed of the sampler's shared generator (unseeded requests).
+    """
+
+    max_num_seqs: int = 64
+    max_model_len: int = 32768
+    max_num_batched_tokens: int = 2048
+    max_queue_depth: int = 0
+    block_size: int = 64
+    gpu_memory_utilization: float = 0.90
+    num_kv_blocks: int | None = None
+    num_state_slots: int | None = None
+    cpu_cache_bytes: int = 1 << 30
+    enforce_eager: bool = False
+    deterministic: bool = True
+    eos_token_ids: tuple[int, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive = {
+            "max_num_seqs": self.max_num_seqs,
+            "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
+            "cpu_cache_bytes": self.cpu_cache_bytes,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} is {value}; it must be >= 1")
+        if self.max_queue_depth < 0:
+            raise ValueError(
+                f"max_queue_depth is {self.max_queue_depth}; it must be >= 0 (0 means unlimited)"
+            )
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization is {self.gpu_memory_utilization}; it must be in (0, 1]"
+            )
+        for name, value in (
+            ("num_kv_blocks", self.num_kv_blocks),
+            ("num_state_slots", self.num_state_slots),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} is {value}; it must be >= 1 or None (size from memory)")
+        if any(t < 0 for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids is {self.eos_token_ids}; ids must be >= 0")
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return -(-self.max_model_len // self.block_size)
+
+    def graph_batch_sizes(self, max_batch: int) -> tuple[int, ...]:
+        """Decode batch sizes to capture, up to `max_batch` (always included)."""
+        sizes = [b for b in _GRAPH_BUCKETS if b < max_batch]
+        nxt = _GRAPH_BUCKETS[-1] + 32
+        while nxt < max_batch:
+            sizes.append(nxt)
+            nxt += 32
+        return (*sizes, max_batch)

@@ -1,0 +1,135 @@
+"""Decode under CUDA graphs: one graph per batch-size bucket, captured once, replayed every step.
+
+Every per-request index lives in a static device buffer sized for the largest bucket. A step
+copies its rows in (from pinned host buffers), pads the bucket with rows that touch nothing
+(state slot -1, context length 0, KV slot -1) and replays. Graphs are never rebuilt; a batch
+larger than the largest bucket runs eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from sparkinfer.model.cache_spec import ModelCaches
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.scheduler.batch import ScheduledSeq
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor  # [bucket, vocab] fp32, written by each replay
+
+
+class DecodeGraphs:
+    """Owns the static decode buffers and one captured graph per bucket (runner-internal)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        caches: ModelCaches,
+        *,
+        batch_sizes: Sequence[int],
+        max_blocks_per_seq: int,
+        block_size: int,
+        stream: torch.cuda.Stream,
+    ) -> None:
+        self.model = model
+        self.caches = caches
+        self.block_size = block_size
+        self.batch_sizes = tuple(sorted(batch_sizes))
+        self.max_batch = self.batch_sizes[-1]
+        self.stream = stream
+        device = stream.device
+        n = self.max_batch
+
+        def buf(*shape: int, dtype: torch.dtype, fill: int = 0) -> torch.Tensor:
+            return torch.full(shape, fill, dtype=dtype, device=device)
+
+        self.input_ids = buf(n, dtype=torch.int64)
+        self.positions = buf(n, dtype=torch.int64)
+        self.slot_mapping = buf(n, dtype=torch.int64, fill=-1)
+        self.cached_lens = buf(n, dtype=torch.int32)
+        self.context_lens = buf(n, dtype=torch.int32)
+        self.state_slots = buf(n, dtype=torch.int64, fill=-1)
+        self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
+        # Host staging: [ids, positions, slot mapping, cached, context, state slot] per row.
+        self._rows_cpu = torch.zeros(6, n, dtype=torch.int64).pin_memory()
+        self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        self._graphs: dict[int, _Captured] = {}
+
+    def capture(self) -> None:
+        """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
+        pool = torch.cuda.graph_pool_handle()
+        for size in reversed(self.batch_sizes):
+            batch = self._forward_batch(size)
+            with torch.cuda.stream(self.stream):
+                self._forward(batch)  # warm-up: Triton compiles and autotunes outside capture
+            self.stream.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=self.stream):
+                logits = self._forward(batch)
+            self._graphs[size] = _Captured(graph, logits)
+            logger.info("captured decode graph for batch size %d", size)
+
+    def bucket_for(self, num_seqs: int) -> int | None:
+        """The smallest captured batch size holding `num_seqs` rows (None: run eagerly)."""
+        return next((b for b in self.batch_sizes if b >= num_seqs), None)
+
+    def run(self, seqs: Sequence[ScheduledSeq], bucket: int) -> torch.Tensor:
+        """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32."""
+        rows = self._rows_cpu
+        rows[:, :bucket] = 0
+        rows[2, :bucket] = -1  # padding rows write no KV
+        rows[5, :bucket] = -1  # and touch no state slot
+        for i, seq in enumerate(seqs):
+            pos = seq.num_cached_tokens
+            table = seq.req.block_ids
+            rows[0, i] = seq.req.token_ids[pos]
+            rows[1, i] = pos
+            rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
+            rows[3, i] = pos
+            rows[4, i] = pos + 1
+            rows[5, i] = seq.req.state_slot
+            self._tables_cpu[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+        with torch.cuda.stream(self.stream):
+            dev = rows[:, :bucket].to(self.stream.device, non_blocking=True)
+            self.input_ids[:bucket].copy_(dev[0])
+            self.positions[:bucket].copy_(dev[1])
+            self.slot_mapping[:bucket].copy_(dev[2])
+            self.cached_lens[:bucket].copy_(dev[3])
+            self.context_lens[:bucket].copy_(dev[4])
+            self.state_slots[:bucket].copy_(dev[5])
+            self.block_tables[:bucket].copy_(self._tables_cpu[:bucket], non_blocking=True)
+            captured = self._graphs[bucket]
+            captured.graph.replay()
+            return captured.logits[: len(seqs)]
+
+    def _forward_batch(self, size: int) -> ForwardBatch:
+        """Views of the static buffers for `size` rows (the graph reads these addresses)."""
+        return ForwardBatch(
+            positions=self.positions[:size],
+            cu_seqlens=self.cu_seqlens[: size + 1],
+            cached_lens=self.cached_lens[:size],
+            context_lens=self.context_lens[:size],
+            block_tables=self.block_tables[:size],
+            slot_mapping=self.slot_mapping[:size],
+            state_slots=self.state_slots[:size],
+            logits_indices=self.logits_indices[:size],
+            is_decode=True,
+            caches=self.caches,
+            cu_seqlens_cpu=list(range(size + 1)),
+            cached_lens_cpu=[1] * size,  # decode rows continue from state; kernels read devices
+        )
+
+    def _forward(self, batch: ForwardBatch) -> torch.Tensor:
+        size = batch.num_seqs
+        hidden = self.model(self.input_ids[:size], batch)
+        return self.model.compute_logits(hidden)

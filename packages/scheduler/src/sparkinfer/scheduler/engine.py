@@ -1,0 +1,267 @@
+"""The engine: a background thread that takes requests, schedules, runs the model and emits."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.errors import EngineStopped, InvalidRequest, QueueFull
+from sparkinfer.scheduler.request import (
+    FinishReason,
+    OutputCallback,
+    Request,
+    RequestOutput,
+    SamplingParams,
+)
+from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.scheduler import Scheduler, SchedulerStats
+
+logger = logging.getLogger(__name__)
+
+
+class StepRunner(Protocol):
+    """What the engine needs from a runner: cache sizes and one step's forward + sampling."""
+
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def num_slots(self) -> int: ...
+    @property
+    def vocab_size(self) -> int | None: ...
+    def run(self, batch: ScheduledBatch) -> ModelOutput: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    on_output: OutputCallback | None
+    arrival_time: float
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+class Engine:
+    """Runs the loop in its own thread; `add_request`, `abort`, `stats`, `shutdown` are thread-safe.
+
+    `on_output` is called from the engine thread after every step that produced tokens for the
+    request, and exactly once with a finish reason. A failing step ends only the requests in it
+    (FinishReason.ERROR); a callback that raises gets its request aborted.
+    """
+
+    def __init__(self, runner: StepRunner, config: SchedulerConfig) -> None:
+        self.config = config
+        self.runner = runner
+        self.scheduler = Scheduler(
+            config,
+            num_blocks=runner.num_blocks,
+            num_slots=runner.num_slots,
+            vocab_size=runner.vocab_size,
+            emit=self._emit,
+        )
+        self._cond = threading.Condition()
+        self._inbox: list[_Add | _Abort] = []
+        self._live_ids: set[str] = set()
+        self._is_stopping = False
+        self._mean_request_s = 1.0  # moving average of finished requests' time in the engine
+        self._ids = itertools.count()
+        self._thread = threading.Thread(target=self._run_loop, name="sparkinfer-engine")
+        self._thread.start()
+
+    @classmethod
+    def from_model(
+        cls,
+        model: torch.nn.Module,
+        config: SchedulerConfig,
+        *,
+        device: torch.device | str | None = None,
+    ) -> Engine:
+        """Build the runner for `model` (caches sized from memory, graphs captured), then start."""
+        return cls(Runner(model, config, device=device), config)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        on_output: OutputCallback | None,
+    ) -> None:
+        """Queue a request; raises on bad input, a full queue or a stopped engine."""
+        prompt = list(prompt_token_ids)
+        self.scheduler.check_request(prompt, params)
+        with self._cond:
+            if self._is_stopping:
+                raise EngineStopped("the engine is shut down: start a new one")
+            if request_id in self._live_ids:
+                raise InvalidRequest(f"request_id {request_id!r} is already in use: use a new id")
+            self._check_queue_depth()
+            self._live_ids.add(request_id)
+            self._inbox.append(_Add(request_id, prompt, params, on_output, time.monotonic()))
+            self._cond.notify()
+
+    def abort(self, request_id: str) -> None:
+        """Free the request's blocks and slot at the next step; it ends with FinishReason.ABORT."""
+        with self._cond:
+            self._inbox.append(_Abort(request_id))
+            self._cond.notify()
+
+    def generate(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, *, timeout: float = 600.0
+    ) -> list[int]:
+        """Run one request to the end and return its tokens (for tests and benchmarks)."""
+        done = threading.Event()
+        tokens: list[int] = []
+        finals: list[RequestOutput] = []
+
+        def on_output(out: RequestOutput) -> None:
+            tokens.extend(out.new_token_ids)
+            if out.is_finished:
+                finals.append(out)
+                done.set()
+
+        request_id = f"generate-{next(self._ids)}"
+        self.add_request(request_id, prompt_token_ids, params, on_output=on_output)
+        if not done.wait(timeout):
+            self.abort(request_id)
+            raise TimeoutError(f"request {request_id} took over {timeout} s: raise timeout")
+        if finals[0].finish_reason is FinishReason.ERROR:
+            raise RuntimeError(finals[0].error)
+        return tokens
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
+    def shutdown(self, timeout: float | None = 60.0) -> None:
+        """Stop the loop after the current step; unfinished requests end with ABORT."""
+        with self._cond:
+            self._is_stopping = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def _run_loop(self) -> None:
+        try:
+            while self._take_inbox():  # new requests and aborts; blocks while idle
+                batch = self.scheduler.schedule()  # admit, chunk, preempt: bookkeeping only
+                try:
+                    output = self.runner.run(batch)
+                    self.scheduler.update(batch, output)  # append, stop, free, emit
+                except Exception as exc:  # a failed step ends only its own requests
+                    logger.exception("engine step %d failed", batch.step_idx)
+                    self.scheduler.fail(batch, exc)
+        except BaseException:
+            logger.exception("the engine loop died; every live request ends with an error")
+            self._end_all(FinishReason.ERROR)
+            raise
+        self._end_all(FinishReason.ABORT)
+
+    def _take_inbox(self) -> bool:
+        """Apply queued adds and aborts, waiting while there is nothing to do. False: stop."""
+        while True:
+            with self._cond:
+                while not (self._inbox or self._is_stopping or self.has_work()):
+                    self._cond.wait()
+                if self._is_stopping:
+                    return False
+                inbox, self._inbox = self._inbox, []
+            for item in inbox:
+                self._apply(item)
+            if self.has_work():
+                return True
+
+    def _apply(self, item: _Add | _Abort) -> None:
+        if isinstance(item, _Abort):
+            self.scheduler.abort(item.request_id)
+            return
+        try:
+            self.scheduler.add_request(
+                item.request_id,
+                item.prompt_token_ids,
+                item.params,
+                on_output=item.on_output,
+                arrival_time=item.arrival_time,
+            )
+        except ValueError as exc:  # add_request checked it already; the cache cannot shrink
+            self._emit_rejection(item, FinishReason.ERROR, str(exc))
+
+    def _check_queue_depth(self) -> None:
+        depth = self.config.max_queue_depth
+        num_queued = self.scheduler.num_waiting + sum(isinstance(i, _Add) for i in self._inbox)
+        if depth and num_queued >= depth:
+            rounds = math.ceil((num_queued + 1) / self.scheduler.max_num_seqs)
+            retry_after_s = min(60.0, max(1.0, rounds * self._mean_request_s))
+            raise QueueFull(
+                f"{num_queued} requests wait; max_queue_depth is {depth}: "
+                f"retry in {retry_after_s:.0f} s or raise max_queue_depth",
+                retry_after_s=retry_after_s,
+            )
+
+    def _emit(self, req: Request, out: RequestOutput) -> None:
+        if out.is_finished:
+            with self._cond:
+                self._live_ids.discard(req.request_id)
+                if req.finish_time is not None:
+                    spent = req.finish_time - req.arrival_time
+                    self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * spent
+        if req.on_output is None:
+            return
+        try:
+            req.on_output(out)
+        except Exception:
+            logger.exception("on_output of request %s raised; aborting it", req.request_id)
+            if not out.is_finished:
+                with self._cond:
+                    self._inbox.append(_Abort(req.request_id))
+
+    def _emit_rejection(self, item: _Add, reason: FinishReason, error: str | None) -> None:
+        """End a request that never reached the scheduler."""
+        with self._cond:
+            self._live_ids.discard(item.request_id)
+        if item.on_output is None:
+            return
+        out = RequestOutput(
+            request_id=item.request_id,
+            new_token_ids=(),
+            num_prompt_tokens=len(item.prompt_token_ids),
+            num_output_tokens=0,
+            finish_reason=reason,
+            error=error,
+        )
+        try:
+            item.on_output(out)
+        except Exception:
+            logger.exception("on_output of request %s raised", item.request_id)
+
+    def _end_all(self, reason: FinishReason) -> None:
+        """End every live request (shutdown or a dead loop) so that nobody waits forever."""
+        with self._cond:
+            self._is_stopping = True
+            inbox, self._inbox = self._inbox, []
+        for item in inbox:
+            if isinstance(item, _Add):
+                error = None if reason is FinishReason.ABORT else "the engine loop died"
+                self._emit_rejection(item, reason, error)
+        for req in [*self.scheduler.running, *self.scheduler.waiting]:
+            if reason is FinishReason.ABORT:
+                self.scheduler.abort(req.request_id)
+            else:
+                self.scheduler.fail_request(req, "the engine loop died")
+        self.runner.close()

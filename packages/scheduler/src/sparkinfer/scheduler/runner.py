@@ -1,0 +1,244 @@
+"""The runner: the only owner of device tensors, caches, streams and CUDA graphs.
+
+`run(batch)` turns the scheduler's bookkeeping into forwards and samples. With
+`deterministic` (the default) decode rows and prefill chunks run as two packed forwards, so a
+row's numerics never depend on what else shares the step (and decodes keep the recurrent kernels
+and their CUDA graphs); on CPU every matmul also runs row-blocked at a fixed shape
+(`_batch_invariant`). Without it, a step is one mixed packed forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.scheduler._batch_invariant import RowBlockedMatmul
+from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
+from sparkinfer.scheduler.errors import CacheAllocationError
+from sparkinfer.scheduler.sampler import Sampler
+
+logger = logging.getLogger(__name__)
+
+_SAMPLER_COPIES = 8  # fp32 [max_num_seqs, vocab] temporaries the sampler may hold at once
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    num_blocks: int
+    num_slots: int
+
+
+def plan_cache(
+    spec: CacheSpec, config: SchedulerConfig, *, budget_bytes: int, cap_blocks: bool
+) -> CachePlan:
+    """Split `budget_bytes` between state slots (up to max_num_seqs) and KV blocks.
+
+    Explicit sizes in `config` win. State gets at most half the budget, so a small GPU still
+    keeps KV room; `cap_blocks` stops at what max_num_seqs full-length sequences could use.
+    """
+    state_bytes = max(1, spec.state_bytes_per_slot())
+    block_bytes = max(1, spec.kv_bytes_per_token() * config.block_size)
+    num_slots = config.num_state_slots
+    if num_slots is None:
+        num_slots = min(config.max_num_seqs, budget_bytes // 2 // state_bytes)
+    num_blocks = config.num_kv_blocks
+    if num_blocks is None:
+        num_blocks = (budget_bytes - num_slots * state_bytes) // block_bytes
+        if cap_blocks:
+            num_blocks = min(num_blocks, config.max_num_seqs * config.max_blocks_per_seq)
+    if num_slots < 1 or num_blocks < 1:
+        raise CacheAllocationError(
+            f"{budget_bytes / 2**20:.0f} MiB for caches gives {num_slots} state slots "
+            f"({state_bytes / 2**20:.1f} MiB each) and {num_blocks} KV blocks "
+            f"({block_bytes / 2**20:.2f} MiB each); at least one of each is needed: raise "
+            "gpu_memory_utilization (or cpu_cache_bytes), or set num_kv_blocks / num_state_slots"
+        )
+    return CachePlan(num_blocks=num_blocks, num_slots=num_slots)
+
+
+class Runner:
+    """Allocates the caches, captures decode graphs, and runs each step's forwards and sampling."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: SchedulerConfig,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.device = torch.device(device) if device else next(model.parameters()).device
+        self._is_cuda = self.device.type == "cuda"
+        self._stream = torch.cuda.Stream(self.device) if self._is_cuda else None
+        spec: CacheSpec = model.cache_spec()
+        self.vocab_size, activation_bytes = self._profile(spec)
+        self.plan = plan_cache(
+            spec, config, budget_bytes=self._cache_budget(activation_bytes), cap_blocks=True
+        )
+        logger.info(
+            "caches: %d KV blocks of %d tokens, %d state slots",
+            self.plan.num_blocks,
+            config.block_size,
+            self.plan.num_slots,
+        )
+        self.caches = allocate_caches(
+            spec,
+            num_blocks=self.plan.num_blocks,
+            block_size=config.block_size,
+            num_slots=self.plan.num_slots,
+            device=self.device,
+        )
+        self.sampler = Sampler(
+            eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
+        )
+        self.graphs: DecodeGraphs | None = None
+        if self._is_cuda and not config.enforce_eager:
+            self.graphs = self._capture_graphs()
+
+    @property
+    def num_blocks(self) -> int:
+        return self.plan.num_blocks
+
+    @property
+    def num_slots(self) -> int:
+        return self.plan.num_slots
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> ModelOutput:
+        """Forward every scheduled chunk, sample where a chunk reached its end."""
+        logits: list[torch.Tensor] = []
+        sampled: list[ScheduledSeq] = []
+        with self._numerics(), self._on_stream():
+            for group in self._groups(batch.seqs):
+                logits.append(self._forward(group))
+                sampled.extend(s for s in group if s.is_sampled)
+            if not sampled:
+                return ModelOutput(samples={})
+            tokens = self.sampler.sample(torch.cat(logits), [s.req for s in sampled])
+        return ModelOutput(
+            samples={s.req.request_id: t for s, t in zip(sampled, tokens, strict=True)}
+        )
+
+    def close(self) -> None:
+        """Drop graphs and caches so their memory can be reused."""
+        self.graphs = None
+        if self._is_cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+    def _groups(self, seqs: Sequence[ScheduledSeq]) -> list[list[ScheduledSeq]]:
+        if not self.config.deterministic:
+            return [list(seqs)]
+        decodes = [s for s in seqs if s.is_decode]
+        prefills = [s for s in seqs if not s.is_decode]
+        return [g for g in (decodes, prefills) if g]
+
+    def _forward(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
+        """One packed forward -> logits [num sampled seqs, vocab] fp32."""
+        if self.graphs is not None and all(s.is_decode for s in seqs):
+            bucket = self.graphs.bucket_for(len(seqs))
+            if bucket is not None:
+                return self.graphs.run(seqs, bucket)
+        batch = ForwardBatch.build(
+            [s.num_new_tokens for s in seqs],
+            [s.num_cached_tokens for s in seqs],
+            [s.req.block_ids for s in seqs],
+            [_slot(s) for s in seqs],
+            caches=self.caches,
+            block_size=self.config.block_size,
+            device=self.device,
+            logits_indices=_logits_indices(seqs),
+        )
+        ids = [t for s in seqs for t in s.new_token_ids]
+        input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        hidden = self.model(input_ids, batch)
+        return self.model.compute_logits(hidden[batch.logits_indices])
+
+    @contextlib.contextmanager
+    def _numerics(self) -> Iterator[None]:
+        if self.config.deterministic and not self._is_cuda:
+            with RowBlockedMatmul():
+                yield
+        else:
+            yield
+
+    def _on_stream(self) -> contextlib.AbstractContextManager[object]:
+        if self._stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self._stream)
+
+    @torch.inference_mode()
+    def _profile(self, spec: CacheSpec) -> tuple[int, int]:
+        """Run the largest prefill once on scratch caches -> (vocab size, peak activation bytes)."""
+        cfg = self.config
+        num_tokens = min(cfg.max_num_batched_tokens, cfg.max_model_len) if self._is_cuda else 1
+        num_blocks = -(-num_tokens // cfg.block_size)
+        scratch = allocate_caches(
+            spec, num_blocks=num_blocks, block_size=cfg.block_size, num_slots=1, device=self.device
+        )
+        if self._is_cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        start = torch.cuda.memory_allocated(self.device) if self._is_cuda else 0
+        batch = ForwardBatch.build(
+            [num_tokens], [0], [list(range(num_blocks))], [0],
+            caches=scratch, block_size=cfg.block_size, device=self.device,
+        )  # fmt: skip
+        with self._on_stream():
+            ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
+            hidden = self.model(ids, batch)
+            vocab_size = self.model.compute_logits(hidden[-1:]).shape[1]
+        if not self._is_cuda:
+            return vocab_size, 0
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device) - start
+        del scratch, hidden, batch
+        torch.cuda.empty_cache()
+        return vocab_size, peak
+
+    def _cache_budget(self, activation_bytes: int) -> int:
+        if not self._is_cuda:
+            return self.config.cpu_cache_bytes
+        free, total = torch.cuda.mem_get_info(self.device)
+        sampler = _SAMPLER_COPIES * self.config.max_num_seqs * self.vocab_size * 4
+        used = total - free  # weights, CUDA context and anything else on the device
+        return int(total * self.config.gpu_memory_utilization) - used - activation_bytes - sampler
+
+    def _capture_graphs(self) -> DecodeGraphs:
+        assert self._stream is not None
+        max_batch = min(self.config.max_num_seqs, self.plan.num_slots)
+        graphs = DecodeGraphs(
+            self.model,
+            self.caches,
+            batch_sizes=self.config.graph_batch_sizes(max_batch),
+            max_blocks_per_seq=self.config.max_blocks_per_seq,
+            block_size=self.config.block_size,
+            stream=self._stream,
+        )
+        logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
+        with torch.inference_mode():
+            graphs.capture()
+        return graphs
+
+
+def _slot(seq: ScheduledSeq) -> int:
+    assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
+    return seq.req.state_slot
+
+
+def _logits_indices(seqs: Sequence[ScheduledSeq]) -> list[int]:
+    """Last row of each sequence whose chunk reaches its end."""
+    out, end = [], 0
+    for s in seqs:
+        end += s.num_new_tokens
+        if s.is_sampled:
+            out.append(end - 1)
+    return out

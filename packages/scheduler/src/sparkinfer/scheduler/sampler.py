@@ -1,0 +1,150 @@
+"""Sampling on the device for a whole batch: penalties, bias, filters, seeds, logprobs.
+
+Order per row: logit_bias, repetition / presence / frequency penalties, min_tokens (stop ids
+masked), then greedy argmax or temperature -> min_p -> top_k -> top_p -> draw. Logprobs are those
+of the raw model distribution (before any of the above), as the OpenAI API reports them.
+
+A seeded request draws its noise from a generator seeded with (seed, output position), so its
+tokens depend on nothing else in the batch and survive preemption; unseeded rows share the
+sampler's generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from sparkinfer.scheduler.batch import SampledToken
+from sparkinfer.scheduler.request import Request, TokenLogprob
+
+_SEED_STRIDE = 1_000_003  # spreads (seed, position) pairs over generator seeds
+
+
+class Sampler:
+    """Turns fp32 logits [N, vocab] for N requests into one token each."""
+
+    def __init__(
+        self, *, eos_token_ids: Sequence[int], device: torch.device | str, seed: int = 0
+    ) -> None:
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.device = torch.device(device)
+        self._generator = torch.Generator(self.device).manual_seed(seed)
+        self._row_generator = torch.Generator(self.device)
+
+    def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[SampledToken]:
+        """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request."""
+        raw_logprobs = None
+        if any(r.params.logprobs is not None for r in reqs):
+            raw_logprobs = torch.log_softmax(logits, dim=-1)
+        logits = logits.clone()
+        self._apply_bias(logits, reqs)
+        self._apply_penalties(logits, reqs)
+        self._mask_early_stops(logits, reqs)
+        token_ids = logits.argmax(dim=-1)
+        random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
+        if random_rows:
+            rows = torch.tensor(random_rows, device=logits.device)
+            drawn = self._draw(logits[rows], [reqs[i] for i in random_rows])
+            token_ids[rows] = drawn
+        tokens = token_ids.tolist()
+        if raw_logprobs is None:
+            return [SampledToken(t) for t in tokens]
+        return [
+            SampledToken(t, _logprob(raw_logprobs[i], t, r.params.logprobs))
+            for i, (t, r) in enumerate(zip(tokens, reqs, strict=True))
+        ]
+
+    def _apply_bias(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+        entries = [(i, t, b) for i, r in enumerate(reqs) for t, b in r.params.logit_bias]
+        if not entries:
+            return
+        rows, cols, values = zip(*entries, strict=True)
+        index = (_ints(rows, logits.device), _ints(cols, logits.device))
+        logits.index_put_(index, torch.tensor(values, device=logits.device), accumulate=True)
+
+    def _apply_penalties(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+        rows = [i for i, r in enumerate(reqs) if _has_penalty(r)]
+        if not rows:
+            return
+        vocab = logits.shape[1]
+        for i in rows:  # few rows carry penalties; per row keeps the count tensors small
+            req, row = reqs[i], logits[i]
+            p = req.params
+            out = _ints(req.output_token_ids, logits.device)
+            counts = torch.zeros(vocab, device=logits.device).index_add_(
+                0, out, torch.ones(len(out), device=logits.device)
+            )
+            if p.repetition_penalty != 1.0:
+                seen = counts > 0
+                seen[_ints(req.token_ids[: req.num_prompt_tokens], logits.device)] = True
+                scaled = torch.where(
+                    row > 0, row / p.repetition_penalty, row * p.repetition_penalty
+                )
+                row.copy_(torch.where(seen, scaled, row))
+            row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
+
+    def _mask_early_stops(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+        for i, req in enumerate(reqs):
+            p = req.params
+            if req.num_output_tokens >= p.min_tokens:
+                continue
+            stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
+            if stops:
+                logits[i, _ints(stops, logits.device)] = float("-inf")
+
+    def _draw(self, logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
+        """Temperature, min_p, top_k, top_p, then a draw by the exponential race. -> [n]."""
+        temps = torch.tensor([r.params.temperature for r in reqs], device=logits.device)
+        logits = logits / temps.unsqueeze(1)
+        min_ps = [r.params.min_p for r in reqs]
+        if any(m > 0 for m in min_ps):
+            probs = torch.softmax(logits, dim=-1)
+            floor = torch.tensor(min_ps, device=logits.device).unsqueeze(1)
+            cut = probs < floor * probs.max(dim=-1, keepdim=True).values
+            logits = logits.masked_fill(cut, float("-inf"))
+        top_ks = [r.params.top_k if r.params.top_k > 0 else logits.shape[1] for r in reqs]
+        top_ps = [r.params.top_p for r in reqs]
+        if any(k < logits.shape[1] for k in top_ks) or any(p < 1.0 for p in top_ps):
+            logits = _top_k_top_p(logits, top_ks, top_ps)
+        probs = torch.softmax(logits, dim=-1)
+        # argmax(p / q) with q ~ Exp(1) draws from p (the exponential race).
+        noise = torch.empty_like(probs)
+        for i, req in enumerate(reqs):
+            seed = req.params.seed
+            if seed is None:
+                noise[i].exponential_(generator=self._generator)
+            else:
+                row_seed = (seed * _SEED_STRIDE + req.num_output_tokens) % (1 << 63)
+                self._row_generator.manual_seed(row_seed)
+                noise[i].exponential_(generator=self._row_generator)
+        return (probs / noise).argmax(dim=-1)
+
+
+def _top_k_top_p(logits: torch.Tensor, top_ks: list[int], top_ps: list[float]) -> torch.Tensor:
+    """Mask all but each row's top_k logits, then the tail beyond top_p of the probability mass."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[1], device=logits.device).unsqueeze(0)
+    k = torch.tensor(top_ks, device=logits.device).unsqueeze(1)
+    sorted_logits = sorted_logits.masked_fill(ranks >= k, float("-inf"))
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # the top token always stays
+    p = torch.tensor(top_ps, device=logits.device).unsqueeze(1)
+    sorted_logits = sorted_logits.masked_fill(mass_before > p, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+
+
+def _has_penalty(req: Request) -> bool:
+    p = req.params
+    return p.repetition_penalty != 1.0 or p.presence_penalty != 0 or p.frequency_penalty != 0
+
+
+def _logprob(row: torch.Tensor, token_id: int, num_top: int | None) -> TokenLogprob:
+    top: tuple[tuple[int, float], ...] = ()
+    if num_top:
+        values, ids = row.topk(num_top)
+        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token_id=token_id, logprob=float(row[token_id]), top=top)
+
+
+def _ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)

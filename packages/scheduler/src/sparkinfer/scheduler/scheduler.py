@@ -1,0 +1,369 @@
+"""Admission, chunked prefill, decode and preemption: bookkeeping only, plain Python (no torch).
+
+Each step gets a token budget (`max_num_batched_tokens`), spent in this order:
+
+1. Running requests that decode (one token each), oldest first: decode latency stays bounded no
+   matter how much prompt is waiting.
+2. Running requests that are still prefilling, oldest first, one chunk each: the rest of their
+   prompt cut to the remaining budget (and to the free KV blocks). Conv and recurrent state carry
+   across chunks in the request's state slot.
+3. Waiting requests in arrival order (preempted ones sit at the front), while a sequence and a state
+   slot are free and the first chunk's KV blocks fit. The head of the queue is never skipped, so a
+   large request is not starved by small ones behind it.
+
+Preemption: when a running request needs a KV block and none is free, the newest running request
+that is not yet in this step is preempted by recompute: its blocks and its slot are freed, it goes
+back to the front of the queue, and on resume its prompt plus the tokens generated so far are
+prefilled again. Recompute rather than swap because a sequence's GDN state is large (147 MiB at
+27B) and fixed, so swapping it costs host memory and PCIe time on every preemption, while
+recomputing is one batched prefill; and the newest request has the least work to redo. Greedy
+output does not change, and its already emitted tokens are kept. A request that could not fit in
+the cache even alone is rejected when it is added, so every accepted request finishes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.block_manager import BlockManager
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.errors import ContextLengthExceeded, InvalidRequest, RequestTooLarge
+from sparkinfer.scheduler.request import (
+    FinishReason,
+    OutputCallback,
+    Request,
+    RequestMetrics,
+    RequestOutput,
+    RequestStatus,
+    SamplingParams,
+    TokenLogprob,
+)
+from sparkinfer.scheduler.state_slots import StateSlots
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    num_running: int
+    num_waiting: int
+    num_kv_blocks: int
+    num_used_kv_blocks: int
+    num_state_slots: int
+    num_used_state_slots: int
+    num_steps: int
+    num_prefill_tokens: int
+    num_generated_tokens: int
+    num_preemptions: int
+    num_finished: int
+    num_aborted: int
+    num_failed: int
+
+    @property
+    def kv_usage(self) -> float:
+        return self.num_used_kv_blocks / self.num_kv_blocks
+
+    @property
+    def slot_usage(self) -> float:
+        return self.num_used_state_slots / self.num_state_slots
+
+
+def _call_on_output(req: Request, out: RequestOutput) -> None:
+    if req.on_output is not None:
+        req.on_output(out)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set and every `Request`'s state changes."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        *,
+        num_blocks: int,
+        num_slots: int,
+        vocab_size: int | None = None,
+        emit: Callable[[Request, RequestOutput], None] = _call_on_output,
+    ) -> None:
+        self.config = config
+        self.blocks = BlockManager(num_blocks, config.block_size)
+        self.slots = StateSlots(num_slots)
+        self.max_num_seqs = min(config.max_num_seqs, num_slots)
+        self.vocab_size = vocab_size
+        self._emit = emit
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._requests: dict[str, Request] = {}
+        self._step_idx = 0
+        self._counters = dict.fromkeys(
+            ("prefill", "generated", "preempted", "finished", "aborted", "failed"), 0
+        )
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def check_request(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> int:
+        """Validate a request against the context window and the cache; return its max length."""
+        num_prompt = len(prompt_token_ids)
+        if num_prompt == 0:
+            raise InvalidRequest("prompt_token_ids is empty: send at least one token")
+        if self.vocab_size is not None:
+            bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidRequest(
+                    f"prompt_token_ids holds {bad[0]}; token ids must be in [0, {self.vocab_size})"
+                )
+        limit = self.config.max_model_len
+        if num_prompt >= limit:
+            raise ContextLengthExceeded(
+                f"prompt has {num_prompt} tokens; max_model_len is {limit}: "
+                "shorten the prompt or raise max_model_len"
+            )
+        if params.max_tokens is not None and num_prompt + params.max_tokens > limit:
+            raise ContextLengthExceeded(
+                f"prompt has {num_prompt} tokens and max_tokens is {params.max_tokens}, "
+                f"{num_prompt + params.max_tokens} in all; max_model_len is {limit}: "
+                "lower max_tokens, shorten the prompt or raise max_model_len"
+            )
+        # The last sampled token never enters the cache, hence the + 1.
+        capacity = self.blocks.num_blocks * self.blocks.block_size + 1
+        if params.max_tokens is None:
+            max_len = min(limit, capacity)
+            if num_prompt >= max_len:
+                raise RequestTooLarge(
+                    f"prompt has {num_prompt} tokens; the KV cache holds {capacity - 1}: "
+                    "shorten the prompt, or give the cache more memory"
+                )
+            return max_len
+        max_len = num_prompt + params.max_tokens
+        if max_len > capacity:
+            raise RequestTooLarge(
+                f"prompt ({num_prompt}) plus max_tokens ({params.max_tokens}) needs "
+                f"{max_len - 1} tokens of KV cache; it holds {capacity - 1}: lower max_tokens, "
+                "shorten the prompt, or give the cache more memory"
+            )
+        return max_len
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        on_output: OutputCallback | None = None,
+        arrival_time: float | None = None,
+    ) -> Request:
+        """Queue a request after `check_request`; ids must be unique among live requests."""
+        if request_id in self._requests:
+            raise InvalidRequest(f"request_id {request_id!r} is already running: use a new id")
+        max_len = self.check_request(prompt_token_ids, params)
+        req = Request(
+            request_id,
+            prompt_token_ids,
+            params,
+            max_len=max_len,
+            on_output=on_output,
+            arrival_time=arrival_time,
+        )
+        self._requests[request_id] = req
+        self.waiting.append(req)
+        return req
+
+    def abort(self, request_id: str) -> bool:
+        """Free the request's blocks and slot and emit its final ABORT output (False: unknown)."""
+        req = self._requests.get(request_id)
+        if req is None:
+            return False
+        if req.status is RequestStatus.WAITING:
+            self.waiting.remove(req)
+        self._finish(req, FinishReason.ABORT)
+        self._emit_final(req)
+        return True
+
+    def schedule(self) -> ScheduledBatch:
+        """Pick this step's sequences and chunk sizes, allocating blocks and slots."""
+        budget = self.config.max_num_batched_tokens
+        num_preempted = self._counters["preempted"]
+        scheduled: dict[str, ScheduledSeq] = {}
+        decodes = [r for r in self.running if r.num_pending_tokens == 1]
+        prefills = [r for r in self.running if r.num_pending_tokens > 1]
+        for req in decodes + prefills:
+            if budget == 0:
+                break
+            if req.status is not RequestStatus.RUNNING:
+                continue  # preempted for an older request earlier in this loop
+            seq = self._schedule_running(req, min(req.num_pending_tokens, budget), scheduled)
+            if seq is not None:
+                scheduled[req.request_id] = seq
+                budget -= seq.num_new_tokens
+        # After a preemption the cache is short: admitting now would only preempt again.
+        has_preempted = self._counters["preempted"] > num_preempted
+        while budget > 0 and self.waiting and self._can_admit() and not has_preempted:
+            seq = self._admit(self.waiting[0], budget)
+            if seq is None:
+                break
+            scheduled[seq.req.request_id] = seq
+            budget -= seq.num_new_tokens
+        self._step_idx += 1
+        ordered = sorted(scheduled.values(), key=lambda s: not s.is_decode)
+        return ScheduledBatch(step_idx=self._step_idx, seqs=tuple(ordered))
+
+    def update(self, batch: ScheduledBatch, output: ModelOutput) -> None:
+        """Record the step: advance computed tokens, append samples, stop, free and emit."""
+        for seq in batch.seqs:
+            req = seq.req
+            if req.is_finished:
+                continue
+            req.num_computed_tokens = seq.num_cached_tokens + seq.num_new_tokens
+            if not seq.is_decode:
+                self._counters["prefill"] += seq.num_new_tokens
+            if not seq.is_sampled:
+                continue
+            sample = output.samples[req.request_id]
+            req.token_ids.append(sample.token_id)
+            self._counters["generated"] += 1
+            if req.first_token_time is None:
+                req.first_token_time = _now()
+            reason = self._stop_reason(req, sample.token_id)
+            if reason is not None:
+                self._finish(req, reason)
+            self._emit(req, self._output(req, (sample.token_id,), sample.logprob))
+
+    def fail(self, batch: ScheduledBatch, error: BaseException) -> None:
+        """End every request of a failed step with ERROR; the state they left behind is lost."""
+        message = f"engine step failed: {type(error).__name__}: {error}"
+        for seq in batch.seqs:
+            if not seq.req.is_finished:
+                self.fail_request(seq.req, message)
+
+    def fail_request(self, req: Request, message: str) -> None:
+        """End one live request with ERROR and `message`, freeing what it holds."""
+        if req.status is RequestStatus.WAITING:
+            self.waiting.remove(req)
+        self._finish(req, FinishReason.ERROR, error=message)
+        self._emit_final(req)
+
+    def stats(self) -> SchedulerStats:
+        c = self._counters
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            num_kv_blocks=self.blocks.num_blocks,
+            num_used_kv_blocks=self.blocks.num_used_blocks,
+            num_state_slots=self.slots.num_slots,
+            num_used_state_slots=self.slots.num_used_slots,
+            num_steps=self._step_idx,
+            num_prefill_tokens=c["prefill"],
+            num_generated_tokens=c["generated"],
+            num_preemptions=c["preempted"],
+            num_finished=c["finished"],
+            num_aborted=c["aborted"],
+            num_failed=c["failed"],
+        )
+
+    def _schedule_running(
+        self, req: Request, num_wanted: int, scheduled: dict[str, ScheduledSeq]
+    ) -> ScheduledSeq | None:
+        """Fit `req`'s next chunk, preempting the newest unscheduled requests for blocks."""
+        while True:
+            num_new = min(num_wanted, self._num_fitting_tokens(req))
+            # A prefill chunk may shrink to the free blocks; a decode needs its one token.
+            if num_new > 0:
+                return self._reserve(req, num_new)
+            victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
+            self._preempt(victim)
+            if victim is req:
+                return None
+
+    def _can_admit(self) -> bool:
+        return len(self.running) < self.max_num_seqs and self.slots.num_free_slots > 0
+
+    def _admit(self, req: Request, budget: int) -> ScheduledSeq | None:
+        num_new = min(req.num_pending_tokens, budget)
+        if not self.blocks.can_allocate(self.blocks.blocks_for(num_new)):
+            return None
+        self.waiting.popleft()
+        req.status = RequestStatus.RUNNING
+        req.state_slot = self.slots.allocate()
+        self.running.append(req)
+        return self._reserve(req, num_new)
+
+    def _num_fitting_tokens(self, req: Request) -> int:
+        held = (len(req.block_ids) + self.blocks.num_free_blocks) * self.blocks.block_size
+        return held - req.num_computed_tokens
+
+    def _reserve(self, req: Request, num_new: int) -> ScheduledSeq:
+        total = req.num_computed_tokens + num_new
+        missing = self.blocks.blocks_for(total) - len(req.block_ids)
+        if missing > 0:
+            req.block_ids.extend(self.blocks.allocate(missing))
+        return ScheduledSeq(req, req.num_computed_tokens, num_new)
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self._release(req)
+        req.status = RequestStatus.WAITING
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self._counters["preempted"] += 1
+        self.waiting.appendleft(req)
+
+    def _release(self, req: Request) -> None:
+        self.blocks.free(req.block_ids)
+        req.block_ids = []
+        if req.state_slot is not None:
+            self.slots.free(req.state_slot)
+            req.state_slot = None
+
+    def _stop_reason(self, req: Request, token_id: int) -> FinishReason | None:
+        params = req.params
+        if req.num_output_tokens >= params.min_tokens:
+            if token_id in params.stop_token_ids:
+                return FinishReason.STOP
+            if not params.ignore_eos and token_id in self.config.eos_token_ids:
+                return FinishReason.STOP
+        if req.num_tokens >= req.max_len:
+            return FinishReason.LENGTH
+        return None
+
+    def _finish(self, req: Request, reason: FinishReason, *, error: str | None = None) -> None:
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        self._release(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        req.error = error
+        req.finish_time = _now()
+        del self._requests[req.request_id]
+        key = {FinishReason.ABORT: "aborted", FinishReason.ERROR: "failed"}.get(reason, "finished")
+        self._counters[key] += 1
+
+    def _emit_final(self, req: Request) -> None:
+        self._emit(req, self._output(req, (), None))
+
+    def _output(
+        self, req: Request, new_token_ids: tuple[int, ...], logprob: TokenLogprob | None
+    ) -> RequestOutput:
+        return RequestOutput(
+            request_id=req.request_id,
+            new_token_ids=new_token_ids,
+            num_prompt_tokens=req.num_prompt_tokens,
+            num_output_tokens=req.num_output_tokens,
+            finish_reason=req.finish_reason,
+            error=req.error,
+            logprobs=() if logprob is None else (logprob,),
+            metrics=req.metrics() if req.is_finished else _NO_METRICS,
+        )
+
+
+_NO_METRICS = RequestMetrics()
+
+
+def _now() -> float:
+    return time.monotonic()
