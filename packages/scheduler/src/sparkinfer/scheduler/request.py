@@ -6,6 +6,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
+    # Called in the engine thread as logits_processor(output_token_ids, logits_row [vocab] fp32)
+    # right before the draw; it edits the row in place (e.g. a grammar's token mask).
+    logits_processor: Callable[[Sequence[int], Any], object] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -1,8 +1,9 @@
 """Sampling on the device for a whole batch: penalties, bias, filters, seeds, logprobs.
 
 Order per row: logit_bias, repetition / presence / frequency penalties, min_tokens (stop ids
-masked), then greedy argmax or temperature -> min_p -> top_k -> top_p -> draw. Logprobs are those
-of the raw model distribution (before any of the above), as the OpenAI API reports them.
+masked), the request's logits_processor (e.g. a grammar mask), then greedy argmax or temperature
+-> min_p -> top_k -> top_p -> draw. Logprobs are those of the raw model distribution (before any
+of the above), as the OpenAI API reports them.
 
 A seeded request draws its noise from a generator seeded with (seed, output position), so its
 tokens depend on nothing else in the batch and survive preemption; unseeded rows share the
@@ -40,6 +41,7 @@ class Sampler:
         self._apply_bias(logits, reqs)
         self._apply_penalties(logits, reqs)
         self._mask_early_stops(logits, reqs)
+        self._apply_processors(logits, reqs)
         token_ids = logits.argmax(dim=-1)
         random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
         if random_rows:
@@ -91,6 +93,11 @@ class Sampler:
             stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
             if stops:
                 logits[i, _ints(stops, logits.device)] = float("-inf")
+
+    def _apply_processors(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+        for i, req in enumerate(reqs):
+            if req.params.logits_processor is not None:
+                req.params.logits_processor(req.output_token_ids, logits[i])
 
     def _draw(self, logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
         """Temperature, min_p, top_k, top_p, then a draw by the exponential race. -> [n]."""
