@@ -1,0 +1,356 @@
+"""`sparkinfer-bench`: serving, prefill, eval, offline-engine and kernel benchmarks.
+
+Exit status: 0 when every gate passes, 1 when a gate fails, 2 on a usage, server or device error.
+Tables go to stdout, progress to stderr, PNGs and `<mode>.json` to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from sparkinfer.bench import corpus, prefill, provenance, serving
+from sparkinfer.bench.client import OpenAIClient, ServerTarget
+from sparkinfer.bench.errors import BenchError, UsageError
+from sparkinfer.bench.evals import determinism, prefix_cache, workloads
+from sparkinfer.bench.report import Report, emit
+
+HTTP_MODES = (
+    "serve",
+    "diagnose-concurrency",
+    "prefill",
+    "workloads",
+    "determinism",
+    "prefix-cache",
+)
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers"
+        ) from e
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= 1")
+    return values
+
+
+def _http_flags(p: argparse.ArgumentParser, endpoint: str) -> None:
+    p.add_argument("--base-url", default="http://127.0.0.1:8080", help="server root or .../v1")
+    p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
+    p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default=endpoint)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument(
+        "--seed", type=int, help="prompt seed (default: the clock, so no re-run hits a cache)"
+    )
+
+
+def _common_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")
+    p.add_argument("--record", type=Path, help="append the report as markdown (docs/benchmarks.md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkinfer-bench", description=__doc__)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("serve", help="concurrency sweep against an OpenAI-compatible server")
+    _http_flags(p, "completions")
+    p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
+    p.add_argument("--input-len", type=int, default=1024, help="prompt tokens (random words)")
+    p.add_argument("--output-len", type=int, default=128, help="new tokens per request")
+    p.add_argument(
+        "--num-prompts", type=int, help="requests per level (default 4 x concurrency, >= 8)"
+    )
+    p.add_argument("--dataset", type=Path, help="JSONL prompts instead of random words")
+    p.add_argument("--warmup", type=int, default=1, help="untimed requests before the sweep")
+    p = sub.add_parser(
+        "diagnose-concurrency", help="one-shot N-stream report: rates, stalls, errors"
+    )
+    _http_flags(p, "completions")
+    p.add_argument("--streams", type=int_list, default=(6, 8, 10, 12))
+    p.add_argument("--input-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--stall-factor", type=float, default=5.0, help="stall: gap > this x median ITL")
+    p = sub.add_parser("prefill", help="TTFT and prefill tok/s vs prompt length (max_tokens 1)")
+    _http_flags(p, "completions")
+    p.add_argument("--lengths", type=int_list, default=prefill.DEFAULT_LENGTHS)
+    p.add_argument("--iters", type=int, default=3)
+    p = sub.add_parser("workloads", help="chat/code/math/json/repetition decode speed")
+    _http_flags(p, "chat")
+    p.add_argument("--workloads", help="comma-separated subset (default: all)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--baseline", type=Path, help="a workloads.json from a peer to compare against")
+    p = sub.add_parser("determinism", help="long-context cross-run determinism gate")
+    _http_flags(p, "chat")
+    p.add_argument("--depths", type=int_list, default=determinism.DEFAULT_DEPTHS)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--require-correct", action="store_true", help="also gate on the right answer")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="also compare with the offline plain-torch path on this small checkpoint",
+    )
+    p = sub.add_parser("prefix-cache", help="cold vs warm wall clock with a shared long prefix")
+    _http_flags(p, "chat")
+    p.add_argument("--prefix-tokens", type=int, default=32768)
+    p.add_argument("--requests", type=int, default=3, help="requests sharing the prefix")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prefill-lengths", type=int_list, default=(4096, 262144))
+    p.add_argument(
+        "--num-layers", type=int, help="fewer layers than 64 (a quick look; not comparable)"
+    )
+    p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
+    p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
+    p.add_argument("--only", help="comma-separated module names (default: all)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--quick", action="store_true", help="small shapes only")
+    for p in sub.choices.values():
+        _common_flags(p)
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in (
+        "input_len",
+        "output_len",
+        "num_prompts",
+        "iters",
+        "runs",
+        "max_tokens",
+        "prefix_tokens",
+        "requests",
+        "new_tokens",
+        "warmup",
+        "timeout",
+    ):
+        value = getattr(args, name, None)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} is {value}; it must be >= 1")
+
+
+async def _with_client(
+    args: argparse.Namespace, run: Callable[[OpenAIClient], Coroutine[Any, Any, Report]]
+) -> Report:
+    target = ServerTarget(args.base_url, args.model, args.api_key, args.endpoint, args.timeout)
+    levels = getattr(args, "concurrency", None) or getattr(args, "streams", None) or (1,)
+    async with OpenAIClient(target, max_connections=max(64, max(levels))) as client:
+        return await run(client)
+
+
+def _http_context(args: argparse.Namespace, client: OpenAIClient) -> dict[str, Any]:
+    fixed = {True: "yes", False: "refused by the server", None: "not used"}
+    return {
+        "server": args.base_url,
+        "model": client.model,
+        "endpoint": args.endpoint,
+        "seed": args.seed,
+        "fixed output length (min_tokens/ignore_eos)": fixed[client.is_fixed_len_accepted],
+    }
+
+
+async def _serve(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    dataset = corpus.load_dataset(args.dataset) if args.dataset else None
+
+    async def run(client: OpenAIClient) -> Report:
+        cfg = serving.ServeConfig(
+            args.concurrency,
+            args.input_len,
+            args.output_len,
+            args.num_prompts,
+            dataset,
+            args.seed,
+            args.warmup,
+        )
+        levels = await serving.sweep(client, cfg)
+        ctx = _http_context(args, client) | {
+            "input/output len": f"{args.input_len}/{args.output_len}"
+        }
+        return Report(
+            "serve",
+            info,
+            ctx,
+            serving.serve_tables(levels),
+            serving.serve_plots(levels),
+            {"levels": [s.as_dict() for s, _ in levels]},
+            [serving.serve_gate(levels)],
+        )
+
+    return await _with_client(args, run)
+
+
+async def _diagnose(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    async def run(client: OpenAIClient) -> Report:
+        reports = await serving.diagnose(
+            client,
+            args.streams,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            stall_factor=args.stall_factor,
+            seed=args.seed,
+        )
+        tables = serving.diagnose_tables(reports, args.stall_factor)
+        errors = sum(r.error is not None for r in reports)
+        levels = tables[0].rows
+        plot = serving.Plot(
+            "diagnose-concurrency.png",
+            "Per-stream decode rate",
+            "streams",
+            "tok/s",
+            [r[0] for r in levels],
+            {"sum": [r[3] for r in levels], "min stream": [r[4] for r in levels]},
+        )
+        gate = serving.Gate("no errors under load", errors == 0, f"{errors} stream(s) failed")
+        return Report(
+            "diagnose-concurrency",
+            info,
+            _http_context(args, client),
+            tables,
+            [plot],
+            {"streams": [r.__dict__ for r in reports]},
+            [gate],
+        )
+
+    return await _with_client(args, run)
+
+
+async def _prefill(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    async def run(client: OpenAIClient) -> Report:
+        rows = await prefill.measure(client, args.lengths, num_iters=args.iters, seed=args.seed)
+        return Report(
+            "prefill",
+            info,
+            _http_context(args, client),
+            [prefill.table(rows)],
+            prefill.plots(rows),
+            {"rows": [r.__dict__ for r in rows]},
+        )
+
+    return await _with_client(args, run)
+
+
+async def _workloads(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    names = tuple(args.workloads.split(",")) if args.workloads else None
+    baseline = workloads.load_baseline(args.baseline) if args.baseline else None
+
+    async def run(client: OpenAIClient) -> Report:
+        rows = await workloads.run_workloads(client, names, num_runs=args.runs, seed=args.seed)
+        return Report(
+            "workloads",
+            info,
+            _http_context(args, client),
+            [workloads.table(rows, baseline)],
+            [workloads.plot(rows, baseline)],
+            {"workloads": [r.as_dict() for r in rows]},
+        )
+
+    return await _with_client(args, run)
+
+
+async def _determinism(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    async def run(client: OpenAIClient) -> Report:
+        results = await determinism.run_depths(
+            client, args.depths, num_runs=args.runs, max_tokens=args.max_tokens, seed=args.seed
+        )
+        if args.reference is not None:
+            from sparkinfer.bench.evals import reference
+
+            reference.fill(
+                results, args.reference, endpoint=args.endpoint, max_tokens=args.max_tokens
+            )
+        raw = {"depths": [{k: v for k, v in r.__dict__.items() if k != "prompt"} for r in results]}
+        return Report(
+            "determinism",
+            info,
+            _http_context(args, client),
+            [determinism.table(results, num_runs=args.runs)],
+            [determinism.plot(results, args.runs)],
+            raw,
+            determinism.gates(results, is_correct_required=args.require_correct),
+        )
+
+    return await _with_client(args, run)
+
+
+async def _prefix_cache(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    async def run(client: OpenAIClient) -> Report:
+        rows = await prefix_cache.run_prefix_cache(
+            client,
+            prefix_tokens=args.prefix_tokens,
+            num_requests=args.requests,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+        raw = {"rows": [r.as_dict() for r in rows], "speedup": prefix_cache.speedup(rows)}
+        return Report(
+            "prefix-cache",
+            info,
+            _http_context(args, client),
+            [prefix_cache.table(rows)],
+            [prefix_cache.plot(rows)],
+            raw,
+        )
+
+    return await _with_client(args, run)
+
+
+_HTTP_RUNNERS = {
+    "serve": _serve,
+    "diagnose-concurrency": _diagnose,
+    "prefill": _prefill,
+    "workloads": _workloads,
+    "determinism": _determinism,
+    "prefix-cache": _prefix_cache,
+}
+
+
+def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    if args.mode == "offline":
+        from sparkinfer.bench import engine
+
+        return engine.run(args, info)
+    from sparkinfer.bench import kernels
+
+    return kernels.run(args, info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    info = provenance.collect(argv)
+    try:
+        _check(args)
+        if args.mode in HTTP_MODES:
+            if args.seed is None:
+                args.seed = int(time.time()) % 1_000_000
+            report = asyncio.run(_HTTP_RUNNERS[args.mode](args, info))
+        else:
+            report = _local(args, info)
+        emit(report, args.out, record=args.record)
+    except BenchError as e:
+        print(f"sparkinfer-bench {args.mode}: {e}", file=sys.stderr)
+        return 2
+    if not report.is_passed:
+        failed = ", ".join(g.name for g in report.gates if not g.is_passed)
+        print(f"sparkinfer-bench {args.mode}: gate failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

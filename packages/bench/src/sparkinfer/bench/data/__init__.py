@@ -1,0 +1,1 @@
+"""Prompt data shipped with the benchmarks (see scripts/make_data.py)."""

@@ -1,0 +1,1 @@
+"""Quality and behaviour evals over HTTP: determinism, workloads, prefix cache."""
