@@ -16,8 +16,31 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 C, W = 24, 4
 
 
-def varlen(lengths: list[int]) -> torch.Tensor:
-    return F.pad(torch.tensor(lengths, dtype=torch.int32).cumsum(0), (1, 0)).to(torch.int32)
+def varlen(lengths: list[int], device: str = "cpu") -> torch.Tensor:
+    """cu_seqlens [B + 1] int32 for the given sequence lengths."""
+    cu = F.pad(torch.tensor(lengths, dtype=torch.int32).cumsum(0), (1, 0)).to(torch.int32)
+    return cu.to(device)
+
+
+def make_inputs(num_tokens: int, *, seed: int, dtype=torch.float32, channels=200, num_slots=8):
+    """x [T, C], weight [C, W], conv_state [num_slots, W - 1, C]; C is not a tile multiple."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_tokens, channels, generator=gen).to(dtype)
+    weight = torch.randn(channels, W, generator=gen).to(dtype)
+    conv_state = torch.randn(num_slots, W - 1, channels, generator=gen).to(dtype)
+    return x, weight, conv_state
+
+
+def run_prefill(fn, x, weight, conv_state, lengths, slots, has_init):
+    """fn (fast or reference) on a copy of the pool: returns (y, conv_state)."""
+    state = conv_state.clone()
+    y = fn(
+        x, weight, state,
+        cu_seqlens=varlen(lengths, x.device.type),
+        state_slots=torch.tensor(slots, device=x.device),
+        has_initial_state=torch.tensor(has_init, device=x.device),
+    )  # fmt: skip
+    return y, state
 
 
 def test_ref_matches_transformers_prefill_then_update():
@@ -67,3 +90,85 @@ def test_ref_short_sequence_keeps_older_window():
 )
 def test_fast_op_signature_matches_ref(fast, ref):
     assert inspect.signature(fast) == inspect.signature(ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_conv1d_varlen(dtype, assert_close):
+    # Lengths around W - 1 = 3 and the token tile (16), an empty sequence, a padding row.
+    lengths = [1, 2, 3, 4, 17, 0, 5]
+    slots = [0, 1, 2, 3, 4, 5, -1]
+    has_init = [True, True, False, True, False, True, True]
+    x, weight, conv_state = make_inputs(sum(lengths), seed=1, dtype=dtype)
+    args = (x, weight, conv_state, lengths, slots, has_init)
+    y, state = run_prefill(causal_conv1d, *args)
+    y_ref, state_ref = run_prefill(causal_conv1d_ref, *args)
+    assert y.dtype == dtype
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)
+    assert y[-5:].abs().max() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_conv1d_update_batch(dtype, assert_close):
+    x, weight, conv_state = make_inputs(4, seed=2, dtype=dtype)
+    slots = torch.tensor([6, -1, 0, 3])
+    state, state_ref = conv_state.clone(), conv_state.clone()
+    y = causal_conv1d_update(x, weight, state, state_slots=slots)
+    y_ref = causal_conv1d_update_ref(x, weight, state_ref, state_slots=slots)
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)
+    assert y[1].abs().max() == 0
+
+
+def test_state_handoff_prefill_then_update(assert_close):
+    x, weight, conv_state = make_inputs(12, seed=3, dtype=torch.bfloat16)
+    y_pre, state = run_prefill(causal_conv1d, x[:9], weight, conv_state, [9], [2], [False])
+    ys = [y_pre]
+    for t in range(9, 12):
+        ys.append(causal_conv1d_update(x[t : t + 1], weight, state, state_slots=torch.tensor([2])))
+    y_ref, state_ref = run_prefill(causal_conv1d_ref, x, weight, conv_state, [12], [2], [False])
+    assert_close(torch.cat(ys), y_ref)
+    assert torch.equal(state, state_ref)
+
+
+def test_causal_conv1d_deterministic_and_batch_invariant():
+    x, weight, conv_state = make_inputs(30, seed=4, dtype=torch.bfloat16)
+    y1, s1 = run_prefill(causal_conv1d, x, weight, conv_state, [7, 23], [0, 1], [True, True])
+    y2, s2 = run_prefill(causal_conv1d, x, weight, conv_state, [7, 23], [0, 1], [True, True])
+    assert torch.equal(y1, y2) and torch.equal(s1, s2)
+    y3, s3 = run_prefill(causal_conv1d, x[7:], weight, conv_state, [23], [1], [True])
+    assert torch.equal(y3, y1[7:]) and torch.equal(s3[1], s1[1])
+
+
+def test_launchers_reject_bad_inputs():
+    x, weight, conv_state = make_inputs(5, seed=5)
+    kw = {"cu_seqlens": varlen([5]), "state_slots": torch.tensor([0])}
+    with pytest.raises(TypeError, match="conv_state has dtype"):
+        causal_conv1d(x, weight, conv_state.bfloat16(), **kw, has_initial_state=torch.tensor([1]))
+    with pytest.raises(TypeError, match="has_initial_state has dtype"):
+        causal_conv1d(x, weight, conv_state, **kw, has_initial_state=torch.tensor([1]))
+    with pytest.raises(ValueError, match="x has 199 channels"):
+        causal_conv1d_update(x[:, :199], weight, conv_state, state_slots=torch.tensor([0] * 5))
+    with pytest.raises(ValueError, match="conv_state has strides"):
+        causal_conv1d_update(
+            x, weight, conv_state.transpose(0, 1).contiguous().transpose(0, 1),
+            state_slots=torch.tensor([0] * 5),
+        )  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_causal_conv1d_real_shapes_gpu(assert_close):
+    lengths = [8000, 1, 2, 190]
+    x, weight, conv_state = (
+        t.cuda() for t in make_inputs(sum(lengths), seed=6, dtype=torch.bfloat16, channels=10240)
+    )
+    args = (x, weight, conv_state, lengths, [3, 0, 5, 1], [True, False, True, True])
+    y, state = run_prefill(causal_conv1d, *args)
+    y_ref, state_ref = run_prefill(causal_conv1d_ref, *args)
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)
+    slots = torch.tensor([5, -1, 0, 3], device="cuda")
+    y = causal_conv1d_update(x[:4], weight, state, state_slots=slots)
+    y_ref = causal_conv1d_update_ref(x[:4], weight, state_ref, state_slots=slots)
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)

@@ -37,8 +37,25 @@ def make_inputs(T: int, *, seed: int, dtype: torch.dtype = torch.float32, num_sl
     }
 
 
-def varlen(lengths: list[int]) -> torch.Tensor:
-    return F.pad(torch.tensor(lengths, dtype=torch.int32).cumsum(0), (1, 0)).to(torch.int32)
+def varlen(lengths: list[int], device: str = "cpu") -> torch.Tensor:
+    """cu_seqlens [B + 1] int32 for the given sequence lengths."""
+    cu = F.pad(torch.tensor(lengths, dtype=torch.int32).cumsum(0), (1, 0)).to(torch.int32)
+    return cu.to(device)
+
+
+def run_chunk(fn, x: dict, lengths: list[int], slots: list[int], has_init: list[bool], **kw):
+    """Gates from x, then fn (fast or reference) on a copy of the pool: returns (o, state)."""
+    g, beta = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    state = x["state"].clone()
+    device = state.device
+    o = fn(
+        x["q"], x["k"], x["v"], g, beta.to(x["v"].dtype), state,
+        cu_seqlens=varlen(lengths, device),
+        state_slots=torch.tensor(slots, device=device),
+        has_initial_state=torch.tensor(has_init, device=device),
+        **kw,
+    )  # fmt: skip
+    return o, state
 
 
 def test_ref_matches_transformers_chunk_and_recurrent():
@@ -98,3 +115,175 @@ def test_ref_recurrent_matches_transformers_decode():
 )
 def test_fast_op_signature_matches_ref(fast, ref):
     assert inspect.signature(fast) == inspect.signature(ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunk_varlen(dtype, assert_close):
+    # Lengths on both sides of the chunk (64) and sub-block (16) boundaries, ragged, with a
+    # padding row (-1), with and without initial state.
+    lengths = [1, 63, 64, 65, 17, 3]
+    slots = [3, 0, -1, 5, 1, 2]
+    has_init = [True, False, True, True, False, True]
+    x = make_inputs(sum(lengths), seed=10, dtype=dtype, num_slots=7)
+    o, state = run_chunk(chunk_gated_delta_rule, x, lengths, slots, has_init)
+    o_ref, state_ref = run_chunk(chunk_gated_delta_rule_ref, x, lengths, slots, has_init)
+    assert o.dtype == dtype
+    assert_close(o, o_ref)
+    assert_close(state, state_ref, dtype)
+    pad = slice(sum(lengths[:2]), sum(lengths[:3]))
+    assert o[pad].abs().max() == 0
+
+
+def test_chunk_strided_inputs_and_options(assert_close):
+    # q, k, v as views into one packed [T, C] projection, as the model produces them.
+    lengths = [40, 27]
+    x = make_inputs(sum(lengths), seed=11)
+    packed = torch.cat([x["q"].flatten(1), x["k"].flatten(1), x["v"].flatten(1)], dim=1)
+    x["q"] = packed[:, : H * K].view(-1, H, K)
+    x["k"] = packed[:, H * K : 2 * H * K].view(-1, H, K)
+    x["v"] = packed[:, 2 * H * K :].view(-1, HV, V)
+    kw = {"scale": 0.3, "use_qk_l2norm": False}
+    x["q"], x["k"] = x["q"] * 0.2, x["k"] * 0.2
+    o, state = run_chunk(chunk_gated_delta_rule, x, lengths, [0, 1], [True, False], **kw)
+    o_ref, state_ref = run_chunk(
+        chunk_gated_delta_rule_ref, x, lengths, [0, 1], [True, False], **kw
+    )
+    assert_close(o, o_ref)
+    assert_close(state, state_ref)
+
+
+def test_chunk_deterministic_and_batch_invariant():
+    lengths = [70, 5, 130]
+    x = make_inputs(sum(lengths), seed=12, dtype=torch.bfloat16, num_slots=3)
+    o1, s1 = run_chunk(chunk_gated_delta_rule, x, lengths, [0, 1, 2], [True, False, True])
+    o2, s2 = run_chunk(chunk_gated_delta_rule, x, lengths, [0, 1, 2], [True, False, True])
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    # The last sequence alone gives bit-identical output and state.
+    alone = {name: t[75:] if t.shape[0] == sum(lengths) else t for name, t in x.items()}
+    o3, s3 = run_chunk(chunk_gated_delta_rule, alone, [130], [2], [True])
+    assert torch.equal(o3, o1[75:]) and torch.equal(s3[2], s1[2])
+
+
+def run_decode(fn, x: dict, slots: list[int], state: torch.Tensor) -> torch.Tensor:
+    slots_t = torch.tensor(slots, device=state.device)
+    args = (x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], state)
+    return fn(*args, state_slots=slots_t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_recurrent_batch(dtype, assert_close):
+    x = make_inputs(5, seed=20, dtype=dtype, num_slots=6)
+    slots = [4, -1, 0, 5, 2]
+    state, state_ref = x["state"].clone(), x["state"].clone()
+    o = run_decode(fused_recurrent_gated_delta_rule, x, slots, state)
+    o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, state_ref)
+    assert o.dtype == dtype
+    assert_close(o, o_ref)
+    assert_close(state, state_ref, torch.float32)
+    assert o[1].abs().max() == 0
+    assert torch.equal(state[1], x["state"][1]) and torch.equal(state[3], x["state"][3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gating(dtype):
+    x = make_inputs(37, seed=21, dtype=dtype)
+    x["a"][0, 0] = 30.0  # softplus takes its linear branch
+    g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    g_ref, beta_ref = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    assert g.dtype == beta.dtype == torch.float32
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(beta, beta_ref, atol=1e-6, rtol=1e-6)
+
+
+def test_state_handoff_prefill_then_decode(assert_close):
+    # Prefill 66 tokens (chunked), then decode 3 (recurrent): equals the reference over all 69.
+    num_prefill, total = 66, 69
+    x = make_inputs(total, seed=30, dtype=torch.bfloat16, num_slots=2)
+    prefill = {n: t[:num_prefill] if t.shape[0] == total else t for n, t in x.items()}
+    o_pre, state = run_chunk(chunk_gated_delta_rule, prefill, [num_prefill], [1], [False])
+    outs = [o_pre]
+    for t in range(num_prefill, total):
+        step = {n: t_[t : t + 1] if t_.shape[0] == total else t_ for n, t_ in x.items()}
+        outs.append(run_decode(fused_recurrent_gated_delta_rule, step, [1], state))
+    o_ref, state_ref = run_chunk(chunk_gated_delta_rule_ref, x, [total], [1], [False])
+    assert_close(torch.cat(outs), o_ref)
+    assert_close(state, state_ref, torch.bfloat16)
+
+
+def test_launchers_reject_bad_inputs():
+    x = make_inputs(8, seed=40)
+    g, beta = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    kw = {
+        "cu_seqlens": varlen([8]),
+        "state_slots": torch.tensor([0]),
+        "has_initial_state": torch.tensor([False]),
+    }
+    args = (x["q"], x["k"], x["v"])
+    with pytest.raises(TypeError, match=r"g has dtype torch\.bfloat16"):
+        chunk_gated_delta_rule(*args, g.bfloat16(), beta, x["state"], **kw)
+    with pytest.raises(ValueError, match="state has shape"):
+        chunk_gated_delta_rule(*args, g, beta, x["state"][:, :, :8], **kw)
+    with pytest.raises(ValueError, match="state_slots has shape"):
+        chunk_gated_delta_rule(
+            *args, g, beta, x["state"], **(kw | {"state_slots": torch.tensor([0, 1])})
+        )
+    with pytest.raises(ValueError, match="expected the last two dims dense"):
+        chunk_gated_delta_rule(
+            x["q"].transpose(0, 1).contiguous().transpose(0, 1),
+            *args[1:],
+            g,
+            beta,
+            x["state"],
+            **kw,
+        )
+    with pytest.raises(ValueError, match="state has strides"):
+        run_decode(fused_recurrent_gated_delta_rule, x, [0] * 8, x["state"].transpose(2, 3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lengths", [[8192], [1, 4000, 63, 65, 1000]])
+def test_chunk_real_shapes_gpu(lengths):
+    gen = torch.Generator(device="cuda").manual_seed(50)
+    T, nh, nhv, dk = sum(lengths), 16, 48, 128
+    q, k = (
+        torch.randn(T, nh, dk, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in "qk"
+    )
+    v = torch.randn(T, nhv, dk, device="cuda", generator=gen, dtype=torch.bfloat16)
+    a = torch.randn(T, nhv, device="cuda", generator=gen, dtype=torch.bfloat16)
+    b = torch.randn(T, nhv, device="cuda", generator=gen, dtype=torch.bfloat16)
+    A_log = torch.rand(nhv, device="cuda", generator=gen) * 2.0
+    dt_bias = torch.randn(nhv, device="cuda", generator=gen)
+    state = torch.randn(len(lengths) + 1, nhv, dk, dk, device="cuda", generator=gen) * 0.1
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
+    kw = {
+        "cu_seqlens": varlen(lengths, "cuda"),
+        "state_slots": torch.arange(len(lengths), device="cuda") + 1,
+        "has_initial_state": torch.arange(len(lengths), device="cuda") % 2 == 0,
+    }
+    s, s_ref = state.clone(), state.clone()
+    o = chunk_gated_delta_rule(q, k, v, g, beta, s, **kw)
+    o_ref = chunk_gated_delta_rule_ref(q, k, v, g, beta, s_ref, **kw)
+    torch.testing.assert_close(o.float(), o_ref.float(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(s, s_ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_seqs", [1, 64])
+def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
+    gen = torch.Generator(device="cuda").manual_seed(51)
+    nh, nhv, dk = 16, 48, 128
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", generator=gen, dtype=dtype)
+
+    x = {"q": randn(num_seqs, nh, dk), "k": randn(num_seqs, nh, dk), "v": randn(num_seqs, nhv, dk)}
+    x |= {"a": randn(num_seqs, nhv), "b": randn(num_seqs, nhv)}
+    x |= {"A_log": randn(nhv, dtype=torch.float32), "dt_bias": randn(nhv, dtype=torch.float32)}
+    state = randn(num_seqs + 2, nhv, dk, dk, dtype=torch.float32) * 0.1
+    slots = list(range(num_seqs))
+    slots[0] = -1
+    s, s_ref = state.clone(), state.clone()
+    o = run_decode(fused_recurrent_gated_delta_rule, x, slots, s)
+    o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, s_ref)
+    assert_close(o, o_ref)
+    assert_close(s, s_ref, torch.float32)

@@ -84,3 +84,27 @@ def dot_dtype(t: torch.Tensor) -> tl.dtype:
     if t.is_cuda:
         return _TL_DTYPES[t.dtype]
     return tl.float32
+
+
+def check_varlen_batch(
+    op: str,
+    cu_seqlens: torch.Tensor,
+    state_slots: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+) -> None:
+    """cu_seqlens [B + 1] int32, state_slots [B] int64, has_initial_state [B] bool, contiguous."""
+    check_dtype(op, "cu_seqlens", cu_seqlens, (torch.int32, torch.int64))
+    check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
+    check_ndim(op, "cu_seqlens", cu_seqlens, 1, "[B + 1]")
+    num_seqs = cu_seqlens.shape[0] - 1
+    if num_seqs < 1:
+        raise ValueError(
+            f"{op}: cu_seqlens has shape {list(cu_seqlens.shape)}; expected [B + 1] with B >= 1"
+        )
+    check_shape(op, "state_slots", state_slots, (num_seqs,))
+    check_contiguous(op, "cu_seqlens", cu_seqlens)
+    check_contiguous(op, "state_slots", state_slots)
+    if has_initial_state is not None:
+        check_dtype(op, "has_initial_state", has_initial_state, (torch.bool,))
+        check_shape(op, "has_initial_state", has_initial_state, (num_seqs,))
+        check_contiguous(op, "has_initial_state", has_initial_state)

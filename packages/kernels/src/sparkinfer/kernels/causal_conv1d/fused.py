@@ -1,0 +1,223 @@
+"""Causal depthwise conv1d fused with SiLU: varlen prefill with conv-state out, and decode update.
+
+The conv state of a slot holds its last W - 1 pre-conv inputs, oldest first: [num_slots, W - 1, C].
+Prefill runs two kernels: the conv reads the initial windows, then a second launch writes the final
+windows back, so that no program overwrites a window another one still reads.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels._triton import (
+    check_contiguous,
+    check_device,
+    check_dtype,
+    check_last_dim_contiguous,
+    check_ndim,
+    check_shape,
+    check_varlen_batch,
+)
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+BT = 16
+BC = 128
+
+
+@triton.jit
+def _silu(b_x):
+    return b_x / (1.0 + tl.exp(-b_x))
+
+
+@triton.jit
+def _causal_conv1d_kernel(
+    x, weight, conv_state, y, cu_seqlens, seq_idx, state_slots, has_initial_state,
+    num_tokens, C, stride_xt, stride_wc,
+    W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    i_t, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_t = i_t * BT + tl.arange(0, BT)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_t, m_c = o_t < num_tokens, o_c < C
+    i_n = tl.load(seq_idx + o_t, mask=m_t, other=0).to(tl.int64)  # [BT] sequence of each token
+    bos = tl.load(cu_seqlens + i_n, mask=m_t, other=0).to(tl.int64)
+    slot = tl.load(state_slots + i_n, mask=m_t, other=-1).to(tl.int64)
+    has_init = tl.load(has_initial_state + i_n, mask=m_t, other=0) != 0
+    m_state = m_t & has_init & (slot >= 0)
+    b_acc = tl.zeros([BT, BC], dtype=tl.float32)
+    for j in tl.static_range(W):
+        o_src = o_t - (W - 1) + j  # input position read by tap j
+        m_x = m_t & (o_src >= bos)
+        m_s = m_state & (o_src < bos)
+        p_x = x + o_src[:, None] * stride_xt + o_c[None, :]
+        b_x = tl.load(p_x, mask=m_x[:, None] & m_c[None, :], other=0.0).to(tl.float32)
+        o_row = slot * (W - 1) + (W - 1) + o_src - bos  # row of the initial window
+        p_s = conv_state + o_row[:, None] * C + o_c[None, :]
+        b_x += tl.load(p_s, mask=m_s[:, None] & m_c[None, :], other=0.0).to(tl.float32)
+        b_w = tl.load(weight + o_c * stride_wc + j, mask=m_c, other=0.0).to(tl.float32)
+        b_acc += b_x * b_w[None, :]
+    b_y = tl.where((slot >= 0)[:, None], _silu(b_acc), 0.0)
+    p_y = y + o_t[:, None] * C + o_c[None, :]
+    tl.store(p_y, b_y.to(y.dtype.element_ty), mask=m_t[:, None] & m_c[None, :])
+
+
+@triton.jit
+def _conv_state_out_kernel(
+    x, conv_state, cu_seqlens, state_slots, has_initial_state, C, stride_xt,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    slot = tl.load(state_slots + i_n).to(tl.int64)
+    if slot < 0:
+        return
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    has_init = tl.load(has_initial_state + i_n).to(tl.int32)
+    o_r = tl.arange(0, BR)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_r, m_c = o_r < W - 1, o_c < C
+    o_src = eos - (W - 1) + o_r  # the last W - 1 input positions
+    m_x = (m_r & (o_src >= bos))[:, None] & m_c[None, :]
+    m_s = (m_r & (o_src < bos) & (o_r * 0 + has_init > 0))[:, None] & m_c[None, :]
+    b_x = tl.load(x + o_src[:, None] * stride_xt + o_c[None, :], mask=m_x, other=0.0)
+    p_state = conv_state + slot * (W - 1) * C
+    o_old = (W - 1) + o_src - bos  # older inputs come from the initial window
+    b_x += tl.load(p_state + o_old[:, None] * C + o_c[None, :], mask=m_s, other=0.0)
+    tl.debug_barrier()  # every read of the old window precedes the writes
+    p_new = p_state + o_r[:, None] * C + o_c[None, :]
+    tl.store(p_new, b_x.to(conv_state.dtype.element_ty), mask=m_r[:, None] & m_c[None, :])
+
+
+@triton.jit
+def _causal_conv1d_update_kernel(
+    x, weight, conv_state, y, state_slots, C, stride_xb, stride_wc,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_c = i_c * BC + tl.arange(0, BC)
+    m_c = o_c < C
+    slot = tl.load(state_slots + i_n).to(tl.int64)
+    p_y = y + i_n * C + o_c
+    if slot < 0:
+        tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
+        return
+    o_r = tl.arange(0, BR)
+    m_r = o_r < W - 1
+    m_rc = m_r[:, None] & m_c[None, :]
+    p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
+    b_win = tl.load(p_state, mask=m_rc, other=0.0)  # [BR, BC], oldest first
+    b_x = tl.load(x + i_n * stride_xb + o_c, mask=m_c, other=0.0)
+    p_w = weight + o_c[None, :] * stride_wc + o_r[:, None]
+    b_w = tl.load(p_w, mask=m_rc, other=0.0).to(tl.float32)
+    b_w_last = tl.load(weight + o_c * stride_wc + (W - 1), mask=m_c, other=0.0).to(tl.float32)
+    b_acc = tl.sum(b_win.to(tl.float32) * b_w, 0) + b_x.to(tl.float32) * b_w_last
+    # Shifted window: row r takes old row r + 1, the newest row takes x.
+    b_next = tl.load(p_state + C, mask=(o_r < W - 2)[:, None] & m_c[None, :], other=0.0)
+    b_next = tl.where((o_r == W - 2)[:, None], b_x[None, :].to(b_next.dtype), b_next)
+    tl.debug_barrier()  # every read of the old window precedes the writes
+    tl.store(p_state, b_next, mask=m_rc)
+    tl.store(p_y, _silu(b_acc).to(y.dtype.element_ty), mask=m_c)
+
+
+def _check_conv_inputs(op: str, x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor):
+    check_ndim(op, "x", x, 2, "[T, C]")
+    check_dtype(op, "x", x, FLOAT_DTYPES)
+    check_last_dim_contiguous(op, "x", x)
+    check_ndim(op, "weight", weight, 2, "[C, W]")
+    check_dtype(op, "weight", weight, FLOAT_DTYPES)
+    check_last_dim_contiguous(op, "weight", weight)
+    channels, width = weight.shape
+    if width < 2:
+        raise ValueError(f"{op}: weight has shape {list(weight.shape)}; expected [C, W], W >= 2")
+    if x.shape[1] != channels:
+        raise ValueError(f"{op}: x has {x.shape[1]} channels but weight has {channels}")
+    check_ndim(op, "conv_state", conv_state, 3, "[num_slots, W - 1, C]")
+    check_shape(op, "conv_state", conv_state, (conv_state.shape[0], width - 1, channels))
+    if conv_state.dtype != x.dtype:
+        raise TypeError(f"{op}: conv_state has dtype {conv_state.dtype}; expected x's {x.dtype}")
+    check_contiguous(op, "conv_state", conv_state)
+
+
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    cu_seqlens: torch.Tensor,
+    state_slots: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """Causal depthwise conv1d then SiLU over a packed (varlen) prefill batch.
+
+    Args:
+        x: [T, C] pre-conv inputs (bf16, fp16 or fp32; rows may be strided).
+        weight: [C, W] depthwise filter; y[t] = silu(sum_j weight[:, j] * x[t - W + 1 + j]).
+        conv_state: [num_slots, W - 1, C] contiguous, x's dtype: last W - 1 inputs per slot,
+            oldest first; updated in place.
+        cu_seqlens: [B + 1] int32 sequence starts in T.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (state untouched,
+            output zero).
+        has_initial_state: [B] bool; True starts from the slot's window, False from zeros.
+
+    Returns:
+        y: [T, C] in x.dtype. Each sequence's last W - 1 inputs (reaching into the initial window
+        when the sequence is shorter than W - 1) are written back to ``conv_state[slot]``.
+    """
+    op = "causal_conv1d"
+    _check_conv_inputs(op, x, weight, conv_state)
+    check_varlen_batch(op, cu_seqlens, state_slots, has_initial_state)
+    tensors = {"x": x, "weight": weight, "conv_state": conv_state, "cu_seqlens": cu_seqlens}
+    check_device(op, tensors | {"state_slots": state_slots, "has_initial_state": has_initial_state})
+    num_tokens, channels = x.shape
+    width = weight.shape[1]
+    num_seqs = state_slots.shape[0]
+    has_init = has_initial_state.view(torch.uint8)
+    y = torch.empty(num_tokens, channels, dtype=x.dtype, device=x.device)
+    if num_tokens > 0:
+        positions = torch.arange(num_tokens, device=x.device, dtype=cu_seqlens.dtype)
+        seq_idx = torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
+        _causal_conv1d_kernel[(triton.cdiv(num_tokens, BT), triton.cdiv(channels, BC))](
+            x, weight, conv_state, y, cu_seqlens, seq_idx, state_slots, has_init,
+            num_tokens, channels, x.stride(0), weight.stride(0), W=width, BT=BT, BC=BC,
+        )  # fmt: skip
+    _conv_state_out_kernel[(num_seqs, triton.cdiv(channels, BC))](
+        x, conv_state, cu_seqlens, state_slots, has_init, channels, x.stride(0),
+        W=width, BR=triton.next_power_of_2(width - 1), BC=BC,
+    )  # fmt: skip
+    return y
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+) -> torch.Tensor:
+    """One decode token per sequence: conv over (window, x) then SiLU, window shifted in place.
+
+    Args:
+        x: [B, C] the new pre-conv input of each sequence (rows may be strided).
+        weight: [C, W] depthwise filter.
+        conv_state: [num_slots, W - 1, C] contiguous windows in x's dtype, oldest first; row
+            ``state_slots[i]`` gains x[i] and drops its oldest input.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+
+    Returns:
+        y: [B, C] in x.dtype.
+    """
+    op = "causal_conv1d_update"
+    _check_conv_inputs(op, x, weight, conv_state)
+    check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
+    check_shape(op, "state_slots", state_slots, (x.shape[0],))
+    check_contiguous(op, "state_slots", state_slots)
+    tensors = {"x": x, "weight": weight, "conv_state": conv_state, "state_slots": state_slots}
+    check_device(op, tensors)
+    num_seqs, channels = x.shape
+    width = weight.shape[1]
+    y = torch.empty(num_seqs, channels, dtype=x.dtype, device=x.device)
+    if num_seqs > 0:
+        _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, BC))](
+            x, weight, conv_state, y, state_slots, channels, x.stride(0), weight.stride(0),
+            W=width, BR=triton.next_power_of_2(width - 1), BC=BC,
+        )  # fmt: skip
+    return y

@@ -1,0 +1,146 @@
+"""Recurrent gated-delta-rule decode: one token per sequence, state updated in place in its slot.
+
+One program per (V block, sequence x value head) reads its [K, BV] tile of the fp32 state once and
+writes it once; the l2norm of q and k, the gates and beta are fused in.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels._triton import (
+    check_contiguous,
+    check_device,
+    check_dtype,
+    check_ndim,
+    check_shape,
+)
+from sparkinfer.kernels.gated_delta_rule.chunk import INPUT_DTYPES
+from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
+
+
+@triton.jit
+def _fused_recurrent_kernel(
+    q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
+    stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+):  # fmt: skip
+    i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    p_o = o + (i_n * HV + i_hv) * V + o_v
+    slot = tl.load(state_slots + i_n).to(tl.int64)
+    if slot < 0:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(o.dtype.element_ty), mask=m_v)
+        return
+    p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
+    m_kv = m_k[:, None] & m_v[None, :]
+    b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
+    b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+    b_q = b_q * scale
+    b_g, b_beta = _gates(
+        tl.load(a + i_n * stride_ab + i_hv).to(tl.float32),
+        tl.load(b + i_n * stride_bb + i_hv).to(tl.float32),
+        tl.load(A_log + i_hv).to(tl.float32),
+        tl.load(dt_bias + i_hv).to(tl.float32),
+    )
+    # Decay, read the memory, write the delta, read out: the order of the reference.
+    b_h *= tl.exp(b_g)
+    b_delta = (b_v - tl.sum(b_h * b_k[:, None], 0)) * b_beta
+    b_h += b_k[:, None] * b_delta[None, :]
+    b_o = tl.sum(b_h * b_q[:, None], 0)
+    tl.store(p_state, b_h, mask=m_kv)
+    tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_v)
+
+
+def _check_inputs(q, k, v, state, state_slots) -> None:
+    op = "fused_recurrent_gated_delta_rule"
+    for name, t, layout in (("q", q, "[B, H, K]"), ("k", k, "[B, H, K]"), ("v", v, "[B, HV, V]")):
+        check_ndim(op, name, t, 3, layout)
+        check_dtype(op, name, t, INPUT_DTYPES)
+        if t.stride(2) != 1 or t.stride(1) != t.shape[2]:
+            raise ValueError(
+                f"{op}: {name} has strides {t.stride()}; expected the last two dims dense "
+                f"(stride(1) == {t.shape[2]}, stride(2) == 1): call .contiguous() first"
+            )
+    num_seqs, num_heads, head_k = q.shape
+    num_v_heads, head_v = v.shape[1:]
+    check_shape(op, "k", k, tuple(q.shape))
+    if v.shape[0] != num_seqs or num_v_heads % num_heads:
+        raise ValueError(
+            f"{op}: v has shape {list(v.shape)} for q {list(q.shape)}; expected [B, HV, V] with "
+            "the same B and HV a multiple of H"
+        )
+    if head_k > 256 or head_v > 256:
+        raise ValueError(f"{op}: head dims K={head_k}, V={head_v}; expected at most 256")
+    check_dtype(op, "state", state, (torch.float32,))
+    check_ndim(op, "state", state, 4, "[num_slots, HV, K, V]")
+    check_shape(op, "state", state, (state.shape[0], num_v_heads, head_k, head_v))
+    check_contiguous(op, "state", state)
+    check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
+    check_shape(op, "state_slots", state_slots, (num_seqs,))
+    check_contiguous(op, "state_slots", state_slots)
+
+
+def fused_recurrent_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+) -> torch.Tensor:
+    """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
+
+    Args:
+        q: [B, H, K] queries (bf16, fp16 or fp32; rows may be strided, heads dense).
+        k: [B, H, K] keys.
+        v: [B, HV, V] values; value head j reads key head j // (HV // H).
+        a: [B, HV] raw decay projection; g = -exp(A_log) * softplus(a + dt_bias) in fp32.
+        b: [B, HV] raw write-strength projection; beta = sigmoid(b).
+        A_log: [HV] log decay rate.
+        dt_bias: [HV] decay bias.
+        state: [num_slots, HV, K, V] fp32 contiguous state pool, row ``state_slots[i]`` updated.
+        state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+        scale: query scale; defaults to K ** -0.5.
+        use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernel.
+
+    Returns:
+        o: [B, HV, V] in v.dtype.
+    """
+    op = "fused_recurrent_gated_delta_rule"
+    _check_inputs(q, k, v, state, state_slots)
+    check_gate_inputs(op, a, b, A_log, dt_bias)
+    check_shape(op, "a", a, tuple(v.shape[:2]))
+    tensors = {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log, "dt_bias": dt_bias}
+    check_device(op, tensors | {"state": state, "state_slots": state_slots})
+    num_seqs, num_heads, head_k = q.shape
+    num_v_heads, head_v = v.shape[1:]
+    scale = head_k**-0.5 if scale is None else scale
+    o = torch.empty(num_seqs, num_v_heads, head_v, dtype=v.dtype, device=v.device)
+    if num_seqs == 0:
+        return o
+    BK = triton.next_power_of_2(head_k)
+    # Small batches split V finer so that enough programs stream the state.
+    BV = min(triton.next_power_of_2(head_v), 16 if num_seqs < 8 else 32)
+    _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
+        q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
+        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), scale,
+        H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
+        USE_QK_L2NORM=use_qk_l2norm, num_warps=4,
+    )  # fmt: skip
+    return o
