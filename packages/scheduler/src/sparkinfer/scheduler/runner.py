@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
-from sparkinfer.scheduler._batch_invariant import RowBlockedMatmul
+from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
@@ -165,7 +165,7 @@ class Runner:
     @contextlib.contextmanager
     def _numerics(self) -> Iterator[None]:
         if self.config.deterministic and not self._is_cuda:
-            with RowBlockedMatmul():
+            with BatchInvariantMode():
                 yield
         else:
             yield

@@ -1,0 +1,36 @@
+import dataclasses
+
+import pytest
+from sparkinfer.scheduler.config import SchedulerConfig
+
+
+def test_defaults():
+    cfg = SchedulerConfig()
+    assert cfg.block_size == 64 and cfg.gpu_memory_utilization == 0.90
+    assert cfg.deterministic and not cfg.enforce_eager and cfg.max_queue_depth == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_num_seqs", 0, "max_num_seqs is 0; it must be >= 1"),
+        ("max_queue_depth", -1, "max_queue_depth is -1"),
+        ("gpu_memory_utilization", 1.5, "gpu_memory_utilization is 1.5"),
+        ("num_kv_blocks", 0, "num_kv_blocks is 0"),
+    ],
+)
+def test_invalid_values_raise(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SchedulerConfig(**{field: value})
+
+
+def test_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SchedulerConfig().max_num_seqs = 3  # type: ignore[misc]
+
+
+def test_graph_batch_sizes_follow_buckets():
+    cfg = SchedulerConfig()
+    assert cfg.graph_batch_sizes(64) == (1, 2, 4, 8, 16, 24, 32, 48, 64)
+    assert cfg.graph_batch_sizes(20) == (1, 2, 4, 8, 16, 20)
+    assert cfg.graph_batch_sizes(200)[-4:] == (128, 160, 192, 200)
