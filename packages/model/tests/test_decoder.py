@@ -1,0 +1,240 @@
+"""Qwen3_8ForCausalLM against transformers' Qwen3_5ForCausalLM / Qwen3_5ForConditionalGeneration.
+
+Checkpoints are small random ones written by `save_pretrained` and loaded through weights.py.
+Prompts sit on both sides of the 64-token chunk and 16-token block boundaries and past 2,048.
+fp32: the max-abs error relative to the logit scale (max |HF logit|) is <= 1e-4.
+bf16: these random models amplify rounding noise (transformers' own bf16 logits are ~8% off its
+fp32 ones in mean-abs terms), so the bf16 check is relative to that noise: our bf16 error against
+transformers fp32 must stay within BF16_NOISE_FACTOR x transformers' bf16 error against its fp32
+(mean-abs, relative to mean |logit|) + BF16_SLACK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.layers.rotary import RotaryEmbedding
+from sparkinfer.model.weights import load_model
+
+LENGTHS = (1, 63, 64, 65, 500, 2100)
+NUM_DECODE = 16
+FP32_TOL = 1e-4
+BF16_NOISE_FACTOR = 1.5
+BF16_SLACK = 0.01
+
+
+@dataclass
+class Reference:
+    """transformers' logits for one prompt and teacher-forced decode tokens."""
+
+    prompt: torch.Tensor  # [L]
+    decode_ids: torch.Tensor  # [NUM_DECODE]
+    prefill: torch.Tensor  # [L, V] fp32
+    decode: torch.Tensor  # [NUM_DECODE, V] fp32
+
+
+VOCAB = 320  # conftest's checkpoints
+
+
+def _tokens(length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def hf_reference(ckpt: Path, *, conditional: bool, dtype: torch.dtype, lengths) -> list[Reference]:
+    """Prefill each prompt alone in transformers, then decode with its cache object."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration
+
+    cls = Qwen3_5ForConditionalGeneration if conditional else Qwen3_5ForCausalLM
+    hf = cls.from_pretrained(ckpt, dtype=dtype).eval()
+    refs = []
+    for length in lengths:
+        prompt, decode_ids = _tokens(length, seed=length), _tokens(NUM_DECODE, seed=-length)
+        out = hf(input_ids=prompt[None], use_cache=True)
+        cache, steps = out.cache, []
+        for tok in decode_ids:
+            step = hf(input_ids=tok.view(1, 1), cache=cache, use_cache=True)
+            cache = step.cache
+            steps.append(step.logits[0, -1].float())
+        refs.append(Reference(prompt, decode_ids, out.logits[0].float(), torch.stack(steps)))
+    return refs
+
+
+def _rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours - ref).abs().max() / ref.abs().max()).item()
+
+
+def _mean_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours - ref).abs().mean() / ref.abs().mean()).item()
+
+
+def run_packed(model: Qwen3_8ForCausalLM, refs: list[Reference], runner_cls) -> tuple[list, list]:
+    """All prompts in one packed prefill step, then NUM_DECODE batched decode steps."""
+    runner = runner_cls(model, max_lens=[len(r.prompt) + NUM_DECODE for r in refs])
+    prefill = runner.step([(i, r.prompt) for i, r in enumerate(refs)])
+    decode = [[] for _ in refs]
+    for t in range(NUM_DECODE):
+        out = runner.step([(i, r.decode_ids[t : t + 1]) for i, r in enumerate(refs)])
+        for i, logits in enumerate(out):
+            decode[i].append(logits[0])
+    return prefill, [torch.stack(d) for d in decode]
+
+
+def check_against(refs: list[Reference], model: Qwen3_8ForCausalLM, runner_cls) -> None:
+    prefill, decode = run_packed(model, refs, runner_cls)
+    for ref, ours_prefill, ours_decode in zip(refs, prefill, decode, strict=True):
+        length = len(ref.prompt)
+        assert _rel_err(ours_prefill, ref.prefill) <= FP32_TOL, f"prefill, prompt of {length}"
+        assert _rel_err(ours_decode, ref.decode) <= FP32_TOL, f"decode after prompt of {length}"
+
+
+@pytest.fixture(scope="module")
+def causal_refs(causal_ckpt: Path) -> list[Reference]:
+    return hf_reference(causal_ckpt, conditional=False, dtype=torch.float32, lengths=LENGTHS)
+
+
+@pytest.fixture(scope="module")
+def causal_model(causal_ckpt: Path) -> Qwen3_8ForCausalLM:
+    return load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False)
+
+
+def test_causal_lm_matches_transformers_fp32(causal_refs, causal_model, paged_runner) -> None:
+    check_against(causal_refs, causal_model, paged_runner)
+
+
+@pytest.fixture(scope="module")
+def conditional_refs(conditional_ckpt: Path) -> list[Reference]:
+    return hf_reference(conditional_ckpt, conditional=True, dtype=torch.float32, lengths=LENGTHS)
+
+
+def test_conditional_generation_matches_transformers_fp32(
+    conditional_ckpt, conditional_refs, paged_runner
+) -> None:
+    model = load_model(conditional_ckpt, device="cpu", dtype=torch.float32, progress=False)
+    check_against(conditional_refs, model, paged_runner)
+
+
+def test_conditional_generation_bf16_within_transformers_bf16_noise(
+    conditional_ckpt, conditional_refs, paged_runner
+) -> None:
+    lengths = (65, 500)
+    fp32 = [r for r in conditional_refs if len(r.prompt) in lengths]
+    hf16 = hf_reference(conditional_ckpt, conditional=True, dtype=torch.bfloat16, lengths=lengths)
+    model = load_model(conditional_ckpt, device="cpu", dtype=torch.bfloat16, progress=False)
+    prefill, decode = run_packed(model, fp32, paged_runner)
+    for i, ref in enumerate(fp32):
+        for ours, theirs, exact in (
+            (prefill[i], hf16[i].prefill, ref.prefill),
+            (decode[i], hf16[i].decode, ref.decode),
+        ):
+            noise = _mean_rel_err(theirs, exact)
+            assert _mean_rel_err(ours, exact) <= BF16_NOISE_FACTOR * noise + BF16_SLACK
+
+
+def test_chunked_prefill_equals_one_shot(causal_refs, causal_model, paged_runner) -> None:
+    """The 500-token prompt over four steps (one a lone token), sharing steps with a decode."""
+    ref, other = causal_refs[4], causal_refs[2]
+    runner = paged_runner(causal_model, max_lens=[len(ref.prompt), len(other.prompt) + 4], seed=3)
+    runner.step([(1, other.prompt)])
+    pieces, start = [], 0
+    for i, n in enumerate((130, 64, 1, 305)):
+        out = runner.step([(0, ref.prompt[start : start + n]), (1, other.decode_ids[i : i + 1])])
+        pieces.append(out[0])
+        assert _rel_err(out[1][0], other.decode[i]) <= FP32_TOL
+        start += n
+    assert _rel_err(torch.cat(pieces), ref.prefill) <= FP32_TOL
+
+
+def test_packed_batch_equals_each_alone(causal_refs, causal_model, paged_runner) -> None:
+    refs = [causal_refs[i] for i in (3, 0, 2)]
+    packed = paged_runner(causal_model, max_lens=[len(r.prompt) for r in refs])
+    together = packed.step([(i, r.prompt) for i, r in enumerate(refs)])
+    for i, r in enumerate(refs):
+        alone = paged_runner(causal_model, max_lens=[len(r.prompt)], seed=7).step([(0, r.prompt)])
+        torch.testing.assert_close(together[i], alone[0], rtol=0, atol=1e-5)
+
+
+def test_decode_is_deterministic_across_batch_composition(
+    causal_refs, causal_model, paged_runner
+) -> None:
+    """Greedy continuation of one prompt alone equals the same prompt decoded beside others."""
+
+    def greedy(runner, seqs: list[int]) -> list[int]:
+        logits = runner.step([(s, causal_refs[s].prompt) for s in seqs])
+        tokens, out = [int(logits[0][-1].argmax())], []
+        for _ in range(8):
+            out.append(tokens[-1])
+            step = runner.step([(s, torch.tensor([tokens[-1]])) for s in seqs])
+            tokens.append(int(step[0][0].argmax()))
+        return out
+
+    lens = [len(r.prompt) + 9 for r in causal_refs]
+    alone = greedy(paged_runner(causal_model, max_lens=lens), [3])
+    beside = greedy(paged_runner(causal_model, max_lens=lens, seed=5), [3, 1, 4])
+    assert alone == beside
+
+
+def test_mrope_positions_equal_text_positions_for_text(causal_model) -> None:
+    rope = causal_model.model.rotary_emb
+    pos = torch.arange(300)
+    for a, b in zip(rope(pos), rope(pos.expand(3, -1)), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_mrope_interleaving_matches_transformers() -> None:
+    from transformers import Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
+
+    rope = {**TEXT_ROPE, "mrope_section": [11, 11, 10]}
+    hf_cfg = Qwen3_5TextConfig(head_dim=256, rope_parameters=rope)
+    hf = Qwen3_5TextRotaryEmbedding(hf_cfg)
+    pos = torch.stack([torch.arange(40) + 5, torch.arange(40) % 7 + 9, torch.arange(40) // 3])
+    hf_cos, hf_sin = hf(torch.zeros(1, dtype=torch.float32), pos[:, None, :])
+    ours = RotaryEmbedding(64, 1e7, (11, 11, 10), device=torch.device("cpu"))
+    cos, sin = ours(pos)
+    torch.testing.assert_close(cos, hf_cos[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(sin, hf_sin[0], rtol=0, atol=1e-6)
+
+
+def test_padded_vocab_ids_are_masked(causal_ckpt: Path) -> None:
+    model = load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False)
+    masked = Qwen3_8ForCausalLM(
+        model.config, device="cpu", dtype=torch.float32, num_real_tokens=300
+    )
+    masked.load_state_dict(model.state_dict())
+    hidden = torch.randn(3, model.config.text.hidden_size)
+    logits = masked.compute_logits(hidden)
+    assert logits.dtype == torch.float32
+    assert torch.isneginf(logits[:, 300:]).all()
+    torch.testing.assert_close(logits[:, :300], model.compute_logits(hidden)[:, :300])
+
+
+def test_inputs_embeds_replace_token_embeddings(causal_model, paged_runner) -> None:
+    ids = _tokens(20, seed=9)
+    a = paged_runner(causal_model, max_lens=[20])
+    b = paged_runner(causal_model, max_lens=[20])
+    batches = [
+        ForwardBatch.build([20], [0], [r.tables[0]], [r.slots[0]], caches=r.caches,
+                           block_size=16, device="cpu")
+        for r in (a, b)
+    ]  # fmt: skip
+    h1 = causal_model(ids, batches[0])
+    h2 = causal_model(ids, batches[1], inputs_embeds=causal_model.embed_input_ids(ids))
+    torch.testing.assert_close(h1, h2, rtol=0, atol=0)
+
+
+def test_cache_spec_follows_layer_schedule(causal_model) -> None:
+    spec = causal_model.cache_spec()
+    assert [s.layer_idx for s in spec.attention] == [3]
+    assert [s.layer_idx for s in spec.linear] == [0, 1, 2]
+    lin = spec.linear[0]
+    assert (lin.conv_len, lin.conv_dim, lin.num_v_heads) == (3, 2 * 32 + 48, 6)
+    assert lin.state_dtype == torch.float32
+
+
+TEXT_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}
