@@ -1,5 +1,7 @@
-"""Decode-shaped linear layer: skinny GEMM against bf16 weights."""
+"""Decode-shaped linear layer: Triton skinny GEMM or cuBLAS, per shape from a measured table."""
 
+from sparkinfer.kernels.linear.dispatch import linear
 from sparkinfer.kernels.linear.ref import linear_ref
+from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
 
-__all__ = ["linear_ref"]
+__all__ = ["SkinnyGemmConfig", "linear", "linear_ref", "skinny_gemm"]

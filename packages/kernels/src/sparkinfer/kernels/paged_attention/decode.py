@@ -1,0 +1,237 @@
+"""Split-KV (flash-decoding) attention of one new token per sequence over a paged KV cache.
+
+Pass 1: program (b, kv head, split) reads one slice of the context once for all GROUP query heads
+of that KV head (packed as rows of one tile) and writes a normalised partial output with its
+softmax max and sum. Pass 2: program (b, head) merges the splits in split order, in fp32, and
+applies the sigmoid gate. The split plan depends on the context length alone, never on the batch,
+so a sequence's output is bit-identical whatever else shares the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels._triton import check_device, dot_dtype
+from sparkinfer.kernels.paged_attention.checks import (
+    check_block_tables,
+    check_cache,
+    check_heads,
+    check_index,
+)
+
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Split plan and tiles: a context is cut into min(MAX_SPLITS, ceil(len / MIN_SPLIT_LEN))
+    slices of whole BN-key tiles."""
+
+    BN: int = 64
+    MIN_SPLIT_LEN: int = 256
+    MAX_SPLITS: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@triton.jit
+def _split_plan(ctx_len, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    """(number of splits, keys per split) for one context: a function of its length only."""
+    ctx_len = tl.maximum(ctx_len, 1)  # padding rows (length 0) get a harmless one-split plan
+    num_splits = tl.minimum(tl.cdiv(ctx_len, MIN_SPLIT_LEN), MAX_SPLITS)
+    num_splits = tl.maximum(num_splits, 1)
+    split_len = tl.cdiv(tl.cdiv(ctx_len, num_splits), BN) * BN
+    return tl.cdiv(ctx_len, split_len), split_len
+
+
+@triton.jit
+def _decode_split_kernel(
+    p_q, p_k, p_v, p_ctx, p_bt, p_part_o, p_part_ml,
+    qk_scale,
+    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_btb,
+    GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
+    BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    ctx_len = tl.load(p_ctx + i_b)
+    num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
+    if i_s >= num_splits or ctx_len <= 0:
+        return
+    n_start = i_s * split_len
+    n_end = tl.minimum(n_start + split_len, ctx_len)
+
+    o_g = tl.arange(0, BG)
+    o_d = tl.arange(0, BD)
+    m_d = o_d < D
+    o_h = i_kvh * GROUP + o_g  # query heads of this KV head, [BG]
+    m_gd = (o_g < GROUP)[:, None] & m_d[None, :]
+    b_q = tl.load(p_q + i_b * stride_qb + o_h[:, None] * stride_qh + o_d[None, :], mask=m_gd,
+                  other=0.0).to(DOT_DTYPE)  # fmt: skip
+    p_bt += i_b * stride_btb
+    b_acc = tl.zeros((BG, BD), dtype=tl.float32)
+    b_m = tl.full((BG,), float("-inf"), dtype=tl.float32)
+    b_l = tl.zeros((BG,), dtype=tl.float32)
+    for n0 in range(n_start, n_end, BN):
+        o_n = n0 + tl.arange(0, BN)
+        m_n = o_n < n_end
+        b_blk = tl.load(p_bt + o_n // BLOCK_SIZE, mask=m_n, other=0).to(tl.int64)
+        o_row = o_n % BLOCK_SIZE
+        m_kv = m_n[:, None] & m_d[None, :]
+        o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
+        b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
+        b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BG, BN], log2 domain
+        b_s = tl.where(m_n[None, :], b_s, float("-inf"))
+        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+        b_p = tl.exp2(b_s - b_m_new[:, None])
+        b_alpha = tl.exp2(b_m - b_m_new)
+        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
+        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
+        b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
+        b_m = b_m_new
+
+    # Partials: o [B, H, MAX_SPLITS, BD] normalised, (m, l) [B, H, MAX_SPLITS, 2] fp32.
+    num_heads = tl.num_programs(1) * GROUP
+    o_part = (i_b * num_heads + o_h) * MAX_SPLITS + i_s  # [BG]
+    m_g = o_g < GROUP
+    tl.store(p_part_o + o_part[:, None] * BD + o_d[None, :], b_acc / b_l[:, None],
+             mask=m_g[:, None])  # fmt: skip
+    tl.store(p_part_ml + o_part * 2, b_m, mask=m_g)
+    tl.store(p_part_ml + o_part * 2 + 1, b_l, mask=m_g)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    p_part_o, p_part_ml, p_ctx, p_gate, p_o,
+    stride_gb, stride_gh, stride_ob, stride_oh,
+    D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
+    MAX_SPLITS: tl.constexpr, HAS_GATE: tl.constexpr,
+):  # fmt: skip
+    i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    num_heads = tl.num_programs(1)
+    o_d = tl.arange(0, BD)
+    m_d = o_d < D
+    ctx_len = tl.load(p_ctx + i_b)
+    p_o += i_b * stride_ob + i_h * stride_oh + o_d
+    if ctx_len <= 0:
+        tl.store(p_o, tl.zeros((BD,), dtype=tl.float32).to(p_o.dtype.element_ty), mask=m_d)
+        return
+    num_splits, _ = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
+    o_s = tl.arange(0, MAX_SPLITS)
+    m_s = o_s < num_splits
+    o_part = (i_b * num_heads + i_h) * MAX_SPLITS
+    b_ms = tl.load(p_part_ml + (o_part + o_s) * 2, mask=m_s, other=float("-inf"))
+    b_ls = tl.load(p_part_ml + (o_part + o_s) * 2 + 1, mask=m_s, other=0.0)
+    b_w = tl.exp2(b_ms - tl.max(b_ms, axis=0)) * b_ls
+    b_w = b_w / tl.sum(b_w, axis=0)
+    b_acc = tl.zeros((BD,), dtype=tl.float32)
+    # Splits are folded in index order: the sum is the same whatever the launch order.
+    for s in range(0, num_splits):
+        b_ws = tl.sum(tl.where(o_s == s, b_w, 0.0), axis=0)
+        b_acc += b_ws * tl.load(p_part_o + (o_part + s) * BD + o_d, mask=m_d, other=0.0)
+    if HAS_GATE:
+        b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
+        b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
+    tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
+
+
+def default_decode_config(q: torch.Tensor) -> DecodeConfig:
+    """Tiles measured on an H200 on CUDA; small tiles and splits for the CPU interpreter."""
+    if not q.is_cuda:
+        return DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
+    return DecodeConfig()
+
+
+def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
+    op = "paged_attention_decode"
+    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "context_lens": context_lens,
+               "block_tables": block_tables}  # fmt: skip
+    if gate is not None:
+        tensors["gate"] = gate
+    check_device(op, tensors)
+    check_cache(op, k_cache, v_cache)
+    check_heads(op, "q", q, None, k_cache)
+    num_seqs = q.shape[0]
+    if gate is not None:
+        check_heads(op, "gate", gate, num_seqs, k_cache)
+        if gate.shape != q.shape:
+            raise ValueError(f"{op}: gate has shape {list(gate.shape)}; expected {list(q.shape)}")
+    check_index(op, "context_lens", context_lens, (num_seqs,))
+    check_block_tables(op, block_tables, num_seqs)
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None,
+    config: DecodeConfig,
+) -> torch.Tensor:
+    """paged_attention_decode with an explicit split plan and tiles (the benchmark sweeps them)."""
+    _check(q, k_cache, v_cache, context_lens, block_tables, gate)
+    num_seqs, num_heads, d = q.shape
+    hkv, bd = k_cache.shape[2], triton.next_power_of_2(d)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if num_seqs == 0:
+        return o
+    part_o = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, bd), dtype=torch.float32,
+                         device=q.device)  # fmt: skip
+    part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
+                          device=q.device)  # fmt: skip
+    group = num_heads // hkv
+    _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
+        q, k_cache, v_cache, context_lens, block_tables, part_o, part_ml,
+        scale * LOG2E,
+        q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
+        block_tables.stride(0),
+        GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
+        BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
+        DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    g = gate if gate is not None else q
+    _decode_merge_kernel[(num_seqs, num_heads)](
+        part_o, part_ml, context_lens, g, o,
+        g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        D=d, BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN,
+        MAX_SPLITS=config.MAX_SPLITS, HAS_GATE=gate is not None, num_warps=4,
+    )  # fmt: skip
+    return o
+
+
+def paged_attention_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    context_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of one new token per sequence over its first context_lens[b] cached positions.
+
+    The new token's K and V must already be in the cache. A row with context_lens[b] == 0 is
+    padding and its output is zero. Results for a sequence do not depend on the rest of the batch.
+
+    Args:
+        q: [B, H, D] one query per sequence (any strides, unit last stride).
+        k_cache, v_cache: [num_blocks, block_size, HKV, D], q's dtype, block_size a power of two
+            >= 16.
+        context_lens: [B] int32 cached positions to attend to (including the new token).
+        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order.
+        scale: softmax scale, usually D ** -0.5.
+        gate: optional [B, H, D]; the output is multiplied by sigmoid(gate).
+
+    Returns:
+        o: [B, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
+    """
+    config = default_decode_config(q)
+    return launch_decode(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config)

@@ -1,0 +1,90 @@
+"""Skinny GEMM and the linear dispatcher against the fp32 reference."""
+
+import inspect
+
+import pytest
+import torch
+from sparkinfer.kernels.linear import SkinnyGemmConfig, dispatch, linear, linear_ref, skinny_gemm
+
+# bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
+BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}
+
+
+def _check(actual: torch.Tensor, expected: torch.Tensor, assert_close) -> None:
+    if actual.dtype == torch.bfloat16:
+        torch.testing.assert_close(actual.float(), expected.float(), **BF16_TOL)
+    else:
+        assert_close(actual, expected)
+
+
+def test_signature_matches_reference():
+    assert inspect.signature(linear) == inspect.signature(linear_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 64, 65])
+@pytest.mark.parametrize(
+    "config",
+    [SkinnyGemmConfig(BN=32, BK=32), SkinnyGemmConfig(BN=16, BK=64, SPLIT_K=3)],
+    ids=["no_split", "split_k3"],
+)
+def test_skinny_gemm_matches_ref(dtype, m, config, assert_close):
+    torch.manual_seed(m)
+    x = torch.randn(m, 200, dtype=dtype)
+    w = torch.randn(72, 200, dtype=dtype) * 0.1
+    _check(skinny_gemm(x, w, config), linear_ref(x, w), assert_close)
+
+
+def test_skinny_gemm_strided_rows(assert_close):
+    torch.manual_seed(7)
+    x = torch.randn(5, 300)[:, :96]  # row stride 300
+    w = torch.randn(40, 96)
+    assert_close(skinny_gemm(x, w, SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=2)), linear_ref(x, w))
+
+
+def test_split_k_is_deterministic():
+    torch.manual_seed(8)
+    x, w = torch.randn(4, 256), torch.randn(48, 256)
+    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=4)
+    assert torch.equal(skinny_gemm(x, w, config), skinny_gemm(x, w, config))
+
+
+def test_linear_on_cpu_matches_ref(assert_close):
+    torch.manual_seed(9)
+    x, w = torch.randn(3, 64), torch.randn(24, 64)
+    assert_close(linear(x, w), linear_ref(x, w))
+
+
+def test_dispatch_lookup_falls_back_to_larger_bucket():
+    assert (
+        dispatch.m_bucket(1) == 1 and dispatch.m_bucket(9) == 16 and dispatch.m_bucket(65) is None
+    )
+    assert dispatch.lookup(65, 10240, 5120, torch.bfloat16) is None  # beyond the skinny range
+    assert dispatch.lookup(1, 7, 9, torch.bfloat16) is None  # unmeasured shape: cuBLAS
+
+
+def test_shape_table_entries_are_valid():
+    for (m, n, k, dtype), config in dispatch._TABLE.items():
+        assert m in dispatch.M_BUCKETS and n > 0 and k > 0 and dtype in ("bfloat16", "float16")
+        assert config is None or config.BK >= 16
+
+
+def test_skinny_gemm_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="K=32"):
+        skinny_gemm(torch.randn(2, 16), torch.randn(8, 32))
+    with pytest.raises(TypeError, match="share"):
+        skinny_gemm(torch.randn(2, 16), torch.randn(8, 16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="unit stride"):
+        skinny_gemm(torch.randn(16, 2).t(), torch.randn(8, 16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 32, 64])
+@pytest.mark.parametrize(("n", "k"), [(10240, 5120), (1024, 5120), (5120, 17408), (5120, 6144)])
+def test_linear_real_shapes_on_gpu(m, n, k, assert_close):
+    torch.manual_seed(10)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    expected = linear_ref(x, w)
+    assert_close(linear(x, w), expected)
+    assert_close(skinny_gemm(x, w, SkinnyGemmConfig(BN=64, BK=128, SPLIT_K=4)), expected)

@@ -1,0 +1,229 @@
+"""Paged attention kernels against the references, and the references against transformers."""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+from sparkinfer.kernels.paged_attention import (
+    paged_attention_decode,
+    paged_attention_decode_ref,
+    paged_attention_prefill,
+    paged_attention_prefill_ref,
+    write_kv_cache,
+    write_kv_cache_ref,
+)
+from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
+from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
+from transformers.models.qwen3_5.modeling_qwen3_5 import eager_attention_forward
+
+DTYPES = [torch.float32, torch.bfloat16]
+# bf16 outputs: the CPU interpreter truncates casts to bf16 instead of rounding them.
+BF16_TOL = {"atol": 3e-2, "rtol": 3e-2}
+
+
+def _check(actual: torch.Tensor, expected: torch.Tensor, assert_close) -> None:
+    if actual.dtype == torch.bfloat16 and not actual.is_cuda:
+        torch.testing.assert_close(actual.float(), expected.float(), **BF16_TOL)
+    else:
+        assert_close(actual, expected)
+
+
+def _paged_batch(lens, cached, *, heads=(4, 2), d=32, block_size=16, dtype=torch.float32,
+                 device="cpu", seed=0):  # fmt: skip
+    """Random caches holding every sequence's context in shuffled blocks, plus q and gate views."""
+    g = torch.Generator().manual_seed(seed)
+    h, hkv = heads
+    ctx = [c + n for c, n in zip(cached, lens, strict=True)]
+    max_blocks = max(-(-c // block_size) for c in ctx) + 1  # one spare column of unused blocks
+    num_blocks = len(lens) * max_blocks + 2
+    k_cache = torch.randn(num_blocks, block_size, hkv, d, generator=g).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, hkv, d, generator=g).to(dtype)
+    perm = torch.randperm(num_blocks, generator=g)[: len(lens) * max_blocks]
+    block_tables = perm.view(len(lens), max_blocks).to(torch.int32)
+    # q and gate are the two halves of one [T, H, 2D] projection, as in the model.
+    qg = torch.randn(sum(lens), h, 2 * d, generator=g).to(dtype)
+    cu_seqlens = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    t = {
+        "q": qg[..., :d], "gate": qg[..., d:], "k_cache": k_cache, "v_cache": v_cache,
+        "cu_seqlens": cu_seqlens, "cached_lens": torch.tensor(cached, dtype=torch.int32),
+        "block_tables": block_tables, "context_lens": torch.tensor(ctx, dtype=torch.int32),
+    }  # fmt: skip
+    return {name: x.to(device) for name, x in t.items()}
+
+
+def _prefill(fn, b, scale=0.3, use_gate=True):
+    return fn(b["q"], b["k_cache"], b["v_cache"], cu_seqlens=b["cu_seqlens"],
+              cached_lens=b["cached_lens"], block_tables=b["block_tables"], scale=scale,
+              gate=b["gate"] if use_gate else None)  # fmt: skip
+
+
+def _decode(fn, b, q, gate=None, scale=0.3):
+    return fn(q, b["k_cache"], b["v_cache"], context_lens=b["context_lens"],
+              block_tables=b["block_tables"], scale=scale, gate=gate)  # fmt: skip
+
+
+def test_signatures_match_references():
+    assert inspect.signature(write_kv_cache) == inspect.signature(write_kv_cache_ref)
+    assert inspect.signature(paged_attention_prefill) == inspect.signature(
+        paged_attention_prefill_ref
+    )
+    assert inspect.signature(paged_attention_decode) == inspect.signature(
+        paged_attention_decode_ref
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_cache(dtype):
+    torch.manual_seed(0)
+    k_cache, v_cache = torch.randn(4, 16, 2, 8).to(dtype), torch.randn(4, 16, 2, 8).to(dtype)
+    kv = torch.randn(6, 2, 2, 16).to(dtype)
+    k, v = kv[:, 0, :, :8], kv[:, 1, :, 8:]  # strided views
+    slots = torch.tensor([0, 15, 16, -1, 63, 33])
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    write_kv_cache_ref(k, v, expected_k, expected_v, slots)
+    write_kv_cache(k, v, k_cache, v_cache, slots)
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 63, 64, 65])
+def test_prefill_lengths(dtype, length, assert_close):
+    b = _paged_batch([length], [0], dtype=dtype, seed=length)
+    _check(_prefill(paged_attention_prefill, b), _prefill(paged_attention_prefill_ref, b),
+           assert_close)  # fmt: skip
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 64])
+def test_prefill_varlen_with_cached_prefix(block_size, assert_close):
+    """Odd ragged lengths whose cached prefixes end on both sides of block and tile boundaries."""
+    lens, cached = [1, 63, 17, 40, 5], [0, 5, 31, 100, 64]
+    b = _paged_batch(lens, cached, block_size=block_size, seed=block_size)
+    _check(_prefill(paged_attention_prefill, b), _prefill(paged_attention_prefill_ref, b),
+           assert_close)  # fmt: skip
+
+
+def test_prefill_without_gate_and_larger_tiles(assert_close):
+    b = _paged_batch([70, 33], [47, 129], block_size=32, heads=(6, 1), d=24, seed=3)
+    config = PrefillConfig(BM=32, BN=32, num_warps=4, num_stages=1)
+    args = (b["q"], b["k_cache"], b["v_cache"], b["cu_seqlens"], b["cached_lens"],
+            b["block_tables"], 0.2, None)  # fmt: skip
+    assert_close(
+        launch_prefill(*args, config), _prefill(paged_attention_prefill_ref, b, 0.2, False)
+    )
+
+
+def test_prefill_past_2048_tokens(assert_close):
+    """A long new chunk and a long cached prefix, with the 128x64 tiles the GPU uses."""
+    b = _paged_batch([2100, 9], [0, 2045], heads=(2, 1), d=16, block_size=64, seed=4)
+    config = PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=1)
+    args = (b["q"], b["k_cache"], b["v_cache"], b["cu_seqlens"], b["cached_lens"],
+            b["block_tables"], 0.25, b["gate"])  # fmt: skip
+    assert_close(launch_prefill(*args, config), _prefill(paged_attention_prefill_ref, b, 0.25))
+
+
+def test_prefill_ref_matches_transformers_eager():
+    """Causal prefill from an empty cache equals transformers' eager attention, sigmoid-gated."""
+    b = _paged_batch([37], [0], heads=(6, 2), d=16, seed=5)
+    ctx = 37
+    k = b["k_cache"][b["block_tables"][0].long()].reshape(-1, 2, 16)[:ctx]
+    v = b["v_cache"][b["block_tables"][0].long()].reshape(-1, 2, 16)[:ctx]
+    mask = torch.full((ctx, ctx), float("-inf")).triu(1)
+    module = SimpleNamespace(num_key_value_groups=3, training=False)
+    hf, _ = eager_attention_forward(
+        module, b["q"].transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+        mask[None, None], scaling=0.3,
+    )  # fmt: skip
+    hf = hf[0] * torch.sigmoid(b["gate"])
+    torch.testing.assert_close(_prefill(paged_attention_prefill_ref, b), hf)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_matches_ref(dtype, assert_close):
+    """Contexts of 1, 15-17, 63-65 and several splits, plus a padding row (length 0)."""
+    lens, cached = [1] * 9, [0, 14, 15, 16, 62, 63, 64, 200, 0]
+    b = _paged_batch(lens, cached, dtype=dtype, seed=6)
+    b["context_lens"][-1] = 0
+    q = torch.randn(9, 4, 32).to(dtype)
+    gate = torch.randn(9, 4, 32).to(dtype)
+    out = _decode(paged_attention_decode, b, q, gate)
+    _check(out, _decode(paged_attention_decode_ref, b, q, gate), assert_close)
+    assert torch.equal(out[-1], torch.zeros_like(out[-1]))
+
+
+def test_decode_equals_prefill_last_row(assert_close):
+    b = _paged_batch([1, 1], [40, 77], heads=(6, 2), d=16, block_size=32, seed=7)
+    q = b["q"]
+    dec = _decode(paged_attention_decode, b, q, b["gate"])
+    assert_close(dec, _prefill(paged_attention_prefill, b))
+
+
+def test_decode_long_context_with_gpu_split_plan(assert_close):
+    """3000 keys: twelve 256-key splits of 64-key tiles, merged in order."""
+    b = _paged_batch([1, 1], [2999, 700], heads=(4, 1), d=16, block_size=64, seed=8)
+    config = DecodeConfig(BN=64, MIN_SPLIT_LEN=256, MAX_SPLITS=64, num_warps=4, num_stages=1)
+    out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
+                        b["block_tables"], 0.25, None, config)  # fmt: skip
+    assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], scale=0.25))
+
+
+def test_decode_is_batch_invariant():
+    """A sequence's output is bit-identical alone or batched with others of other lengths."""
+    b = _paged_batch([1, 1, 1, 1], [90, 3, 250, 33], dtype=torch.bfloat16, seed=9)
+    full = _decode(paged_attention_decode, b, b["q"], b["gate"])
+    for i in range(4):
+        alone = {**b, "context_lens": b["context_lens"][i : i + 1],
+                 "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
+        out = _decode(paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1])
+        assert torch.equal(out[0], full[i])
+
+
+def test_launchers_reject_bad_inputs():
+    b = _paged_batch([3], [0], seed=10)
+    with pytest.raises(ValueError, match="block_size is 24"):
+        write_kv_cache(torch.randn(2, 2, 32), torch.randn(2, 2, 32), torch.randn(3, 24, 2, 32),
+                       torch.randn(3, 24, 2, 32), torch.tensor([0, 1]))  # fmt: skip
+    with pytest.raises(ValueError, match="slot_mapping"):
+        write_kv_cache(torch.randn(2, 2, 32), torch.randn(2, 2, 32), b["k_cache"], b["v_cache"],
+                       torch.tensor([0, 1], dtype=torch.int32))  # fmt: skip
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        paged_attention_prefill(b["q"], b["k_cache"], b["v_cache"],
+                                cu_seqlens=b["cu_seqlens"].long(), cached_lens=b["cached_lens"],
+                                block_tables=b["block_tables"], scale=0.1)  # fmt: skip
+    with pytest.raises(ValueError, match="multiple of HKV"):
+        paged_attention_decode(torch.randn(1, 3, 32), b["k_cache"], b["v_cache"],
+                               context_lens=b["context_lens"], block_tables=b["block_tables"],
+                               scale=0.1)  # fmt: skip
+    with pytest.raises(TypeError, match=r"cache is torch\.float32"):
+        paged_attention_decode(torch.randn(1, 4, 32).half(), b["k_cache"], b["v_cache"],
+                               context_lens=b["context_lens"], block_tables=b["block_tables"],
+                               scale=0.1)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_prefill_real_shapes_on_gpu(block_size, assert_close):
+    lens, cached = [1, 127, 128, 129, 2100, 700], [0, 64, 1000, 1, 0, 3000]
+    b = _paged_batch(lens, cached, heads=(24, 4), d=256, block_size=block_size,
+                     dtype=torch.bfloat16, device="cuda", seed=11)  # fmt: skip
+    scale = 256**-0.5
+    assert_close(
+        _prefill(paged_attention_prefill, b, scale), _prefill(paged_attention_prefill_ref, b, scale)
+    )
+
+
+@pytest.mark.gpu
+def test_decode_real_shapes_on_gpu(assert_close):
+    cached = [0, 63, 64, 255, 256, 4095, 20000, 70000]
+    b = _paged_batch([1] * 8, cached, heads=(24, 4), d=256, block_size=64,
+                     dtype=torch.bfloat16, device="cuda", seed=12)  # fmt: skip
+    scale = 256**-0.5
+    out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
+    assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
+    for i in (0, 5, 7):
+        alone = {**b, "context_lens": b["context_lens"][i : i + 1],
+                 "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
+        single = _decode(
+            paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1], scale
+        )
+        assert torch.equal(single[0], out[i])
