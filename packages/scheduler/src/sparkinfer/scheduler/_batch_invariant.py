@@ -36,6 +36,8 @@ _ELEMENTWISE = frozenset(
 def _row_blocked(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """fn over x [M, K] in blocks of BLOCK_ROWS rows, the last one zero-padded."""
     num_rows = x.shape[0]
+    if num_rows == 0:
+        return fn(x)
     pad = -num_rows % BLOCK_ROWS
     if pad:
         x = torch.cat([x, x.new_zeros(pad, x.shape[1])])

@@ -1,0 +1,144 @@
+import threading
+import time
+
+import pytest
+from scheduler_testing import FakeRunner
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.errors import ContextLengthExceeded, EngineStopped, QueueFull
+from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
+
+
+class SlowRunner(FakeRunner):
+    """Blocks every step until released, so tests can hold requests in the queue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def run(self, batch):
+        assert self.gate.wait(10)
+        return super().run(batch)
+
+
+def collect():
+    outs: list[RequestOutput] = []
+    done = threading.Event()
+
+    def on_output(out: RequestOutput) -> None:
+        outs.append(out)
+        if out.is_finished:
+            done.set()
+
+    return outs, done, on_output
+
+
+@pytest.fixture
+def engine():
+    eng = Engine(FakeRunner(), SchedulerConfig(block_size=4, max_model_len=64))
+    yield eng
+    eng.shutdown()
+
+
+def test_generate_and_metrics(engine):
+    tokens = engine.generate([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=5))
+    assert len(tokens) == 5
+    outs, done, on_output = collect()
+    engine.add_request("m", [1, 2], SamplingParams(max_tokens=3), on_output=on_output)
+    assert done.wait(5)
+    final = outs[-1]
+    assert final.finish_reason is FinishReason.LENGTH and final.num_output_tokens == 3
+    assert final.metrics.ttft_ms is not None and final.metrics.generation_ms is not None
+    assert all(o.metrics.ttft_ms is None for o in outs[:-1])
+
+
+def test_add_request_rejects_bad_input_synchronously(engine):
+    with pytest.raises(ContextLengthExceeded, match="max_model_len is 64"):
+        engine.add_request("x", [1] * 80, SamplingParams(), on_output=None)
+
+
+def test_queue_full_carries_retry_after():
+    runner = SlowRunner()
+    eng = Engine(runner, SchedulerConfig(block_size=4, max_model_len=64, max_queue_depth=2))
+    try:
+        for i in range(2):
+            eng.add_request(f"r{i}", [1], SamplingParams(max_tokens=2), on_output=None)
+        with pytest.raises(QueueFull) as exc:
+            eng.add_request("r2", [1], SamplingParams(max_tokens=2), on_output=None)
+        assert exc.value.retry_after_s >= 1.0 and "max_queue_depth is 2" in str(exc.value)
+    finally:
+        runner.gate.set()
+        eng.shutdown()
+
+
+def test_abort_ends_a_running_request(engine):
+    outs, done, collect_output = collect()
+
+    def on_output(out):
+        collect_output(out)
+        if len(outs) == 1:
+            engine.abort("a")  # a client that leaves after its first token
+
+    engine.add_request("a", [1], SamplingParams(max_tokens=None), on_output=on_output)
+    assert done.wait(5)
+    assert len(outs) <= 3
+    assert outs[-1].finish_reason is FinishReason.ABORT
+    stats = engine.stats()
+    assert stats.num_used_kv_blocks == 0 and stats.num_used_state_slots == 0
+
+
+def test_failing_step_fails_only_its_request():
+    runner = FakeRunner()
+    runner.fail_when = {"bad"}
+    eng = Engine(runner, SchedulerConfig(block_size=4, max_model_len=64, max_num_seqs=1))
+    try:
+        bad, bad_done, on_bad = collect()
+        eng.add_request("bad", [1], SamplingParams(max_tokens=3), on_output=on_bad)
+        assert eng.generate([2], SamplingParams(max_tokens=3)) != []
+        assert bad_done.wait(5)
+        assert bad[-1].finish_reason is FinishReason.ERROR and "boom" in bad[-1].error
+    finally:
+        eng.shutdown()
+
+
+def test_raising_callback_aborts_its_request(engine):
+    calls = []
+
+    def on_output(out):
+        calls.append(out)
+        raise RuntimeError("client gone")
+
+    engine.add_request("cb", [1], SamplingParams(max_tokens=50), on_output=on_output)
+    deadline = time.monotonic() + 5
+    while not (calls and calls[-1].is_finished) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert calls[-1].finish_reason is FinishReason.ABORT
+    assert engine.generate([1], SamplingParams(max_tokens=2))
+
+
+def test_shutdown_aborts_live_requests_and_refuses_new_ones():
+    runner = SlowRunner()
+    eng = Engine(runner, SchedulerConfig(block_size=4, max_model_len=64))
+    outs, done, on_output = collect()
+    eng.add_request("a", [1], SamplingParams(max_tokens=20), on_output=on_output)
+    time.sleep(0.05)
+    threading.Timer(0.05, runner.gate.set).start()
+    eng.shutdown()
+    assert done.wait(5) and outs[-1].finish_reason is FinishReason.ABORT
+    assert runner.is_closed
+    with pytest.raises(EngineStopped):
+        eng.add_request("b", [1], SamplingParams(), on_output=None)
+
+
+def test_concurrent_clients(engine):
+    results: dict[int, list[int]] = {}
+
+    def client(i: int) -> None:
+        results[i] = engine.generate([i + 1], SamplingParams(temperature=0.0, max_tokens=4))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == list(range(16)) and all(len(v) == 4 for v in results.values())

@@ -1,0 +1,107 @@
+"""End to end on a tiny random model (CPU): greedy output against the plain reference decode."""
+
+import random
+import threading
+
+import pytest
+from scheduler_testing import reference_greedy
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.errors import CacheAllocationError
+from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.runner import Runner, plan_cache
+
+NUM_NEW = 12
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=1)
+RNG = random.Random(0)
+PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(16)]
+
+
+def config(**kw) -> SchedulerConfig:
+    return SchedulerConfig(**{"block_size": 16, "max_model_len": 128, **kw})
+
+
+def run_together(engine: Engine, prompts) -> list[tuple[list[int], list[float]]]:
+    """Submit all prompts at once; return each one's tokens and chosen-token logprobs."""
+    results = [([], []) for _ in prompts]
+    done = threading.Semaphore(0)
+    for i, prompt in enumerate(prompts):
+
+        def on_output(out, res=results[i]):
+            res[0].extend(out.new_token_ids)
+            res[1].extend(lp.logprob for lp in out.logprobs)
+            if out.is_finished:
+                done.release()
+
+        engine.add_request(f"p{i}-{RNG.random()}", prompt, GREEDY, on_output=on_output)
+    for _ in prompts:
+        assert done.acquire(timeout=120)
+    return results
+
+
+@pytest.fixture(scope="module")
+def references(tiny_model):
+    return [reference_greedy(tiny_model, p, NUM_NEW) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_model):
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=64))
+    try:
+        yield [run_together(engine, [p])[0] for p in PROMPTS]
+    finally:
+        engine.shutdown()
+
+
+def test_alone_matches_reference_decode(alone, references):
+    assert [tokens for tokens, _ in alone] == references
+
+
+@pytest.mark.parametrize("num_concurrent", range(1, 17))
+def test_batch_invariant_bitwise(tiny_model, alone, num_concurrent):
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=64))
+    try:
+        together = run_together(engine, PROMPTS[:num_concurrent])
+    finally:
+        engine.shutdown()
+    assert together == alone[:num_concurrent]  # tokens and logprobs, bit for bit
+
+
+def test_chunked_prefill_equals_one_shot(tiny_model, references):
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=7))
+    try:
+        got = [tokens for tokens, _ in run_together(engine, PROMPTS[:6])]
+    finally:
+        engine.shutdown()
+    assert got == references[:6]
+
+
+def test_preempted_requests_finish_with_the_same_output(tiny_model, references):
+    # 8 blocks of 16 tokens cannot hold 8 sequences of up to 52 tokens at once.
+    engine = Engine.from_model(tiny_model, config(num_kv_blocks=8, max_num_batched_tokens=64))
+    try:
+        got = [tokens for tokens, _ in run_together(engine, PROMPTS[:8])]
+        assert engine.stats().num_preemptions > 0
+    finally:
+        engine.shutdown()
+    assert got == references[:8]
+
+
+def test_mixed_forward_without_determinism_matches_tokens(tiny_model, references):
+    engine = Engine.from_model(tiny_model, config(deterministic=False))
+    try:
+        got = [tokens for tokens, _ in run_together(engine, PROMPTS[:8])]
+    finally:
+        engine.shutdown()
+    assert got == references[:8]
+
+
+def test_cpu_cache_sizing_from_budget(tiny_model):
+    spec = tiny_model.cache_spec()
+    cfg = config(max_num_seqs=4)
+    plan = plan_cache(spec, cfg, budget_bytes=1 << 20, cap_blocks=True)
+    assert plan.num_slots == 4 and plan.num_blocks == 4 * cfg.max_blocks_per_seq
+    runner = Runner(tiny_model, config(num_kv_blocks=5, num_state_slots=3))
+    assert (runner.num_blocks, runner.num_slots, runner.vocab_size) == (5, 3, 256)
+    with pytest.raises(CacheAllocationError, match="raise gpu_memory_utilization"):
+        plan_cache(spec, cfg, budget_bytes=10, cap_blocks=True)
