@@ -16,6 +16,7 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.errors import GraphCaptureError
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,14 @@ class DecodeGraphs:
                 self._forward(batch)  # warm-up: Triton compiles and autotunes outside capture
             self.stream.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=self.stream):
-                logits = self._forward(batch)
+            try:
+                with torch.cuda.graph(graph, pool=pool, stream=self.stream):
+                    logits = self._forward(batch)
+            except RuntimeError as exc:
+                raise GraphCaptureError(
+                    f"capturing the decode graph for batch size {size} failed ({exc}); the "
+                    "model's decode path must not sync with the host: set enforce_eager=True"
+                ) from exc
             self._graphs[size] = _Captured(graph, logits)
             logger.info("captured decode graph for batch size %d", size)
 

@@ -29,3 +29,7 @@ class EngineStopped(RuntimeError):
 
 class CacheAllocationError(RuntimeError):
     """Not enough memory for even one sequence's KV blocks and state slot."""
+
+
+class GraphCaptureError(RuntimeError):
+    """The decode forward could not be captured as a CUDA graph."""
