@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-layers", type=int, help="fewer layers than 64 (a quick look; not comparable)"
     )
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
+    p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
     p.add_argument("--only", help="comma-separated module names (default: all)")
     p.add_argument("--device", default="cuda")

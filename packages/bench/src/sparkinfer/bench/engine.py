@@ -1,0 +1,438 @@
+"""Offline engine benchmark at full Qwen3.8-27B shapes with random bf16 weights on one GPU.
+
+Decode (one stream and 1..64 concurrent) and prefill through the scheduler's Engine, beside the
+roofline from the copy bandwidth and matmul rate measured in the same run, and transformers' model
+on the same shapes where memory allows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from sparkinfer.bench import roofline
+from sparkinfer.bench.errors import DeviceError
+from sparkinfer.bench.provenance import RunInfo
+from sparkinfer.bench.report import Gate, Plot, Report, Table, log
+from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION, ModelConfig, TextConfig
+
+NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
+# Targets on an H200 (release goals, as ratios they match the 0.5.5 figures on an RTX 5090).
+GOAL_DECODE_1 = 76.0  # single stream at 4K context, tok/s
+GOAL_DECODE_AT = (32, 1600.0)  # aggregate tok/s at this concurrency
+GOAL_PREFILL = {4096: 13_000.0, 262_144: 5_300.0}  # prompt tok/s
+
+
+def full_size_config(num_layers: int | None = None) -> ModelConfig:
+    """Qwen3.8-27B's text config (SPEC §1); `num_layers` keeps the 3:1 pattern with fewer layers."""
+    n = num_layers or 64
+    text = TextConfig(
+        vocab_size=248_320,
+        hidden_size=5120,
+        intermediate_size=17_408,
+        num_hidden_layers=n,
+        layer_types=tuple(FULL_ATTENTION if i % 4 == 3 else LINEAR_ATTENTION for i in range(n)),
+        num_attention_heads=24,
+        num_key_value_heads=4,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=48,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=262_144,
+        eos_token_ids=(248_044,),
+    )
+    return ModelConfig(model_type="qwen3_5", architecture="Qwen3_5ForCausalLM", text=text)
+
+
+def require_cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            "offline needs a CUDA device and torch.cuda.is_available() is False: run it on a GPU "
+            "machine (the HTTP modes work anywhere)"
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@torch.no_grad()
+def fill_random(model: torch.nn.Module, seed: int) -> None:
+    """Random weights with sane statistics: N(0, 0.02) matrices, unit gains, HF-style A_log."""
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("A_log"):
+            p.copy_(torch.empty_like(p, dtype=torch.float32).uniform_(1, 16, generator=gen).log())
+        elif name.endswith("dt_bias") or name.endswith("linear_attn.norm.weight"):
+            p.fill_(1.0)
+        elif "norm" in name:
+            p.zero_()  # (1 + w) norms
+        else:
+            p.normal_(0.0, 0.02, generator=gen)
+
+
+@dataclass
+class _Tracker:
+    """Arrival time and size of every output of some requests (filled from the engine thread)."""
+
+    num_left: int
+    submitted_s: float = field(default_factory=time.perf_counter)
+    events: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def callback(self, request_id: str):
+        def on_output(out) -> None:
+            now = time.perf_counter()
+            with self.lock:
+                if out.new_token_ids:
+                    self.events.setdefault(request_id, []).append((now, len(out.new_token_ids)))
+                if out.is_finished:
+                    if out.error:
+                        self.errors.append(f"{request_id}: {out.error}")
+                    self.num_left -= 1
+                    if self.num_left == 0:
+                        self.done.set()
+
+        return on_output
+
+
+def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> _Tracker:
+    from sparkinfer.scheduler.request import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    tracker = _Tracker(num_left=len(prompts))
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"{tag}-{i}", prompt, params, on_output=tracker.callback(f"{tag}-{i}"))
+    if not tracker.done.wait(3600):
+        raise DeviceError(f"{tag}: requests did not finish within an hour")
+    return tracker
+
+
+def _prompts(num: int, length: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(0, NUM_REAL_TOKENS, (length,), generator=gen).tolist() for _ in range(num)
+    ]
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    batch: int
+    context: int
+    stream_tok_s: float  # median over streams, after each one's first token
+    aggregate_tok_s: float  # all streams decoding: tokens / time after the last first token
+    e2e_tok_s: float  # all output tokens / wall clock from submission
+    roofline_tok_s: float
+    peak_gib: float
+    errors: int
+
+
+def measure_decode(
+    engine,
+    cfg: TextConfig,
+    peaks: roofline.Peaks,
+    *,
+    batch: int,
+    context: int,
+    new_tokens: int,
+    seed: int,
+) -> DecodeRow:
+    torch.cuda.reset_peak_memory_stats()
+    t = _run(engine, _prompts(batch, context, seed), new_tokens, f"decode{batch}")
+    all_in = max(ev[0][0] for ev in t.events.values())
+    end = max(ev[-1][0] for ev in t.events.values())
+    after = sum(n for ev in t.events.values() for ts, n in ev if ts > all_in)
+    streams = [
+        (sum(n for _, n in ev) - ev[0][1]) / (ev[-1][0] - ev[0][0])
+        for ev in t.events.values()
+        if ev[-1][0] > ev[0][0]
+    ]
+    total = sum(n for ev in t.events.values() for _, n in ev)
+    return DecodeRow(
+        batch,
+        context,
+        float(np.median(streams)) if streams else math.nan,
+        after / (end - all_in) if end > all_in else math.nan,
+        total / (end - t.submitted_s),
+        roofline.decode_roofline_tok_s(cfg, peaks, batch=batch, context=context + new_tokens // 2),
+        torch.cuda.max_memory_allocated() / 2**30,
+        len(t.errors),
+    )
+
+
+@dataclass(frozen=True)
+class PrefillRow:
+    prompt_len: int
+    ttft_ms: float
+    ttft_p90_ms: float
+    tok_s: float
+    roofline_tok_s: float
+    peak_gib: float
+
+
+def measure_prefill(
+    engine, cfg: TextConfig, peaks: roofline.Peaks, *, prompt_len: int, iters: int, seed: int
+) -> PrefillRow:
+    torch.cuda.reset_peak_memory_stats()
+    ttfts = []
+    for i in range(iters):
+        t = _run(engine, _prompts(1, prompt_len, seed + i), 1, f"prefill{prompt_len}-{i}")
+        ttfts.append(next(iter(t.events.values()))[0][0] - t.submitted_s)
+    median = float(np.median(ttfts))
+    return PrefillRow(
+        prompt_len,
+        median * 1e3,
+        float(np.percentile(ttfts, 90)) * 1e3,
+        prompt_len / median,
+        roofline.prefill_roofline_tok_s(cfg, peaks, prompt_len=prompt_len),
+        torch.cuda.max_memory_allocated() / 2**30,
+    )
+
+
+def _goal_decode(row: DecodeRow) -> float | None:
+    if row.batch == 1 and row.context == 4096:
+        return GOAL_DECODE_1
+    return GOAL_DECODE_AT[1] if row.batch == GOAL_DECODE_AT[0] else None
+
+
+def _tables(
+    peaks: roofline.Peaks, decode: list[DecodeRow], prefill: list[PrefillRow], peer: list
+) -> list[Table]:
+    def met(value: float, goal: float | None) -> str | None:
+        return None if goal is None else ("met" if value >= goal else "MISSED")
+
+    tables = [
+        Table(
+            "measured peaks",
+            ["copy GB/s (read+write)", "bf16 matmul TFLOP/s"],
+            [[peaks.copy_bytes_s / 1e9, peaks.matmul_flop_s / 1e12]],
+        )
+    ]
+    rows = []
+    for r in decode:
+        goal = _goal_decode(r)
+        value = r.stream_tok_s if r.batch == 1 else r.aggregate_tok_s
+        rows.append(
+            [
+                r.batch,
+                r.context,
+                r.stream_tok_s,
+                r.aggregate_tok_s,
+                r.e2e_tok_s,
+                r.roofline_tok_s,
+                value / r.roofline_tok_s,
+                goal,
+                met(value, goal),
+                r.peak_gib,
+                r.errors,
+            ]
+        )
+    tables.append(
+        Table(
+            "decode (greedy, fixed output length)",
+            [
+                "batch",
+                "context",
+                "per-stream tok/s",
+                "aggregate tok/s",
+                "e2e tok/s",
+                "roofline tok/s",
+                "of roofline",
+                "goal",
+                "",
+                "peak GiB",
+                "errors",
+            ],
+            rows,
+            ["aggregate: tokens decoded once every stream is past prefill, over that time"],
+        )
+    )
+    tables.append(
+        Table(
+            "prefill (one request, max_tokens 1)",
+            [
+                "prompt tokens",
+                "TTFT p50 ms",
+                "TTFT p90 ms",
+                "tok/s",
+                "roofline tok/s",
+                "of roofline",
+                "goal",
+                "",
+                "peak GiB",
+            ],
+            [
+                [
+                    r.prompt_len,
+                    r.ttft_ms,
+                    r.ttft_p90_ms,
+                    r.tok_s,
+                    r.roofline_tok_s,
+                    r.tok_s / r.roofline_tok_s,
+                    GOAL_PREFILL.get(r.prompt_len),
+                    met(r.tok_s, GOAL_PREFILL.get(r.prompt_len)),
+                    r.peak_gib,
+                ]
+                for r in prefill
+            ],
+        )
+    )
+    if peer:
+        ours = {f"prefill {r.prompt_len}": r.tok_s for r in prefill}
+        ours |= {f"decode @{r.context}": r.stream_tok_s for r in decode if r.batch == 1}
+        tables.append(
+            Table(
+                "transformers peer (same shapes, same GPU)",
+                ["phase", "transformers tok/s", "sparkinfer tok/s", "speedup", "note"],
+                [
+                    [
+                        p.phase,
+                        p.tok_s,
+                        ours.get(p.phase),
+                        ours[p.phase] / p.tok_s if p.tok_s and ours.get(p.phase) else None,
+                        p.note,
+                    ]
+                    for p in peer
+                ],
+            )
+        )
+    return tables
+
+
+def _gates(decode: list[DecodeRow], prefill: list[PrefillRow], use_goals: bool) -> list[Gate]:
+    errors = sum(r.errors for r in decode)
+    gates = [Gate("every request finishes", errors == 0, f"{errors} request(s) ended in error")]
+    if use_goals:
+        missed = [
+            f"decode batch {r.batch}"
+            for r in decode
+            if (g := _goal_decode(r))
+            and (r.stream_tok_s if r.batch == 1 else r.aggregate_tok_s) < g
+        ]
+        missed += [
+            f"prefill {r.prompt_len}"
+            for r in prefill
+            if r.prompt_len in GOAL_PREFILL and r.tok_s < GOAL_PREFILL[r.prompt_len]
+        ]
+        gates.append(Gate("release goals", not missed, f"missed: {missed or 'none'}"))
+    return gates
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    """The `offline` mode: peaks, engine decode and prefill, then the transformers peer."""
+    device = require_cuda()
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.scheduler.engine import Engine
+
+    cfg = full_size_config(args.num_layers)
+    log("offline: measuring copy bandwidth and matmul rate")
+    peaks = roofline.measure_peaks(device)
+    log(f"offline: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
+    model = Qwen3_8ForCausalLM(
+        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=NUM_REAL_TOKENS
+    )
+    fill_random(model, seed=0)
+    weights_gib = torch.cuda.memory_allocated() / 2**30
+    sched = SchedulerConfig(
+        max_num_seqs=max(args.concurrency),
+        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.new_tokens),
+        max_num_batched_tokens=args.max_batched_tokens,
+    )
+    log("offline: starting the engine (caches, CUDA graphs)")
+    engine = Engine.from_model(model, sched, device=device)
+    try:
+        _run(engine, _prompts(2, 512, 1), 8, "warmup")
+        decode = []
+        for b in args.concurrency:
+            log(f"offline: decode, {b} stream(s) at {args.context} context")
+            decode.append(
+                measure_decode(
+                    engine,
+                    cfg.text,
+                    peaks,
+                    batch=b,
+                    context=args.context,
+                    new_tokens=args.new_tokens,
+                    seed=b,
+                )
+            )
+        prefill = []
+        for n in args.prefill_lengths:
+            log(f"offline: prefill {n} tokens x {args.iters}")
+            prefill.append(
+                measure_prefill(engine, cfg.text, peaks, prompt_len=n, iters=args.iters, seed=n)
+            )
+    finally:
+        engine.shutdown()
+        engine.runner.close()
+    del engine, model
+    gc.collect()
+    torch.cuda.empty_cache()
+    peer = [] if args.skip_hf else _hf_rows(cfg.text, args)
+    t = cfg.text
+    context = {
+        "model": f"Qwen3.8-27B text shapes, {t.num_hidden_layers} layers "
+        f"({len(t.full_attention_layers)} full attention), hidden {t.hidden_size}, "
+        f"vocab {t.vocab_size}, bf16, random weights ({weights_gib:.1f} GiB)",
+        "scheduler": str(sched),
+    }
+    plots = [
+        Plot(
+            "offline-decode.png",
+            "Aggregate decode vs concurrency",
+            "concurrent requests",
+            "tok/s",
+            [r.batch for r in decode],
+            {
+                "sparkinfer": [r.aggregate_tok_s for r in decode],
+                "roofline": [r.roofline_tok_s for r in decode],
+            },
+            is_log_x=True,
+        ),
+        Plot(
+            "offline-prefill.png",
+            "Prefill throughput",
+            "prompt tokens",
+            "tok/s",
+            [r.prompt_len for r in prefill],
+            {
+                "sparkinfer": [r.tok_s for r in prefill],
+                "roofline": [r.roofline_tok_s for r in prefill],
+            },
+            is_log_x=True,
+        ),
+    ]
+    raw = {
+        "peaks": asdict(peaks),
+        "decode": [asdict(r) for r in decode],
+        "prefill": [asdict(r) for r in prefill],
+        "peer": [asdict(p) for p in peer],
+    }
+    return Report(
+        "offline",
+        info,
+        context,
+        _tables(peaks, decode, prefill, peer),
+        plots,
+        raw,
+        _gates(decode, prefill, args.gate_goals),
+    )
+
+
+def _hf_rows(cfg: TextConfig, args: argparse.Namespace) -> list:
+    from sparkinfer.bench import hf_peer
+
+    return hf_peer.measure(
+        cfg,
+        context=args.context,
+        new_tokens=args.new_tokens,
+        prefill_lengths=tuple(n for n in args.prefill_lengths if n <= 32768),
+    )

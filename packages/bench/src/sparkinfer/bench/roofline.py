@@ -1,0 +1,103 @@
+"""Roofline of the hybrid model from its config: bytes and FLOPs per step, and the measured peaks.
+
+Decode is bandwidth-bound: every step reads all matmul weights once (the embedding table only one
+row per token), each sequence's KV up to its context, and reads and writes its Gated-DeltaNet state.
+Prefill is compute-bound: 2 FLOPs per matmul weight per token plus causal attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from sparkinfer.bench.timing import time_cuda
+from sparkinfer.model.config import TextConfig
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Measured device peaks: copy bandwidth (bytes read + written per second) and bf16 matmul."""
+
+    copy_bytes_s: float
+    matmul_flop_s: float
+
+
+def matmul_params(cfg: TextConfig) -> int:
+    """Weights touched by every token's matmuls: all layers plus lm_head (not the embedding)."""
+    h = cfg.hidden_size
+    attn = (
+        h * 2 * cfg.num_attention_heads * cfg.head_dim  # q_proj with its output gate
+        + 2 * h * cfg.num_key_value_heads * cfg.head_dim
+        + cfg.num_attention_heads * cfg.head_dim * h
+    )
+    gdn = (
+        h * cfg.linear_conv_dim  # in_proj_qkv
+        + 2 * h * cfg.linear_value_dim  # in_proj_z and out_proj
+        + 2 * h * cfg.linear_num_value_heads  # in_proj_a and in_proj_b
+    )
+    mlp = 3 * h * cfg.intermediate_size
+    num_full = len(cfg.full_attention_layers)
+    num_linear = len(cfg.linear_attention_layers)
+    return num_full * attn + num_linear * gdn + cfg.num_hidden_layers * mlp + cfg.vocab_size * h
+
+
+def kv_bytes_per_token(cfg: TextConfig, dtype_bytes: int = 2) -> int:
+    num_full = len(cfg.full_attention_layers)
+    return num_full * 2 * cfg.num_key_value_heads * cfg.head_dim * dtype_bytes
+
+
+def state_bytes_per_seq(cfg: TextConfig, dtype_bytes: int = 2) -> int:
+    """fp32 recurrent state plus the conv window, over all Gated-DeltaNet layers."""
+    rec = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+    conv = (cfg.linear_conv_kernel_dim - 1) * cfg.linear_conv_dim * dtype_bytes
+    return len(cfg.linear_attention_layers) * (rec + conv)
+
+
+def decode_bytes_per_step(cfg: TextConfig, *, batch: int, context: int) -> int:
+    """HBM traffic of one decode step of `batch` sequences at `context` tokens each (bf16)."""
+    weights = 2 * matmul_params(cfg) + batch * 2 * cfg.hidden_size
+    per_seq = context * kv_bytes_per_token(cfg) + 2 * state_bytes_per_seq(cfg)
+    return weights + batch * per_seq
+
+
+def attention_flops_per_token(cfg: TextConfig, context: int) -> float:
+    """QK and PV over `context` keys, all full-attention layers."""
+    per_layer = 2 * 2 * cfg.num_attention_heads * cfg.head_dim * context
+    return float(len(cfg.full_attention_layers) * per_layer)
+
+
+def gdn_flops_per_token(cfg: TextConfig) -> float:
+    """Delta-rule state read, update and read-out: ~6 K x V multiply-adds per value head."""
+    k, v = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    return float(len(cfg.linear_attention_layers) * 6 * cfg.linear_num_value_heads * k * v)
+
+
+def decode_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, batch: int, context: int) -> float:
+    """Aggregate decode tok/s: the slower of streaming the bytes and doing the FLOPs."""
+    mem_s = decode_bytes_per_step(cfg, batch=batch, context=context) / peaks.copy_bytes_s
+    flops = batch * (
+        2 * matmul_params(cfg) + attention_flops_per_token(cfg, context) + gdn_flops_per_token(cfg)
+    )
+    return batch / max(mem_s, flops / peaks.matmul_flop_s)
+
+
+def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) -> float:
+    """Prompt tok/s at the matmul peak; causal attention sees (L + 1) / 2 keys on average."""
+    per_token = (
+        2 * matmul_params(cfg)
+        + attention_flops_per_token(cfg, (prompt_len + 1) // 2)
+        + gdn_flops_per_token(cfg)
+    )
+    return peaks.matmul_flop_s / per_token
+
+
+def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int = 8192) -> Peaks:
+    """Device-to-device copy GB/s and `matmul_n`^3 bf16 matmul FLOP/s, median of 20 timed runs."""
+    src = torch.empty(copy_mib * 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_s = time_cuda(lambda: dst.copy_(src), iters=20).median_ms / 1e3
+    a = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.bfloat16)
+    matmul_s = time_cuda(lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
+    torch.cuda.empty_cache()
+    return Peaks(2 * copy_mib * 2**20 / copy_s, 2 * matmul_n**3 / matmul_s)

@@ -1,0 +1,43 @@
+"""Timing of device work with CUDA events: warm-up, then the median and p90 of fixed iterations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p90_ms: float
+    num_iters: int
+
+
+def time_cuda(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20) -> Timing:
+    """Run `fn` `warmup` times untimed, then time each of `iters` calls with CUDA events.
+
+    On a CPU-only machine the calls are timed with perf_counter instead (for smoke tests only).
+    """
+    for _ in range(warmup):
+        fn()
+    times_ms = []
+    if torch.cuda.is_available():
+        for _ in range(iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times_ms.append(start.elapsed_time(end))
+    else:
+        import time
+
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times_ms.append((time.perf_counter() - t0) * 1e3)
+    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)

@@ -1,0 +1,46 @@
+import torch
+from sparkinfer.bench.__main__ import main
+from sparkinfer.bench.kernels import KernelBenchArgs, KernelSkipped, bench, discover, load
+
+
+def _fast(args):
+    return [
+        {"op": "demo", "impl": "fast", "shape": "T=4", "median_ms": 0.1},
+        {"op": "demo", "impl": "ref", "shape": "T=4", "median_ms": 1.0, "GB/s": 3.0},
+    ]
+
+
+def _skip(args):
+    raise KernelSkipped("baseline library absent")
+
+
+def _boom(args):
+    raise RuntimeError("bad launch")
+
+
+def test_bench_renders_rows_skips_and_failures():
+    args = KernelBenchArgs(torch.device("cpu"), 0, 1, True)
+    tables, failed = bench({"a": _fast, "b": _skip, "c": _boom, "d": "import failed: X"}, args)
+    assert tables[0].columns == ["op", "impl", "shape", "median_ms", "GB/s"]
+    assert tables[0].rows[0][-1] is None and tables[0].rows[1][-1] == 3.0
+    assert "skipped: baseline library absent" in tables[1].rows[0][0]
+    assert failed == ["c", "d"]
+
+
+def test_discovery_lists_op_modules_only():
+    names = discover()
+    assert all(not n.startswith("_") for n in names)
+    loaded = load(names)
+    assert set(loaded) == set(names)
+
+
+def test_kernels_without_cuda_exits_2(tmp_path, capsys):
+    if torch.cuda.is_available():
+        return
+    assert main(["kernels", "--out", str(tmp_path)]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_unknown_kernel_name_exits_2(tmp_path, capsys):
+    assert main(["kernels", "--device", "cpu", "--only", "nope", "--out", str(tmp_path)]) == 2
+    assert "--only names ['nope']" in capsys.readouterr().err
