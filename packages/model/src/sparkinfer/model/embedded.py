@@ -1,0 +1,98 @@
+"""The built-in default model: a small random-weight model of the Qwen3.8 shape.
+
+`sparkinfer-api` serves it when no --model is given, so the server, the engine and every client
+path run end to end without downloading a checkpoint. Same config schema, 3:1 layer pattern,
+real vocabulary size and special-token ids as Qwen3.8; the weights are deterministic (seeded) noise,
+so its output is meaningless but reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sparkinfer.model.config import GenerationDefaults, ModelConfig, parse_model_config
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+
+EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
+EMBEDDED_SEED = 0
+EMBEDDED_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (SPEC §12)
+WEIGHT_STD = 0.02  # small enough that activations stay O(1) through 8 layers
+
+EMBEDDED_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "image_token_id": 248056,
+    "video_token_id": 248057,
+    "vision_start_token_id": 248053,
+    "vision_end_token_id": 248054,
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_5_text",
+        "vocab_size": 248320,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 8,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
+        + ["full_attention"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "attn_output_gate": True,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_conv_kernel_dim": 4,
+        "hidden_act": "silu",
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "eos_token_id": 248044,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10_000_000,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [3, 3, 2],  # 8 frequencies over 16 rotary dims
+            "mrope_interleaved": True,
+        },
+    },
+}  # fmt: skip
+
+EMBEDDED_GENERATION_DEFAULTS = GenerationDefaults(
+    temperature=1.0, top_k=20, top_p=0.95, eos_token_ids=(248046, 248044)
+)
+
+
+def embedded_model_config() -> ModelConfig:
+    """The embedded model's parsed config."""
+    return parse_model_config(EMBEDDED_CONFIG)
+
+
+def _random_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+    """Deterministic fp32 CPU values for one parameter, following transformers' init scheme."""
+    if name.endswith("A_log"):
+        return torch.empty(shape).uniform_(1.0, 16.0, generator=gen).log()
+    if name.endswith("dt_bias") or name.endswith("linear_attn.norm.weight"):
+        return torch.ones(shape)
+    if name.endswith("norm.weight"):  # (1+w) norms: w = 0 is the identity scale
+        return torch.zeros(shape)
+    return torch.empty(shape).normal_(0.0, WEIGHT_STD, generator=gen)
+
+
+@torch.no_grad()
+def build_embedded_model(
+    *,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    num_real_tokens: int | None = EMBEDDED_NUM_REAL_TOKENS,
+) -> Qwen3_8ForCausalLM:
+    """The embedded model with its seeded random weights (same values on every device)."""
+    model = Qwen3_8ForCausalLM(
+        embedded_model_config(), device=device, dtype=dtype, num_real_tokens=num_real_tokens
+    )
+    gen = torch.Generator().manual_seed(EMBEDDED_SEED)
+    for name, param in model.named_parameters():
+        param.copy_(_random_value(name, param.shape, gen))
+    return model

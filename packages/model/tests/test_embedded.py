@@ -1,0 +1,61 @@
+"""The built-in random-weight model: Qwen3.8 shape, deterministic weights, sane activations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.embedded import (
+    EMBEDDED_GENERATION_DEFAULTS,
+    EMBEDDED_MODEL_ID,
+    EMBEDDED_NUM_REAL_TOKENS,
+    build_embedded_model,
+    embedded_model_config,
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen3_8ForCausalLM:
+    return build_embedded_model(device="cpu", dtype=torch.bfloat16)
+
+
+def test_config_has_the_qwen38_shape() -> None:
+    config = embedded_model_config()
+    text = config.text
+    assert EMBEDDED_MODEL_ID == "sparkinfer/qwen3.8-embedded-random"
+    assert text.vocab_size == 248320 and text.num_hidden_layers == 8
+    assert text.layer_types == ((LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,)) * 2
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (4, 1, 64)
+    assert text.rotary_dim == 16
+    assert (text.linear_num_key_heads, text.linear_num_value_heads) == (4, 8)
+    assert config.context_len == 262144
+    assert EMBEDDED_GENERATION_DEFAULTS.eos_token_ids == (248046, 248044)
+    assert (EMBEDDED_GENERATION_DEFAULTS.top_k, EMBEDDED_GENERATION_DEFAULTS.top_p) == (20, 0.95)
+
+
+def test_weights_are_deterministic(model) -> None:
+    again = build_embedded_model(device="cpu", dtype=torch.bfloat16)
+    for (name, a), (_, b) in zip(model.named_parameters(), again.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+    assert model.model.layers[0].linear_attn.A_log.dtype == torch.float32
+
+
+def test_greedy_generation_is_sane_and_reproducible(model, paged_runner) -> None:
+    prompt = torch.tensor([248045, 846, 198, 9419, 11, 1204, 248046, 198, 248045, 74455, 198])
+
+    def generate() -> tuple[list[int], torch.Tensor]:
+        runner = paged_runner(model, max_lens=[len(prompt) + 8])
+        logits = runner.step([(0, prompt)])[0][-1]
+        first, tokens = logits, []
+        for _ in range(6):
+            tokens.append(int(logits.argmax()))
+            logits = runner.step([(0, torch.tensor(tokens[-1:]))])[0][0]
+        return tokens, first
+
+    tokens, logits = generate()
+    assert torch.isfinite(logits[:EMBEDDED_NUM_REAL_TOKENS]).all()
+    assert torch.isneginf(logits[EMBEDDED_NUM_REAL_TOKENS:]).all()
+    assert 0.01 < logits[:EMBEDDED_NUM_REAL_TOKENS].std() < 100
+    assert all(t < EMBEDDED_NUM_REAL_TOKENS for t in tokens)
+    assert generate()[0] == tokens
