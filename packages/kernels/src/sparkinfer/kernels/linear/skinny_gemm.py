@@ -34,8 +34,7 @@ def _skinny_gemm_kernel(
     p_x, p_w, p_out,
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn, stride_om,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
     i_n, i_k, i_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
@@ -115,7 +114,7 @@ def skinny_gemm(
         x, weight, out,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0), n,
-        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, DOT_DTYPE=dot_dtype(x),
+        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if split_k > 1:

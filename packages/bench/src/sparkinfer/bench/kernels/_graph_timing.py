@@ -1,0 +1,53 @@
+"""Timing of launch-bound kernels: a rotation of calls captured in one CUDA graph.
+
+Decode-shaped kernels run for microseconds, less than a Python launch, and their inputs fit in
+L2. Capturing a rotation of calls over distinct buffers (together larger than L2) measures the
+kernels as the engine runs them (from CUDA graphs) and streams their bytes from HBM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from sparkinfer.bench.timing import Timing
+
+L2_FLUSH_BYTES = 256 * 2**20  # several times the H200's 50 MiB L2
+
+
+def rotation_copies(bytes_per_call: int, *, max_copies: int = 32) -> int:
+    """How many distinct input sets keep one graph replay out of L2."""
+    return max(1, min(max_copies, -(-L2_FLUSH_BYTES // max(bytes_per_call, 1))))
+
+
+def time_graph(calls: Sequence[Callable[[], object]], *, warmup: int, iters: int) -> Timing:
+    """Median and p90 time of one call, from `iters` replays of a graph running every call once."""
+    for _ in range(max(warmup, 1)):
+        for call in calls:
+            call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times_ms = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times_ms.append(start.elapsed_time(end) / len(calls))
+    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
+
+
+def copy_bandwidth(device: torch.device, *, mib: int = 1024) -> float:
+    """Device-to-device copy bytes/s (read + write): the roofline of memory-bound ops."""
+    src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    t = time_graph([lambda: dst.copy_(src)], warmup=3, iters=20)
+    return 2 * src.numel() / (t.median_ms / 1e3)

@@ -1,0 +1,144 @@
+"""Decode-shaped linear benchmark: Triton skinny GEMM vs cuBLAS (torch.matmul) at 27B shapes.
+
+Rows report bandwidth as a fraction of this run's copy bandwidth (weights dominate the bytes).
+`--tune` sweeps skinny-GEMM tiles per shape, keeps the faster of the best tile and cuBLAS, and
+writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`). Run alone:
+``python -m sparkinfer.bench.kernels.linear [--quick] [--tune OUT.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from typing import Any
+
+import torch
+from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.kernels.linear import SkinnyGemmConfig, linear, linear_ref, skinny_gemm
+
+HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
+# (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
+SHAPES = (
+    (10240, HIDDEN),  # GDN in_proj_qkv
+    (6144, HIDDEN),  # GDN in_proj_z
+    (16384, HIDDEN),  # GDN in_proj_qkv + in_proj_z
+    (12288, HIDDEN),  # attention q_proj (query and gate)
+    (14336, HIDDEN),  # q_proj + k_proj + v_proj
+    (1024, HIDDEN),  # k_proj, v_proj
+    (2 * INTERMEDIATE, HIDDEN),  # gate_proj + up_proj
+    (HIDDEN, INTERMEDIATE),  # down_proj
+    (HIDDEN, Q_WIDTH),  # o_proj, GDN out_proj
+)
+BENCH_SHAPES = ((10240, HIDDEN), (6144, HIDDEN), (12288, HIDDEN), (1024, HIDDEN),
+                (2 * INTERMEDIATE, HIDDEN), (HIDDEN, INTERMEDIATE), (HIDDEN, Q_WIDTH))  # fmt: skip
+BATCHES = (1, 8, 32)
+TUNE_BATCHES = (1, 4, 8, 16, 32, 64)
+
+Row = dict[str, Any]
+
+
+def _operands(m: int, n: int, k: int, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    copies = rotation_copies(2 * n * k)
+    return [
+        (torch.randn(m, k, device=device, dtype=torch.bfloat16),
+         torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02)
+        for _ in range(copies)
+    ]  # fmt: skip
+
+
+def _time(fn, operands, args_warmup: int, iters: int):
+    return time_graph([lambda x=x, w=w: fn(x, w) for x, w in operands], warmup=args_warmup,
+                      iters=iters)  # fmt: skip
+
+
+def _candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
+    """Tiles worth trying: enough programs to fill 132 SMs without tiny K slices."""
+    out = []
+    for bn, bk, split_k, stages in itertools.product((32, 64, 128), (128, 256), (1, 2, 4, 8, 16),
+                                                     (3, 4)):  # fmt: skip
+        programs = -(-n // bn) * split_k
+        if programs < 132 or programs > 4096 or k // split_k < 2 * bk:
+            continue
+        if m > 16 and bn == 128 and bk == 256:
+            continue  # too many registers for wide rows
+        out.append(SkinnyGemmConfig(BN=bn, BK=bk, SPLIT_K=split_k, num_warps=4, num_stages=stages))
+    return out
+
+
+def tune(device: torch.device, *, warmup: int = 3, iters: int = 10) -> list[Row]:
+    """Best skinny-GEMM tile per (M, N, K) against cuBLAS: the dispatcher's table entries."""
+    entries = []
+    for (n, k), m in itertools.product(SHAPES, TUNE_BATCHES):
+        operands = _operands(m, n, k, device)
+        cublas_ms = _time(_cublas, operands, warmup, iters).median_ms
+        best, best_ms = None, float("inf")
+        for cfg in _candidates(m, n, k):
+            ms = _time(lambda x, w, c=cfg: skinny_gemm(x, w, c), operands, warmup, iters).median_ms
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+        impl = "triton" if best is not None and best_ms < cublas_ms else "cublas"
+        entry = {"m": m, "n": n, "k": k, "dtype": "bfloat16", "impl": impl,
+                 "triton_us": round(best_ms * 1e3, 2),
+                 "cublas_us": round(cublas_ms * 1e3, 2)}  # fmt: skip
+        if impl == "triton":
+            entry["config"] = best.__dict__
+        print(json.dumps(entry), flush=True)
+        entries.append(entry)
+        del operands
+    return entries
+
+
+def _cublas(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(x, w.t())
+
+
+def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
+    copy = copy_bandwidth(device)
+    rows = []
+    shapes = BENCH_SHAPES[:2] if is_quick else BENCH_SHAPES
+    for (n, k), m in itertools.product(shapes, BATCHES):
+        operands = _operands(m, n, k, device)
+        x, w = operands[0]
+        err = (linear(x, w).float() - linear_ref(x, w).float()).abs().max().item()
+        nbytes = 2 * (n * k + m * k + m * n)
+        impls = {"fast": linear, "cublas": _cublas}
+        times = {name: _time(fn, operands, warmup, iters) for name, fn in impls.items()}
+        for name, t in times.items():
+            rows.append({
+                "op": "linear", "impl": name, "shape": f"M={m} N={n} K={k}", "dtype": "bf16",
+                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+                "GB/s": nbytes / t.median_ms / 1e6,
+                "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
+                "vs_cublas": times["cublas"].median_ms / t.median_ms,
+                "max_abs_err": err if name == "fast" else None,
+            })  # fmt: skip
+        del operands
+    return rows
+
+
+def run(args: KernelBenchArgs) -> list[Row]:
+    """`sparkinfer-bench kernels` entry point."""
+    return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tune", metavar="OUT_JSON", help="sweep tiles and write the shape table")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    cli = parser.parse_args()
+    device = torch.device("cuda")
+    if cli.tune:
+        table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
+        with open(cli.tune, "w") as f:
+            json.dump(table, f, indent=1)
+        return
+    for row in bench(device, warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Paged attention benchmark at Qwen3.8-27B shapes (24 query heads, 4 KV heads, D=256, bf16).
+
+Prefill: one causal sequence through the paged cache, against torch SDPA on contiguous K/V (the
+ratio `vs_sdpa` > 1 means faster than SDPA). Decode: a batch of equal contexts, as a fraction of
+this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V. `--tune` sweeps
+tile configs. Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.bench.timing import time_cuda
+from sparkinfer.kernels.paged_attention import (
+    paged_attention_decode,
+    paged_attention_decode_ref,
+    paged_attention_prefill,
+)
+from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
+from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
+
+H, HKV, D, BLOCK_SIZE = 24, 4, 256, 64
+SCALE = D**-0.5
+PREFILL_LENGTHS = (4096, 16384, 32768)
+DECODE_BATCHES = (1, 8, 32)
+DECODE_CONTEXTS = (4096, 32768, 131072)
+MAX_SDPA_BYTES = 40 * 2**30
+
+Row = dict[str, Any]
+
+
+def _prefill_inputs(num_tokens: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """One sequence of num_tokens new tokens whose K/V sit in shuffled cache blocks."""
+    num_blocks = -(-num_tokens // BLOCK_SIZE)
+    kv = torch.randn(2, num_tokens, HKV, D, device=device, dtype=torch.bfloat16)
+    perm = torch.randperm(num_blocks, device=device)
+    k_cache = torch.zeros(num_blocks, BLOCK_SIZE, HKV, D, device=device, dtype=torch.bfloat16)
+    v_cache = torch.zeros_like(k_cache)
+    padded = num_blocks * BLOCK_SIZE
+    k_cache[perm] = F.pad(kv[0], (0, 0, 0, 0, 0, padded - num_tokens)).view_as(k_cache)
+    v_cache[perm] = F.pad(kv[1], (0, 0, 0, 0, 0, padded - num_tokens)).view_as(v_cache)
+    qg = torch.randn(num_tokens, H, 2 * D, device=device, dtype=torch.bfloat16)
+    return {
+        "q": qg[..., :D], "gate": qg[..., D:], "k": kv[0], "v": kv[1],
+        "k_cache": k_cache, "v_cache": v_cache,
+        "cu_seqlens": torch.tensor([0, num_tokens], device=device, dtype=torch.int32),
+        "cached_lens": torch.zeros(1, device=device, dtype=torch.int32),
+        "block_tables": perm.to(torch.int32)[None],
+    }  # fmt: skip
+
+
+def _prefill_call(x: dict[str, torch.Tensor], config: PrefillConfig | None = None):
+    if config is None:
+        return lambda: paged_attention_prefill(
+            x["q"], x["k_cache"], x["v_cache"], cu_seqlens=x["cu_seqlens"],
+            cached_lens=x["cached_lens"], block_tables=x["block_tables"], scale=SCALE,
+            gate=x["gate"],
+        )  # fmt: skip
+    return lambda: launch_prefill(
+        x["q"], x["k_cache"], x["v_cache"], x["cu_seqlens"], x["cached_lens"],
+        x["block_tables"], SCALE, x["gate"], config,
+    )  # fmt: skip
+
+
+def _sdpa_prefill(x: dict[str, torch.Tensor]):
+    q = x["q"].transpose(0, 1).contiguous()[None]  # [1, H, T, D]
+    k = x["k"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+    v = x["v"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=SCALE)
+
+
+def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
+    rows = []
+    for num_tokens in lengths:
+        x = _prefill_inputs(num_tokens, device)
+        flops = 2.0 * num_tokens * num_tokens * D * H  # causal: half of 4 T^2 D H
+        expected = _sdpa_prefill(x)()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
+        err = (_prefill_call(x)().float() - expected).abs().max().item()
+        del expected
+        times = {"fast": time_cuda(_prefill_call(x), warmup=warmup, iters=iters),
+                 "torch_sdpa": time_cuda(_sdpa_prefill(x), warmup=warmup, iters=iters)}  # fmt: skip
+        for impl, t in times.items():
+            rows.append({
+                "op": "attention_prefill", "impl": impl,
+                "shape": f"T={num_tokens} H={H} HKV={HKV} D={D} causal", "dtype": "bf16",
+                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+                "TFLOP/s": flops / t.median_ms / 1e9,
+                "vs_sdpa": times["torch_sdpa"].median_ms / t.median_ms,
+                "max_abs_err": err if impl == "fast" else None,
+            })  # fmt: skip
+        del x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _decode_inputs(batch: int, context: int, device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """Rotating decode batches over one shared cache, each batch on distinct blocks."""
+    kv_bytes = batch * context * HKV * D * 2 * 2
+    copies = rotation_copies(kv_bytes)
+    blocks_per_seq = -(-context // BLOCK_SIZE)
+    num_blocks = copies * batch * blocks_per_seq
+    k_cache = torch.randn(num_blocks, BLOCK_SIZE, HKV, D, device=device, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    tables = torch.randperm(num_blocks, device=device).to(torch.int32)
+    tables = tables.view(copies, batch, blocks_per_seq)
+    return [{
+        "q": torch.randn(batch, H, D, device=device, dtype=torch.bfloat16),
+        "gate": torch.randn(batch, H, D, device=device, dtype=torch.bfloat16),
+        "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables[i],
+        "context_lens": torch.full((batch,), context, device=device, dtype=torch.int32),
+    } for i in range(copies)]  # fmt: skip
+
+
+def _decode_call(x: dict[str, torch.Tensor], config: DecodeConfig | None = None):
+    if config is None:
+        return lambda: paged_attention_decode(
+            x["q"], x["k_cache"], x["v_cache"], context_lens=x["context_lens"],
+            block_tables=x["block_tables"], scale=SCALE, gate=x["gate"],
+        )  # fmt: skip
+    return lambda: launch_decode(x["q"], x["k_cache"], x["v_cache"], x["context_lens"],
+                                 x["block_tables"], SCALE, x["gate"], config)  # fmt: skip
+
+
+def _sdpa_decode(batch: int, context: int, device: torch.device):
+    q = torch.randn(batch, H, 1, D, device=device, dtype=torch.bfloat16)
+    k = torch.randn(batch, HKV, context, D, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    return lambda: F.scaled_dot_product_attention(q, k, v, scale=SCALE, enable_gqa=True)
+
+
+def bench_decode(device, batches, contexts, warmup: int, iters: int) -> list[Row]:
+    copy = copy_bandwidth(device)
+    rows = []
+    for batch, context in itertools.product(batches, contexts):
+        kv_bytes = batch * context * HKV * D * 2 * 2
+        xs = _decode_inputs(batch, context, device)
+        err = _decode_error(xs[0]) if batch == 1 else None
+        times = {"fast": time_graph([_decode_call(x) for x in xs], warmup=warmup, iters=iters)}
+        del xs
+        torch.cuda.empty_cache()
+        if kv_bytes <= MAX_SDPA_BYTES:
+            times["torch_sdpa"] = time_cuda(_sdpa_decode(batch, context, device), warmup=warmup,
+                                            iters=iters)  # fmt: skip
+            torch.cuda.empty_cache()
+        for impl, t in times.items():
+            rows.append({
+                "op": "attention_decode", "impl": impl,
+                "shape": f"B={batch} ctx={context} H={H} HKV={HKV} D={D}", "dtype": "bf16",
+                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+                "GB/s": kv_bytes / t.median_ms / 1e6,
+                "of_copy_bw": kv_bytes / (t.median_ms / 1e3) / copy,
+                "max_abs_err": err if impl == "fast" else None,
+            })  # fmt: skip
+    return rows
+
+
+def _decode_error(x: dict[str, torch.Tensor]) -> float:
+    """Max abs difference to the plain-torch reference."""
+    expected = paged_attention_decode_ref(
+        x["q"], x["k_cache"], x["v_cache"], context_lens=x["context_lens"],
+        block_tables=x["block_tables"], scale=SCALE, gate=x["gate"],
+    )  # fmt: skip
+    return (_decode_call(x)().float() - expected.float()).abs().max().item()
+
+
+def tune(device: torch.device) -> None:
+    """Print the time of each candidate tile config at representative shapes."""
+    x = _prefill_inputs(16384, device)
+    for bm, bn, warps, stages in ((128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2),
+                                  (128, 32, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3),
+                                  (128, 128, 8, 2), (64, 32, 4, 3)):  # fmt: skip
+        cfg = PrefillConfig(BM=bm, BN=bn, num_warps=warps, num_stages=stages)
+        try:
+            t = time_cuda(_prefill_call(x, cfg), warmup=2, iters=5)
+            print(f"prefill T=16384 {cfg}: {t.median_ms:.3f} ms", flush=True)
+        except Exception as e:  # a config may exceed shared memory
+            print(f"prefill {cfg}: failed {type(e).__name__}: {str(e)[:120]}", flush=True)
+    del x
+    torch.cuda.empty_cache()
+    for batch, context in ((1, 131072), (8, 32768), (32, 4096), (1, 4096)):
+        xs = _decode_inputs(batch, context, device)
+        for bn, min_len, warps, stages in ((64, 256, 4, 2), (64, 512, 4, 2), (32, 256, 4, 3),
+                                           (128, 256, 8, 2), (64, 256, 8, 3), (32, 512, 2, 4),
+                                           (64, 128, 4, 2)):  # fmt: skip
+            cfg = DecodeConfig(BN=bn, MIN_SPLIT_LEN=min_len, MAX_SPLITS=64, num_warps=warps,
+                               num_stages=stages)  # fmt: skip
+            try:
+                t = time_graph([_decode_call(x, cfg) for x in xs], warmup=2, iters=10)
+                gbs = batch * context * HKV * D * 4 / t.median_ms / 1e6
+                print(f"decode B={batch} ctx={context} {cfg}: {t.median_ms * 1e3:.1f} us "
+                      f"{gbs:.0f} GB/s", flush=True)  # fmt: skip
+            except Exception as e:
+                print(f"decode {cfg}: failed {type(e).__name__}: {str(e)[:120]}", flush=True)
+        del xs
+        torch.cuda.empty_cache()
+
+
+def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
+    lengths = (2048,) if is_quick else PREFILL_LENGTHS
+    contexts = (4096,) if is_quick else DECODE_CONTEXTS
+    return bench_prefill(device, lengths, warmup, iters) + bench_decode(
+        device, DECODE_BATCHES, contexts, warmup, iters
+    )
+
+
+def run(args: KernelBenchArgs) -> list[Row]:
+    """`sparkinfer-bench kernels` entry point."""
+    return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tune", action="store_true", help="print candidate tile timings")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10)
+    cli = parser.parse_args()
+    device = torch.device("cuda")
+    if cli.tune:
+        tune(device)
+        return
+    for row in bench(device, warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""RMSNorm benchmark: fused (1+w) RMSNorm with residual add and gated RMSNorm vs torch eager.
+
+Memory-bound: rows report the fraction of this run's copy bandwidth. Run alone:
+``python -m sparkinfer.bench.kernels.rms_norm [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.kernels.rms_norm import gated_rms_norm, gated_rms_norm_ref, rms_norm, rms_norm_ref
+
+HIDDEN, V_HEADS, V_DIM, EPS = 5120, 48, 128, 1e-6
+NUM_ROWS = (1, 32, 4096)
+
+Row = dict[str, Any]
+
+
+def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
+    copy = copy_bandwidth(device)
+    rows = []
+    w = torch.randn(HIDDEN, device=device, dtype=torch.bfloat16) * 0.1
+    wg = torch.randn(V_DIM, device=device, dtype=torch.bfloat16)
+    for num_rows in (32,) if is_quick else NUM_ROWS:
+        # Residual norm reads x and residual and writes y and the new residual.
+        nbytes = 4 * num_rows * HIDDEN * 2
+        xs = [torch.randn(2, num_rows, HIDDEN, device=device, dtype=torch.bfloat16)
+              for _ in range(rotation_copies(nbytes))]  # fmt: skip
+        for impl, fn in (("fast", rms_norm), ("torch_eager", rms_norm_ref)):
+            calls = [lambda x=x, fn=fn: fn(x[0], w, EPS, residual=x[1]) for x in xs]
+            t = time_graph(calls, warmup=warmup, iters=iters)
+            rows.append(_row("rms_norm+residual", impl, f"rows={num_rows} N={HIDDEN}", t, nbytes,
+                             copy))  # fmt: skip
+        # Gated norm of the GDN output per value head: reads x and z, writes y.
+        gated_bytes = 3 * num_rows * V_HEADS * V_DIM * 2
+        xzs = [torch.randn(2, num_rows, V_HEADS, V_DIM, device=device, dtype=torch.bfloat16)
+               for _ in range(rotation_copies(gated_bytes))]  # fmt: skip
+        for impl, fn in (("fast", gated_rms_norm), ("torch_eager", gated_rms_norm_ref)):
+            calls = [lambda xz=xz, fn=fn: fn(xz[0], xz[1], wg, EPS) for xz in xzs]
+            t = time_graph(calls, warmup=warmup, iters=iters)
+            rows.append(_row("gated_rms_norm", impl, f"rows={num_rows} HV={V_HEADS} V={V_DIM}",
+                             t, gated_bytes, copy))  # fmt: skip
+        del xs, xzs
+    return rows
+
+
+def _row(op: str, impl: str, shape: str, t, nbytes: int, copy: float) -> Row:
+    return {
+        "op": op, "impl": impl, "shape": shape, "dtype": "bf16",
+        "median_ms": t.median_ms, "p90_ms": t.p90_ms, "GB/s": nbytes / t.median_ms / 1e6,
+        "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
+    }  # fmt: skip
+
+
+def run(args: KernelBenchArgs) -> list[Row]:
+    """`sparkinfer-bench kernels` entry point."""
+    return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    cli = parser.parse_args()
+    for row in bench(torch.device("cuda"), warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+
+
+if __name__ == "__main__":
+    main()
