@@ -414,3 +414,28 @@ def test_matches_transformers_apply_chat_template(
         template_kwargs={k: v for k, v in kwargs.items() if k == "add_vision_id"},
     )
     assert render(qwen38, messages, tools=tools, options=options) == expected
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([USER, {"role": "system", "content": "late"}], "messages[1].role"),
+        (
+            [
+                USER,
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"function": {"name": "f", "arguments": "{"}}],
+                },
+            ],
+            "messages[1].tool_calls[0].function.arguments",
+        ),
+        ([{"role": "tool", "content": "x"}], "messages"),
+    ],
+)
+def test_errors_carry_the_param(
+    qwen38: ChatTemplate, messages: list[dict[str, Any]], param: str
+) -> None:
+    with pytest.raises(ChatTemplateError) as excinfo:
+        qwen38.render(messages)
+    assert excinfo.value.param == param

@@ -30,7 +30,12 @@ from sparkinfer.model.tokenizer import PromptSegment, Tokenizer
 
 
 class ChatTemplateError(ValueError):
-    """The messages, tools or options cannot be rendered; the message says which field to fix."""
+    """The messages, tools or options cannot be rendered; `param` names the field to fix."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,8 @@ def map_reasoning_effort(value: str | None, *, param: str = "reasoning_effort") 
     if setting is None:
         raise ChatTemplateError(
             f"{param} is {value!r}; accepted values: {', '.join(_EFFORT_MAP)} "
-            "(none turns thinking off)"
+            "(none turns thinking off)",
+            param=param,
         )
     return setting
 
@@ -202,7 +208,7 @@ class ChatTemplate:
         if tools is not None and (
             isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence)
         ):
-            raise ChatTemplateError("tools must be a list of tool objects or null")
+            raise ChatTemplateError("tools must be a list of tool objects or null", param="tools")
         escaper = _Escaper(self._control_re, (prepared, tools, kwargs, self.source))
         context = escaper.escape(
             {**kwargs, "messages": prepared, "tools": list(tools or []) or None}
@@ -210,7 +216,8 @@ class ChatTemplate:
         try:
             rendered = self._template.render(**context)
         except _TemplateRaised as exc:
-            raise ChatTemplateError(_explain(str(exc), prepared, kwargs)) from None
+            message, param = _explain(str(exc), prepared, kwargs)
+            raise ChatTemplateError(message, param=param) from None
         except (jinja2.exceptions.TemplateError, TypeError, ValueError) as exc:
             raise ChatTemplateError(
                 f"the chat template could not render these messages ({type(exc).__name__}: {exc}); "
@@ -231,7 +238,8 @@ def _template_kwargs(options: ChatOptions) -> dict[str, Any]:
     for name in _RESERVED_KWARGS:
         if name in options.template_kwargs:
             raise ChatTemplateError(
-                f"chat_template_kwargs.{name} is reserved: send {name} as the request's own field"
+                f"chat_template_kwargs.{name} is reserved: send {name} as the request's own field",
+                param=f"chat_template_kwargs.{name}",
             )
     kwargs.update(options.template_kwargs)
     return kwargs
@@ -298,13 +306,16 @@ def _collect_private_use(value: object, used: set[str]) -> None:
 def _prepare_message(i: int, msg: Mapping[str, Any]) -> dict[str, Any]:
     """Check one OpenAI message and convert it to what Qwen templates read."""
     if not isinstance(msg, Mapping):
-        raise ChatTemplateError(f"messages[{i}] must be an object with a role; got {msg!r:.80}")
+        raise ChatTemplateError(
+            f"messages[{i}] must be an object with a role; got {msg!r:.80}", param=f"messages[{i}]"
+        )
     role = msg.get("role")
     role = "system" if role == "developer" else role
     if role not in _ROLES:
         raise ChatTemplateError(
             f"messages[{i}].role is {role!r}; "
-            "accepted roles: system, developer, user, assistant, tool"
+            "accepted roles: system, developer, user, assistant, tool",
+            param=f"messages[{i}].role",
         )
     out = dict(msg, role=role, content=_prepare_content(i, msg.get("content")))
     if not isinstance(out.get("reasoning_content"), str):
@@ -324,7 +335,8 @@ def _prepare_content(i: int, content: Any) -> Any:
     if not isinstance(content, Sequence) or isinstance(content, (bytes, Mapping)):
         raise ChatTemplateError(
             f"messages[{i}].content must be a string, a list of content parts or null; "
-            f"got {type(content).__name__}"
+            f"got {type(content).__name__}",
+            param=f"messages[{i}].content",
         )
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
@@ -338,20 +350,24 @@ def _prepare_content(i: int, content: Any) -> Any:
         else:
             raise ChatTemplateError(
                 f"messages[{i}].content[{j}] has type {kind!r}; accepted content parts: "
-                "text (with a string text), image_url, video_url"
+                "text (with a string text), image_url, video_url",
+                param=f"messages[{i}].content[{j}]",
             )
     return parts
 
 
 def _prepare_tool_calls(i: int, calls: Any) -> list[dict[str, Any]]:
     if not isinstance(calls, Sequence) or isinstance(calls, (str, Mapping)):
-        raise ChatTemplateError(f"messages[{i}].tool_calls must be a list of tool calls")
+        raise ChatTemplateError(
+            f"messages[{i}].tool_calls must be a list of tool calls",
+            param=f"messages[{i}].tool_calls",
+        )
     out: list[dict[str, Any]] = []
     for j, call in enumerate(calls):
         where = f"messages[{i}].tool_calls[{j}].function"
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise ChatTemplateError(f"{where} must be an object with a string name")
+            raise ChatTemplateError(f"{where} must be an object with a string name", param=where)
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
@@ -359,38 +375,44 @@ def _prepare_tool_calls(i: int, calls: Any) -> list[dict[str, Any]]:
             except ValueError as exc:
                 raise ChatTemplateError(
                     f"{where}.arguments is not valid JSON ({exc.args[0]}): send a JSON object "
-                    'encoded as a string, e.g. \'{"city": "Paris"}\''
+                    'encoded as a string, e.g. \'{"city": "Paris"}\'',
+                    param=f"{where}.arguments",
                 ) from None
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, Mapping):
             raise ChatTemplateError(
-                f"{where}.arguments must be a JSON object; got {type(arguments).__name__}"
+                f"{where}.arguments must be a JSON object; got {type(arguments).__name__}",
+                param=f"{where}.arguments",
             )
         out.append(dict(call, function=dict(function, arguments=dict(arguments))))
     return out
 
 
-def _explain(message: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
-    """Turn a template's raise_exception text into a message naming the field to fix."""
+def _explain(
+    message: str, messages: list[dict[str, Any]], kwargs: dict[str, Any]
+) -> tuple[str, str | None]:
+    """Turn a template's raise_exception text into a message (and param) naming what to fix."""
     if message.startswith("System message must be at the beginning"):
         idx = next((i for i, m in enumerate(messages) if i > 0 and m["role"] == "system"), "?")
         return (
             f"messages[{idx}] is a system message; only messages[0] may be one: merge it into "
             "the first message or send it as a user message"
-        )
+        ), f"messages[{idx}].role"
     if message.startswith("No user query found"):
-        return "messages has no user message (tool results do not count): add the user's request"
+        return (
+            "messages has no user message (tool results do not count): add the user's request"
+        ), "messages"
     if message.startswith("No messages provided"):
-        return "messages is empty: send at least one user message"
+        return "messages is empty: send at least one user message", "messages"
     if message.startswith("Unexpected reasoning effort"):
         return (
             f"reasoning_effort is {kwargs.get('reasoning_effort')!r}; this chat template accepts "
             f"xhigh, medium and low ({message})"
-        )
+        ), "reasoning_effort"
     if message.startswith("System message cannot contain"):
         return (
             "messages[0] is a system message with an image or video: system messages take text "
             "only; move the media to a user message"
-        )
-    return f"the chat template rejected the request: {message}"
+        ), "messages[0].content"
+    return f"the chat template rejected the request: {message}", None
