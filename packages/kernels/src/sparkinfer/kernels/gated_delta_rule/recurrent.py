@@ -17,6 +17,9 @@ from sparkinfer.kernels._triton import (
 from sparkinfer.kernels.gated_delta_rule.chunk import INPUT_DTYPES
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
 
+BV_SMALL_BATCH, BV_LARGE_BATCH = 16, 32  # V tile below / from 8 sequences
+NUM_WARPS = 4
+
 
 @triton.jit
 def _fused_recurrent_kernel(
@@ -136,11 +139,11 @@ def fused_recurrent_gated_delta_rule(
         return o
     BK = triton.next_power_of_2(head_k)
     # Small batches split V finer so that enough programs stream the state.
-    BV = min(triton.next_power_of_2(head_v), 16 if num_seqs < 8 else 32)
+    BV = min(triton.next_power_of_2(head_v), BV_SMALL_BATCH if num_seqs < 8 else BV_LARGE_BATCH)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
         q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), scale,
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
-        USE_QK_L2NORM=use_qk_l2norm, num_warps=4,
+        USE_QK_L2NORM=use_qk_l2norm, num_warps=NUM_WARPS,
     )  # fmt: skip
     return o

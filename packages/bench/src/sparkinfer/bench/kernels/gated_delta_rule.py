@@ -1,0 +1,180 @@
+"""Gated-DeltaNet kernel benchmark: chunked prefill and recurrent decode at 27B shapes.
+
+Times the Triton op beside its plain-torch reference and FLA (``fla.ops.gated_delta_rule``, when
+installed), as median/p90 over fixed iterations. Prefill is compared with a FLOP/IO roofline, decode
+with the copy bandwidth on its state read + write. Run alone:
+``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+from sparkinfer.bench.timing import time_cuda
+from sparkinfer.kernels.gated_delta_rule import (
+    chunk_gated_delta_rule,
+    chunk_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule,
+    fused_recurrent_gated_delta_rule_ref,
+    gdn_gating,
+)
+
+NUM_HEADS, NUM_V_HEADS, HEAD_DIM = 16, 48, 128  # Qwen3.8-27B linear attention
+COPY_TB_S = 4.24  # H200 device-to-device copy bandwidth
+BF16_TFLOPS = 989.0  # H200 dense bf16 tensor-core peak
+HBM_TB_S = 4.8
+PREFILL_LENGTHS = (4096, 16384, 65536)
+DECODE_BATCHES = (1, 32, 64)
+MAX_REF_PREFILL = 4096  # the per-timestep reference is too slow beyond this
+
+Row = dict[str, Any]
+
+
+def _fla() -> Any | None:
+    try:
+        import fla.ops.gated_delta_rule as fla_gdn
+    except ImportError:
+        return None
+    return fla_gdn
+
+
+def _inputs(num_tokens: int, device: str) -> dict[str, torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def randn(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return torch.randn(*shape, device=device, generator=gen, dtype=dtype)
+
+    x = {name: randn(num_tokens, NUM_HEADS, HEAD_DIM) for name in ("q", "k")}
+    x["v"] = randn(num_tokens, NUM_V_HEADS, HEAD_DIM)
+    x["a"], x["b"] = randn(num_tokens, NUM_V_HEADS), randn(num_tokens, NUM_V_HEADS)
+    x["A_log"] = torch.rand(NUM_V_HEADS, device=device, generator=gen) * 2.0
+    x["dt_bias"] = randn(NUM_V_HEADS, dtype=torch.float32)
+    return x
+
+
+def _ms(fn: Callable[[], object], warmup: int, iters: int) -> tuple[float, float]:
+    t = time_cuda(fn, warmup=warmup, iters=iters)
+    return t.median_ms, t.p90_ms
+
+
+def _prefill_roofline_ms(num_tokens: int) -> float:
+    """max(FLOP time at the bf16 peak, q/k/v/o traffic at HBM peak) for the chunk algorithm."""
+    bt, d = 64, HEAD_DIM
+    flops_per_chunk = 2 * bt * bt * d * 5 + 2 * bt * d * d * 3  # kk^T, w, u, qk^T, Av; wh, k^Tv, qh
+    flops = flops_per_chunk * (num_tokens / bt) * NUM_V_HEADS
+    io_bytes = num_tokens * (2 * NUM_HEADS + 2 * NUM_V_HEADS) * d * 2
+    return max(flops / (BF16_TFLOPS * 1e9), io_bytes / (HBM_TB_S * 1e9))
+
+
+def _rows(op: str, shape: str, times: dict[str, tuple[float, float] | None], roof_ms: float):
+    """One row per implementation; vs_fast = its time / the fast op's time."""
+    fast_ms = times["fast"][0]
+    rows = []
+    for impl, t in times.items():
+        if t is None:
+            continue
+        rows.append(
+            {
+                "op": op, "impl": impl, "shape": shape, "dtype": "bfloat16",
+                "median_ms": t[0], "p90_ms": t[1], "roofline_ms": roof_ms,
+                "of_roofline": roof_ms / t[0], "vs_fast": t[0] / fast_ms,
+            }
+        )  # fmt: skip
+    return rows
+
+
+def bench_prefill(lengths: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
+    """Single-sequence chunked prefill, initial state in and final state out."""
+    fla_gdn = _fla()
+    rows = []
+    for num_tokens in lengths:
+        x = _inputs(num_tokens, device)
+        g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
+        state = torch.zeros(1, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+        kw = {
+            "cu_seqlens": torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+            "state_slots": torch.zeros(1, dtype=torch.int64, device=device),
+            "has_initial_state": torch.ones(1, dtype=torch.bool, device=device),
+        }
+        args = (x["q"], x["k"], x["v"], g, beta, state)
+        times = {"fast": _ms(partial(chunk_gated_delta_rule, *args, **kw), warmup, iters)}
+        if fla_gdn is not None:
+            fla_args = (x["q"][None], x["k"][None], x["v"][None], g[None], beta[None])
+            fla_kw = {"initial_state": state, "output_final_state": True}
+            fla_kw |= {"use_qk_l2norm_in_kernel": True}
+            fn = partial(fla_gdn.chunk_gated_delta_rule, *fla_args, **fla_kw)
+            times["fla"] = _ms(fn, warmup, iters)
+        if num_tokens <= MAX_REF_PREFILL:
+            times["ref"] = _ms(partial(chunk_gated_delta_rule_ref, *args, **kw), 0, 1)
+        shape = f"T={num_tokens} H={NUM_HEADS} HV={NUM_V_HEADS} K=V={HEAD_DIM}"
+        rows += _rows("chunk prefill", shape, times, _prefill_roofline_ms(num_tokens))
+    return rows
+
+
+def bench_decode(batches: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
+    """One decode token for B sequences; the roofline is the fp32 state read + written once."""
+    fla_gdn = _fla()
+    rows = []
+    for batch in batches:
+        x = _inputs(batch, device)
+        state = torch.zeros(batch, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+        slots = torch.arange(batch, device=device)
+        args = (x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], state)
+        fast = partial(fused_recurrent_gated_delta_rule, *args, state_slots=slots)
+        times = {"fast": _ms(fast, warmup, iters)}
+        if fla_gdn is not None:
+            g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
+            fla_args = (x["q"][:, None], x["k"][:, None], x["v"][:, None])
+            fla_kw = {"g": g[:, None], "beta": beta[:, None], "initial_state": state}
+            fla_kw |= {"output_final_state": True, "use_qk_l2norm_in_kernel": True}
+            fn = partial(fla_gdn.fused_recurrent_gated_delta_rule, *fla_args, **fla_kw)
+            times["fla"] = _ms(fn, warmup, iters)
+        ref = partial(fused_recurrent_gated_delta_rule_ref, *args, state_slots=slots)
+        times["ref"] = _ms(ref, 1, 3)
+        state_bytes = 2 * state.numel() * state.element_size()
+        shape = f"B={batch} HV={NUM_V_HEADS} K=V={HEAD_DIM}"
+        rows += _rows("recurrent decode", shape, times, state_bytes / (COPY_TB_S * 1e9))
+    return rows
+
+
+def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: str = "cuda"):
+    """All rows: prefill at T = 4K/16K/64K (quick: 4K) and decode at B = 1/32/64."""
+    lengths = PREFILL_LENGTHS[:1] if quick else PREFILL_LENGTHS
+    prefill = bench_prefill(lengths, warmup, iters, device)
+    return prefill + bench_decode(DECODE_BATCHES, warmup, iters, device)
+
+
+def run(args: Any) -> list[Row]:
+    """The `sparkinfer-bench kernels` entry point (args: KernelBenchArgs)."""
+    return measure(
+        warmup=args.warmup, iters=args.iters, quick=args.is_quick, device=str(args.device)
+    )
+
+
+def render(rows: list[Row]) -> str:
+    """Plain-text table (for running this module alone)."""
+
+    def cell(v: object) -> str:
+        return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    columns = list(rows[0])
+    cells = [columns] + [[cell(row[c]) for c in columns] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    args = parser.parse_args()
+    print(render(measure(warmup=args.warmup, iters=args.iters, quick=args.quick)))
+
+
+if __name__ == "__main__":
+    main()
