@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
 import tokenizers
 from sparkinfer.model.tokenizer import (
     QWEN_CONTROL_TOKENS,
+    QWEN_FIRST_CONTROL_ID,
     QWEN_NON_SKIPPED_TOKENS,
     QWEN_PRETOKENIZE_REGEX,
     IncrementalDetokenizer,
     PromptSegment,
     Tokenizer,
     TokenizerError,
+    _bytes_to_unicode,
 )
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -208,3 +212,49 @@ def test_checkpoint_with_broken_tokenizer_json(tmp_path: Path) -> None:
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(TokenizerError, match="cannot load"):
         Tokenizer.from_checkpoint(tmp_path)
+
+
+def _hf_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merge list equivalent to tiktoken ranks: each token's last BPE step."""
+    merges: list[tuple[bytes, bytes]] = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        parts = [bytes([b]) for b in token]
+        while len(parts) > 2:
+            pairs = [
+                (ranks.get(a + b, rank), i) for i, (a, b) in enumerate(itertools.pairwise(parts))
+            ]
+            best, i = min(pairs)
+            if best >= rank:
+                break
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1]))
+    return merges
+
+
+@pytest.mark.slow
+def test_embedded_matches_transformers_qwen3_5_tokenizer(qwen: Tokenizer) -> None:
+    transformers = pytest.importorskip("transformers")
+    ranks = {qwen.token_bytes(i): i for i in range(QWEN_FIRST_CONTROL_ID)}
+    byte_chars = _bytes_to_unicode()
+
+    def chars(data: bytes) -> str:
+        return "".join(byte_chars[b] for b in data)
+
+    hf = transformers.Qwen3_5Tokenizer(
+        vocab={chars(t): i for t, i in ranks.items()},
+        merges=[(chars(a), chars(b)) for a, b in _hf_merges(ranks)],
+    )
+    hf.add_special_tokens(
+        {
+            "additional_special_tokens": [
+                tokenizers.AddedToken(t, special=True) for t in QWEN_CONTROL_TOKENS
+            ]
+        }
+    )
+    rng = random.Random(0)
+    alphabet = "abc XYZ 012 \n\t.,!?'\"é北🎉ी्ि-_/\\<>|"
+    texts = [CHECK_TEXT, *SAMPLES, "It's we'LL", "ﾃｽﾄ", "한국어", "العربية", "ภาษาไทย", "e\u0301"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(100)]
+    for text in texts:
+        assert qwen.encode(text, allow_special=True) == hf.encode(text, add_special_tokens=False)
