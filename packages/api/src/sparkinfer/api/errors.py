@@ -10,6 +10,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sparkinfer.model.chat_template import ChatTemplateError
+from sparkinfer.model.tokenizer import TokenizerError
+from sparkinfer.scheduler import errors as engine_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger("sparkinfer.api")
@@ -155,14 +158,14 @@ def to_api_error(exc: BaseException) -> ApiError:
 
 
 def _map_library_error(exc: BaseException) -> ApiError | None:
-    from sparkinfer.scheduler import errors as engine_errors
-
     if isinstance(exc, engine_errors.ContextLengthExceeded):
         return ContextLengthError(str(exc))
     if isinstance(exc, engine_errors.QueueFull):
         return Overloaded(str(exc), retry_after_s=exc.retry_after_s)
-    if isinstance(exc, engine_errors.InvalidRequest):
+    if isinstance(exc, engine_errors.InvalidRequest | TokenizerError):
         return InvalidRequest(str(exc))
+    if isinstance(exc, ChatTemplateError):
+        return InvalidRequest(str(exc), param="messages")
     return None
 
 
@@ -204,6 +207,13 @@ async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Route every exception through `map_exception` (replaces FastAPI's 422 with a 400)."""
-    app.add_exception_handler(RequestValidationError, _handle)
+    # Known types are answered by the exception middleware (no traceback in the log);
+    # anything else reaches the catch-all, which logs it as a bug.
+    expected = (
+        RequestValidationError, ApiError, ChatTemplateError, TokenizerError,
+        engine_errors.ContextLengthExceeded, engine_errors.QueueFull, engine_errors.InvalidRequest,
+    )  # fmt: skip
+    for exc_type in expected:
+        app.add_exception_handler(exc_type, _handle)
     app.add_exception_handler(StarletteHTTPException, _handle_http)
     app.add_exception_handler(Exception, _handle)

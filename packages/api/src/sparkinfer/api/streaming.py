@@ -20,7 +20,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def sse_data(payload: BaseModel | dict[str, Any]) -> bytes:
     """One `data:` event holding `payload` as compact JSON."""
     if isinstance(payload, BaseModel):
-        text = payload.model_dump_json(exclude_none=True)
+        text = payload.model_dump_json()
     else:
         text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return b"data: " + text.encode() + b"\n\n"

@@ -139,7 +139,7 @@ class ResponseMessage(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[ResponseToolCall] = Field(default_factory=list)
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):

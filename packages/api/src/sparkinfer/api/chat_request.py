@@ -1,0 +1,156 @@
+"""A chat request prepared at the edge: thinking controls, rendered prompt, grammar."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sparkinfer.api.dependencies import ServerState
+from sparkinfer.api.errors import InvalidMedia
+from sparkinfer.api.grammar import json_grammar, reasoning_grammar, tool_call_grammar
+from sparkinfer.api.sampling import check_context
+from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice
+from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_tools
+from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
+from sparkinfer.scheduler.request import SamplingParams
+
+_THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
+
+
+@dataclass(frozen=True)
+class ThinkingControls:
+    """Whether the model thinks, at which effort, within which budget, and if it is returned."""
+
+    is_enabled: bool = True
+    effort: str | None = None  # the template's level (xhigh, medium, low); None: its default
+    budget: int | None = None  # reasoning tokens before `</think>` is forced
+    is_excluded: bool = False  # reasoning is generated but not returned
+
+
+def resolve_thinking(req: ChatCompletionRequest) -> ThinkingControls:
+    """Precedence: enable_thinking > reasoning object > reasoning_effort > chat_template_kwargs."""
+    kwargs = req.chat_template_kwargs or {}
+    enabled: bool | None = None
+    effort: str | None = None
+    if isinstance(kwargs.get("enable_thinking"), bool):
+        enabled = kwargs["enable_thinking"]
+    if isinstance(kwargs.get("reasoning_effort"), str):
+        effort = kwargs["reasoning_effort"]
+    if req.reasoning_effort is not None:
+        setting = map_reasoning_effort(req.reasoning_effort)
+        enabled, effort = setting.enable_thinking, setting.reasoning_effort or effort
+    r = req.reasoning
+    if r is not None:
+        if r.effort is not None:
+            setting = map_reasoning_effort(r.effort, param="reasoning.effort")
+            enabled, effort = setting.enable_thinking, setting.reasoning_effort or effort
+        if r.enabled is not None:
+            enabled = r.enabled
+        elif r.max_tokens is not None and r.effort is None:
+            enabled = True
+    if req.enable_thinking is not None:
+        enabled = req.enable_thinking
+    is_enabled = True if enabled is None else enabled
+    return ThinkingControls(
+        is_enabled=is_enabled,
+        effort=effort if is_enabled else None,
+        budget=r.max_tokens if r is not None else None,
+        is_excluded=bool(r and r.exclude),
+    )
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    """Everything the chat route needs after the edge checks."""
+
+    prompt_token_ids: list[int]
+    thinking: ThinkingControls
+    tools: ToolSet | None
+    is_tool_call_forced: bool  # tool_choice required or named: only calls may come out
+    response_schema: dict[str, Any] | bool | None  # json_object / json_schema output
+    grammar: Any  # a compiled xgrammar grammar, or None
+
+
+def _messages(req: ChatCompletionRequest, state: ServerState) -> list[dict[str, Any]]:
+    out = []
+    for i, msg in enumerate(req.messages):
+        if isinstance(msg.content, list):
+            for j, part in enumerate(msg.content):
+                if part.type in ("image_url", "video_url", "input_audio"):
+                    why = (
+                        "this model has no vision tower"
+                        if not state.has_vision or part.type == "input_audio"
+                        else "media input is not wired into the engine yet"
+                    )
+                    raise InvalidMedia(
+                        f"messages[{i}].content[{j}] is {part.type}: {why}; send text only",
+                        param=f"messages[{i}].content[{j}]",
+                    )
+        out.append(msg.model_dump(exclude_none=True))
+    return out
+
+
+def prepare_chat(req: ChatCompletionRequest, state: ServerState) -> PreparedChat:
+    """Edge checks and rendering, all before anything is queued."""
+    tools = check_tools(req)
+    schema = check_response_format_schema(req)
+    if req.response_format is not None and req.response_format.type == "json_object":
+        schema = {"type": "object"}
+    thinking = resolve_thinking(req)
+    extra = {k: v for k, v in (req.chat_template_kwargs or {}).items() if k not in _THINKING_KWARGS}
+    options = ChatOptions(
+        enable_thinking=thinking.is_enabled,
+        reasoning_effort=thinking.effort,
+        template_kwargs=extra,
+    )
+    tool_dicts = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    rendered = state.chat_template.render(_messages(req, state), tools=tool_dicts, options=options)
+    ids = state.tokenizer.encode_chat(rendered.segments)
+    check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
+    forced = tools is not None and (
+        req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
+    )
+    grammar = None
+    budget = thinking.budget
+    if forced and tools is not None:
+        chosen = tools.tools
+        if isinstance(req.tool_choice, NamedToolChoice):
+            chosen = tuple(t for t in chosen if t.function.name == req.tool_choice.function.name)
+        spec = [(t.function.name, t.function.parameters) for t in chosen]
+        budget = _forced_budget(thinking, req.output_limit)
+        tag = tool_call_grammar(
+            spec,
+            is_parallel=req.parallel_tool_calls and len(spec) > 0,
+            is_thinking=thinking.is_enabled,
+            reasoning_budget=budget,
+        )
+        grammar = state.grammars.compile(tag)
+    elif schema is not None:
+        budget = _forced_budget(thinking, req.output_limit)
+        tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
+        grammar = state.grammars.compile(tag)
+    elif thinking.is_enabled and budget is not None:
+        grammar = state.grammars.compile(reasoning_grammar(budget))
+    return PreparedChat(
+        ids, dataclasses.replace(thinking, budget=budget), tools, forced, schema, grammar
+    )
+
+
+def _forced_budget(thinking: ThinkingControls, max_tokens: int | None) -> int | None:
+    """Reasoning budget when the answer is constrained: leave half of max_tokens for it."""
+    if not thinking.is_enabled:
+        return None
+    if max_tokens is None:
+        return thinking.budget
+    half = max(1, max_tokens // 2)
+    return half if thinking.budget is None else min(thinking.budget, half)
+
+
+def with_processor(
+    params: SamplingParams, prepared: PreparedChat, state: ServerState
+) -> SamplingParams:
+    """Give one choice its own grammar matcher (choices advance independently)."""
+    if prepared.grammar is None:
+        return params
+    return dataclasses.replace(params, logits_processor=state.grammars.processor(prepared.grammar))

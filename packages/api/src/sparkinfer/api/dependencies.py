@@ -1,0 +1,84 @@
+"""What every route needs: the server state (model, tokenizer, engine), request ids, the API key."""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sparkinfer.api.engine_client import EngineClient
+from sparkinfer.api.errors import ModelNotFound, Unauthorized
+from sparkinfer.api.grammar import GrammarCompiler
+from sparkinfer.api.metrics import ServerMetrics
+from sparkinfer.api.settings import Settings
+from sparkinfer.model.chat_template import ChatTemplate
+from sparkinfer.model.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """The checkpoint's generation_config sampling values, used when a request leaves them out."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """Everything built at start-up and shared, read-only, by the routes."""
+
+    settings: Settings
+    model_id: str
+    max_model_len: int
+    model_vocab_size: int
+    has_vision: bool
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate
+    defaults: SamplingDefaults
+    engine: EngineClient
+    metrics: ServerMetrics
+    grammars: GrammarCompiler
+    created: int
+
+    def check_model(self, model: str | None) -> None:
+        """404 for a model id this server does not serve (None: the default)."""
+        if model is not None and model != self.model_id:
+            raise ModelNotFound(
+                f"model {model!r} does not exist; this server serves {self.model_id!r}: "
+                "use that id (see GET /v1/models)",
+                param="model",
+            )
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+State = Annotated[ServerState, Depends(get_state)]
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+async def require_api_key(request: Request) -> None:
+    """With `api_key` set, every /v1 route needs `Authorization: Bearer <key>`."""
+    key = get_state(request).settings.api_key
+    if key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        token.strip().encode(), key.get_secret_value().encode()
+    ):
+        raise Unauthorized(
+            "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
+        )

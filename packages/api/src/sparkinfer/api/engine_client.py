@@ -1,0 +1,130 @@
+"""The bridge between the engine thread and asyncio: one queue per request, fed thread-safely."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from sparkinfer.api.metrics import ServerMetrics
+from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.errors import EngineStopped
+from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
+
+logger = logging.getLogger("sparkinfer.api")
+
+
+class RequestStream:
+    """The outputs of one engine request, delivered to one asyncio task in order.
+
+    The engine thread calls `put`; the event loop reads with `async for`, which ends after the
+    output that carries a finish reason. Reading also feeds the latency histograms.
+    """
+
+    def __init__(
+        self, request_id: str, loop: asyncio.AbstractEventLoop, metrics: ServerMetrics | None
+    ) -> None:
+        self.request_id = request_id
+        self._loop = loop
+        self._queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self._metrics = metrics
+        self.is_finished = False
+        self.arrival_time = time.monotonic()
+        self._last_time: float | None = None
+
+    def put(self, out: RequestOutput) -> None:
+        """Called from the engine thread after each step that produced output for this request."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, out)
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.is_finished:
+            raise StopAsyncIteration
+        out = await self._queue.get()
+        self.is_finished = out.is_finished
+        self._observe(out)
+        return out
+
+    def _observe(self, out: RequestOutput) -> None:
+        m = self._metrics
+        if m is None:
+            return
+        now = time.monotonic()
+        if out.new_token_ids:
+            if self._last_time is None:
+                m.ttft.observe(now - self.arrival_time)
+            else:
+                m.inter_token.observe(now - self._last_time)
+            self._last_time = now
+            m.generation_tokens.inc(len(out.new_token_ids))
+        if out.is_finished:
+            m.e2e.observe(now - self.arrival_time)
+            m.prompt_tokens.inc(out.num_prompt_tokens)
+            m.cached_tokens.inc(out.num_cached_tokens)
+            reason = out.finish_reason or FinishReason.ERROR
+            m.requests.labels(finish_reason=reason.value).inc()
+
+
+class EngineClient:
+    """Submits requests to the `Engine` and hands back `RequestStream`s; aborts abandoned ones."""
+
+    def __init__(self, engine: Engine, metrics: ServerMetrics | None = None) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self._is_stopped = False
+
+    def is_alive(self) -> bool:
+        """False once the engine was shut down or refused a request because it stopped."""
+        return not self._is_stopped
+
+    def shutdown(self) -> None:
+        self._is_stopped = True
+        self.engine.shutdown()
+
+    def submit(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> RequestStream:
+        """Queue a request and return its stream (thread-safe hand-off to the engine).
+
+        Raises the engine's `QueueFull` / `ContextLengthExceeded` / `InvalidRequest` before
+        anything is queued, so the route can still answer with a plain error status.
+        """
+        stream = RequestStream(request_id, asyncio.get_running_loop(), self.metrics)
+        try:
+            self.engine.add_request(
+                request_id, list(prompt_token_ids), params, on_output=stream.put
+            )
+        except EngineStopped:
+            self._is_stopped = True
+            raise
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.rejections.labels(code=type(exc).__name__).inc()
+            raise
+        return stream
+
+    def submit_all(
+        self, jobs: Sequence[tuple[str, Sequence[int], SamplingParams]]
+    ) -> list[RequestStream]:
+        """Submit several requests; if one is refused, abort the ones already queued."""
+        streams: list[RequestStream] = []
+        try:
+            for request_id, prompt, params in jobs:
+                streams.append(self.submit(request_id, prompt, params))
+        except BaseException:
+            self.abort_all(streams)
+            raise
+        return streams
+
+    def abort_all(self, streams: Sequence[RequestStream]) -> None:
+        """Abort every stream that has not finished (client gone, error, stop string)."""
+        for stream in streams:
+            if not stream.is_finished:
+                stream.is_finished = True
+                logger.info("request %s aborted before it finished", stream.request_id)
+                self.engine.abort(stream.request_id)

@@ -1,0 +1,143 @@
+"""One choice's generation: engine outputs → text deltas (stop strings cut), logprobs, finish."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from sparkinfer.api.engine_client import EngineClient, RequestStream
+from sparkinfer.api.errors import InternalError
+from sparkinfer.api.stops import StopStringMatcher
+from sparkinfer.model.tokenizer import IncrementalDetokenizer, Tokenizer
+from sparkinfer.scheduler.request import (
+    FinishReason,
+    RequestMetrics,
+    SamplingParams,
+    TokenLogprob,
+)
+
+
+class EngineFailure(InternalError):
+    """The engine ended a request with an error (the details are in the server log)."""
+
+
+@dataclass
+class ChoiceEvent:
+    """What one engine step added to one choice."""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: str | None = None
+
+
+@dataclass
+class ChoiceResult:
+    """A finished choice's counters and telemetry, for usage."""
+
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
+
+
+@dataclass(frozen=True)
+class ChoiceJob:
+    """Everything needed to run one choice in the engine."""
+
+    index: int
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    params: SamplingParams
+    stops: Sequence[str] = ()
+
+
+_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}
+
+
+async def run_choice(
+    client: EngineClient,
+    tokenizer: Tokenizer,
+    job: ChoiceJob,
+    stream: RequestStream,
+    result: ChoiceResult,
+) -> AsyncIterator[ChoiceEvent]:
+    """Stream one choice; a stop string ends it early (trimmed) and aborts the engine request."""
+    detok = IncrementalDetokenizer(tokenizer, skip_special=True)
+    stops = StopStringMatcher(job.stops)
+    try:
+        async for out in stream:
+            result.num_prompt_tokens = out.num_prompt_tokens
+            result.num_output_tokens = out.num_output_tokens
+            result.num_cached_tokens = out.num_cached_tokens
+            text = stops.feed(detok.push(out.new_token_ids))
+            if stops.is_stopped:
+                yield ChoiceEvent(job.index, text, out.new_token_ids, out.logprobs, "stop")
+                return
+            if out.finish_reason is FinishReason.ERROR:
+                raise EngineFailure(
+                    f"the engine failed request {job.request_id}: {out.error or 'unknown error'}"
+                )
+            finish = None if out.finish_reason is None else _FINISH[out.finish_reason]
+            if finish is not None:
+                result.metrics = out.metrics
+                text += stops.feed(detok.finish()) + stops.flush()
+                if stops.is_stopped:
+                    finish = "stop"
+            if text or out.new_token_ids or finish:
+                yield ChoiceEvent(job.index, text, out.new_token_ids, out.logprobs, finish)
+    finally:
+        client.abort_all([stream])  # no-op once finished; else the engine frees it now
+
+
+def start_choices(
+    client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]
+) -> tuple[AsyncIterator[ChoiceEvent], list[RequestStream], list[ChoiceResult]]:
+    """Queue every choice now (errors such as QueueFull surface before any response starts)."""
+    streams = client.submit_all([(j.request_id, j.prompt_token_ids, j.params) for j in jobs])
+    results = [ChoiceResult() for _ in jobs]
+    events = merge(
+        [
+            run_choice(client, tokenizer, job, stream, result)
+            for job, stream, result in zip(jobs, streams, results, strict=True)
+        ]
+    )
+    return events, streams, results
+
+
+async def merge(streams: Sequence[AsyncIterator[ChoiceEvent]]) -> AsyncIterator[ChoiceEvent]:
+    """Interleave several choices' events as they come; an error in one ends all of them."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield event
+        return
+    queue: asyncio.Queue[ChoiceEvent | BaseException | None] = asyncio.Queue()
+
+    async def pump(it: AsyncIterator[ChoiceEvent]) -> None:
+        try:
+            async for event in it:
+                await queue.put(event)
+            await queue.put(None)
+        except BaseException as exc:  # handed to the reader, which re-raises it
+            await queue.put(exc)
+
+    tasks = [asyncio.ensure_future(pump(s)) for s in streams]
+    try:
+        num_open = len(tasks)
+        while num_open:
+            item = await queue.get()
+            if item is None:
+                num_open -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,178 @@
+"""Constrained decoding with xgrammar: forced tool calls and JSON output, as a logits processor.
+
+The grammar follows Qwen's XML tool-call format exactly as the chat template shows it (one `\\n`
+where the template has one), so every sampled call parses and validates. With thinking on, the
+output first runs free inside the reasoning block (bounded by `reasoning_budget` tokens, after
+which `</think>` is forced), then the constrained part starts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import xgrammar as xgr
+from sparkinfer.model.tokenizer import Tokenizer
+from xgrammar.structural_tag import (
+    AnyTextFormat,
+    ConstStringFormat,
+    JSONSchemaFormat,
+    OptionalFormat,
+    OrFormat,
+    SequenceFormat,
+    StructuralTag,
+    TagFormat,
+    TagsWithSeparatorFormat,
+)
+
+_MAX_WS = 1  # JSON whitespace runs: bounded so that sampling cannot wander off in blanks
+_THINK_MARKERS = ["<think>", "</think>"]
+
+
+class GrammarCompiler:
+    """Compiles grammars for one tokenizer and model vocabulary (thread-safe, cached)."""
+
+    def __init__(self, tokenizer: Tokenizer, *, model_vocab_size: int) -> None:
+        vocab: list[bytes] = []
+        for i in range(tokenizer.vocab_size):
+            try:
+                vocab.append(tokenizer.token_bytes(i))
+            except ValueError:  # a gap in the id space: never allowed
+                vocab.append(b"")
+        self.vocab_size = max(model_vocab_size, tokenizer.vocab_size)
+        info = xgr.TokenizerInfo(
+            vocab,
+            vocab_type=xgr.VocabType.RAW,
+            vocab_size=self.vocab_size,
+            stop_token_ids=list(tokenizer.eos_token_ids),
+        )
+        self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+        self._lock = threading.Lock()
+
+    def compile(self, tag: StructuralTag) -> xgr.CompiledGrammar:
+        with self._lock:
+            return self._compiler.compile_structural_tag(tag)
+
+    def processor(self, grammar: xgr.CompiledGrammar) -> GrammarLogitsProcessor:
+        return GrammarLogitsProcessor(grammar, self.vocab_size)
+
+
+class GrammarLogitsProcessor:
+    """Masks the logits of one sequence to the tokens its grammar allows next.
+
+    Called by the engine's sampler with the tokens generated so far and the `[V]` (or `[1, V]`)
+    logits of the next position; it first advances its matcher over the tokens it has not seen.
+    """
+
+    def __init__(self, grammar: xgr.CompiledGrammar, vocab_size: int) -> None:
+        self._matcher = xgr.GrammarMatcher(grammar)
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self._vocab_size = vocab_size
+        self._num_accepted = 0
+        self.is_broken = False  # a token the grammar refused slipped through: stop masking
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        for token_id in output_token_ids[self._num_accepted :]:
+            self._num_accepted += 1
+            if not self.is_broken and not self._matcher.accept_token(token_id):
+                self.is_broken = True
+        if self.is_broken:
+            return logits
+        self._matcher.fill_next_token_bitmask(self._bitmask)
+        rows = logits.view(1, -1)
+        bitmask = self._bitmask.to(rows.device, non_blocking=True)
+        xgr.apply_token_bitmask_inplace(rows, bitmask, vocab_size=self._vocab_size)
+        return logits
+
+
+def _reasoning_prefix(budget: int | None) -> list[Any]:
+    """The reasoning block that the prompt opened with `<think>\\n`, closed by `</think>\\n\\n`."""
+    think = TagFormat(
+        begin="", content=AnyTextFormat(excludes=_THINK_MARKERS, max_tokens=budget), end="</think>"
+    )
+    return [think, ConstStringFormat(value="\n\n")]
+
+
+def _with_defs(sub: Any, root: dict[str, Any]) -> Any:
+    """A property's schema with the root's `$defs`/`definitions`, so local `$ref`s resolve."""
+    if not isinstance(sub, dict):
+        return sub
+    extra = {k: root[k] for k in ("$defs", "definitions") if k in root and k not in sub}
+    return {**sub, **extra}
+
+
+def _parameter(name: str, sub: Any, root: dict[str, Any]) -> Any:
+    """`<parameter=NAME>\\nVALUE\\n</parameter>\\n`: raw text for strings, JSON otherwise."""
+    begin, end = f"<parameter={name}>\n", "\n</parameter>\n"
+    if isinstance(sub, dict) and sub.get("type") == "string":
+        values = sub.get("enum") or ([sub["const"]] if "const" in sub else None)
+        if values and all(isinstance(v, str) for v in values):
+            options = [ConstStringFormat(value=f"{begin}{v}{end}") for v in values]
+            return options[0] if len(options) == 1 else OrFormat(elements=options)
+        return TagFormat(begin=begin, content=AnyTextFormat(excludes=[end.strip()]), end=end)
+    schema = _with_defs(sub, root) if sub is not None else True
+    content = JSONSchemaFormat(json_schema=schema, style="json", max_whitespace_cnt=_MAX_WS)
+    return TagFormat(begin=begin, content=content, end=end)
+
+
+def _arguments(schema: dict[str, Any] | None) -> Any:
+    """The parameters of one call in the schema's property order; optional ones may be left out."""
+    props = (schema or {}).get("properties")
+    if not isinstance(props, dict) or not props:
+        loose = schema if schema else {"type": "object"}
+        return JSONSchemaFormat(json_schema=loose, style="qwen_xml", max_whitespace_cnt=_MAX_WS)
+    required = set((schema or {}).get("required") or [])
+    parts: list[Any] = []
+    for name, sub in props.items():
+        part = _parameter(name, sub, schema or {})
+        parts.append(part if name in required else OptionalFormat(content=part))
+    return parts[0] if len(parts) == 1 else SequenceFormat(elements=parts)
+
+
+def _call(name: str, schema: dict[str, Any] | None) -> TagFormat:
+    return TagFormat(
+        begin=f"<tool_call>\n<function={name}>\n",
+        content=_arguments(schema),
+        end="</function>\n</tool_call>",
+    )
+
+
+def tool_call_grammar(
+    tools: Sequence[tuple[str, dict[str, Any] | None]],
+    *,
+    is_parallel: bool,
+    is_thinking: bool,
+    reasoning_budget: int | None,
+) -> StructuralTag:
+    """One or more calls of the given (name, parameters) tools and nothing else."""
+    calls = TagsWithSeparatorFormat(
+        tags=[_call(name, schema) for name, schema in tools],
+        separator="\n",
+        at_least_one=True,
+        stop_after_first=not is_parallel,
+    )
+    if not is_thinking:
+        return StructuralTag(format=calls)
+    return StructuralTag(
+        format=SequenceFormat(elements=[*_reasoning_prefix(reasoning_budget), calls])
+    )
+
+
+def json_grammar(
+    schema: dict[str, Any] | bool, *, is_thinking: bool, reasoning_budget: int | None
+) -> StructuralTag:
+    """A JSON value matching `schema` (json_object: `{"type": "object"}`)."""
+    body = JSONSchemaFormat(json_schema=schema, style="json", max_whitespace_cnt=_MAX_WS)
+    if not is_thinking:
+        return StructuralTag(format=body)
+    return StructuralTag(
+        format=SequenceFormat(elements=[*_reasoning_prefix(reasoning_budget), body])
+    )
+
+
+def reasoning_grammar(budget: int) -> StructuralTag:
+    """Free output whose reasoning block ends after at most `budget` tokens."""
+    rest = AnyTextFormat(excludes=_THINK_MARKERS)
+    return StructuralTag(format=SequenceFormat(elements=[*_reasoning_prefix(budget), rest]))

@@ -1,0 +1,164 @@
+"""`create_app(settings)` and the `sparkinfer-api` command."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+
+import torch
+import uvicorn
+from fastapi import Depends, FastAPI
+from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
+from sparkinfer.api.engine_client import EngineClient
+from sparkinfer.api.errors import install_error_handlers
+from sparkinfer.api.grammar import GrammarCompiler
+from sparkinfer.api.metrics import ServerMetrics
+from sparkinfer.api.routers import chat, completions, health, models, tokenize
+from sparkinfer.api.settings import Settings, SettingsError, parse_args
+from sparkinfer.model import embedded
+from sparkinfer.model.chat_template import ChatTemplate
+from sparkinfer.model.config import GenerationDefaults, ModelConfig
+from sparkinfer.model.tokenizer import Tokenizer
+from sparkinfer.model.weights import load_model, read_checkpoint_configs
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import Engine
+
+logger = logging.getLogger("sparkinfer.api")
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _device(settings: Settings) -> torch.device:
+    if settings.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(settings.device)
+
+
+def _dtype(settings: Settings, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on a GPU, float32 on the CPU (where bf16 matmuls are slow)."""
+    if settings.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[settings.dtype]
+
+
+def _max_model_len(settings: Settings, config: ModelConfig) -> int:
+    limit = config.context_len
+    if settings.max_model_len is None:
+        return limit
+    if settings.max_model_len > limit:
+        raise SettingsError(
+            f"SPARKINFER_MAX_MODEL_LEN (--max-model-len) is {settings.max_model_len}; the "
+            f"checkpoint supports {limit} tokens: lower it or leave it unset"
+        )
+    return settings.max_model_len
+
+
+def build_state(settings: Settings) -> ServerState:
+    """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
+    device = _device(settings)
+    dtype = _dtype(settings, device)
+    if settings.model is None:
+        logger.warning(
+            "no --model given: serving the embedded %s with RANDOM WEIGHTS (its output is "
+            "noise; it is for trying the API). Serve a real checkpoint with "
+            "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",
+            embedded.EMBEDDED_MODEL_ID,
+        )
+        tokenizer = Tokenizer.embedded()
+        chat_template = ChatTemplate.builtin(tokenizer)
+        model = embedded.build_embedded_model(device=device, dtype=dtype)
+        config: ModelConfig = model.config
+        gen = embedded.EMBEDDED_GENERATION_DEFAULTS
+        served = settings.served_model_name or embedded.EMBEDDED_MODEL_ID
+    else:
+        configs = read_checkpoint_configs(settings.model)
+        tokenizer = Tokenizer.from_checkpoint(configs.path)
+        chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
+        logger.info("loading %s on %s as %s", settings.model, device, dtype)
+        model = load_model(
+            configs.path, device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size
+        )
+        config, gen = configs.model, configs.generation
+        served = settings.served_model_name or settings.model
+    return _start(settings, served, config, gen, tokenizer, chat_template, model, device)
+
+
+def _start(
+    settings: Settings,
+    served: str,
+    config: ModelConfig,
+    gen: GenerationDefaults,
+    tokenizer: Tokenizer,
+    chat_template: ChatTemplate,
+    model: torch.nn.Module,
+    device: torch.device,
+) -> ServerState:
+    max_model_len = _max_model_len(settings, config)
+    eos = tuple(dict.fromkeys((*gen.eos_token_ids, *tokenizer.eos_token_ids)))
+    sched = SchedulerConfig(
+        max_num_seqs=settings.max_num_seqs,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_queue_depth=settings.max_queue_depth,
+        block_size=settings.block_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        enforce_eager=settings.enforce_eager,
+        deterministic=settings.deterministic,
+        eos_token_ids=eos,
+    )
+    engine = Engine.from_model(model, sched, device=device)
+    metrics = ServerMetrics(engine.stats)
+    logger.info("serving %r: max_model_len %d on %s", served, max_model_len, device)
+    return ServerState(
+        settings=settings,
+        model_id=served,
+        max_model_len=max_model_len,
+        model_vocab_size=config.text.vocab_size,
+        has_vision=config.vision is not None,
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+        defaults=SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
+        engine=EngineClient(engine, metrics),
+        metrics=metrics,
+        grammars=GrammarCompiler(tokenizer, model_vocab_size=config.text.vocab_size),
+        created=int(time.time()),
+    )
+
+
+def create_app(settings: Settings, *, state: ServerState | None = None) -> FastAPI:
+    """The FastAPI app; the model loads and the engine starts in its lifespan (or use `state`)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        server = state or build_state(settings)
+        app.state.server = server
+        try:
+            yield
+        finally:
+            server.engine.shutdown()
+
+    app = FastAPI(title="SparkInfer", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(health.router)
+    guarded = [Depends(require_api_key)]
+    for router in (models.router, chat.router, completions.router, tokenize.router):
+        app.include_router(router, dependencies=guarded)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `sparkinfer-api` command: parse flags and SPARKINFER_* settings, then serve."""
+    try:
+        settings, _ = parse_args(argv)
+    except SettingsError as exc:
+        print(f"sparkinfer-api: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
+    )

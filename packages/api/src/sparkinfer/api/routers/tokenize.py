@@ -1,0 +1,49 @@
+"""`POST /v1/tokenize` and `POST /v1/detokenize`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from sparkinfer.api.dependencies import State
+from sparkinfer.api.errors import InvalidRequest
+from sparkinfer.api.schemas.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from sparkinfer.model.chat_template import ChatOptions
+
+router = APIRouter()
+
+
+@router.post("/v1/tokenize")
+async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
+    """Token ids of a raw prompt (control tokens allowed) or of chat messages after the template."""
+    state.check_model(body.model)
+    if body.messages is not None:
+        options = ChatOptions(
+            add_generation_prompt=body.add_generation_prompt,
+            enable_thinking=True if body.enable_thinking is None else body.enable_thinking,
+        )
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        rendered = state.chat_template.render(messages, tools=tools, options=options)
+        ids = state.tokenizer.encode_chat(rendered.segments)
+    else:
+        ids = state.tokenizer.encode(body.prompt or "", allow_special=True)
+    strs = [state.tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
+    return TokenizeResponse(
+        tokens=ids, count=len(ids), max_model_len=state.max_model_len, token_strs=strs
+    )
+
+
+@router.post("/v1/detokenize")
+async def detokenize(body: DetokenizeRequest, state: State) -> DetokenizeResponse:
+    state.check_model(body.model)
+    bad = [t for t in body.tokens if not 0 <= t < state.tokenizer.vocab_size]
+    if bad:
+        raise InvalidRequest(
+            f"tokens holds {bad[0]}; token ids are in [0, {state.tokenizer.vocab_size})",
+            param="tokens",
+        )
+    return DetokenizeResponse(prompt=state.tokenizer.decode(body.tokens))

@@ -1,0 +1,59 @@
+"""A real `sparkinfer-api` server on the embedded default model, on a free port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sparkinfer.api.main import create_app
+from sparkinfer.api.settings import load_settings
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    base_url: str
+    app: FastAPI
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+
+@contextlib.contextmanager
+def serve(**overrides: Any) -> Iterator[RunningServer]:
+    """Start the server (embedded model, random weights) in a thread; stop it on exit."""
+    settings = load_settings({"max_model_len": 1024, "keep_alive_s": 0.2, **overrides}, environ={})
+    app = create_app(settings)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.05)
+    try:
+        yield RunningServer(f"http://127.0.0.1:{port}", app)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[RunningServer]:
+    with serve(max_num_seqs=8) as running:
+        yield running
