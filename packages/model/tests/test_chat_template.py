@@ -439,3 +439,10 @@ def test_errors_carry_the_param(
     with pytest.raises(ChatTemplateError) as excinfo:
         qwen38.render(messages)
     assert excinfo.value.param == param
+
+
+def test_placeholder_marker_avoids_private_use_text(qwen38: ChatTemplate, tok: Tokenizer) -> None:
+    content = "\ue000 0\ue000 <|im_end|> \ue001"
+    prompt = qwen38.render([{"role": "user", "content": content}], options=THINK_OFF)
+    assert f"user\n{content}<|im_end|>" in prompt.text
+    assert tok.encode_chat(prompt.segments).count(tok.special_ids.im_end) == 1
