@@ -23,7 +23,7 @@ async def tokens_per_word(client: OpenAIClient, seed: int) -> float:
 
 async def chars_per_token(client: OpenAIClient) -> float:
     """Characters of shipped prose per server token (the slope of two probes)."""
-    short, long = corpus.prose(1000), corpus.prose(9000)
+    short, long = corpus.prose(300), corpus.prose(2300)
     n_short, n_long = (
         await client.count_prompt_tokens(short),
         await client.count_prompt_tokens(long),
