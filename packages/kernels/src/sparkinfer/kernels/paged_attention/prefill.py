@@ -32,7 +32,7 @@ class PrefillConfig:
     BM: int = 128
     BN: int = 64
     num_warps: int = 8
-    num_stages: int = 2
+    num_stages: int = 3
 
 
 @triton.jit
@@ -134,7 +134,7 @@ def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
     if q.shape[-1] > 128:
-        return PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2)
+        return PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=3)
     return PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=3)
 
 
