@@ -31,12 +31,14 @@ def _clip_bytes(
     *,
     codec: str = "libx264",
     fmt: str = "mp4",
+    noise: bool = True,
 ) -> bytes:
-    """A clip whose frames differ (moving colour ramp plus noise), encoded in memory."""
+    """A clip whose frames differ (changing colour, a ramp, optional noise), encoded in memory."""
     import av
 
     rng = np.random.default_rng(0)
     ramp = np.linspace(0, 255, width, dtype=np.uint8)[None, :]
+    column = np.linspace(0, 255, height, dtype=np.uint8)[:, None]
     buf = io.BytesIO()
     with av.open(buf, mode="w", format=fmt) as container:
         stream = container.add_stream(codec, rate=fps)
@@ -45,7 +47,7 @@ def _clip_bytes(
             arr = np.empty((height, width, 3), np.uint8)
             arr[..., 0] = (i * 7) % 256
             arr[..., 1] = ramp
-            arr[..., 2] = rng.integers(0, 256, (height, width))
+            arr[..., 2] = rng.integers(0, 256, (height, width)) if noise else column
             for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():

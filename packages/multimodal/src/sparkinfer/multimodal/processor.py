@@ -33,6 +33,8 @@ from sparkinfer.multimodal.video import (
     video_to_patches,
 )
 
+_ARTICLE = {"image": "an image", "video": "a video"}
+
 
 @dataclass(frozen=True)
 class VisionTokenIds:
@@ -231,8 +233,8 @@ def expand_prompt(
                 )
             if item.kind != kind:
                 raise PlaceholderMismatch(
-                    f"placeholder {idx} of the prompt is for a {kind}, but media part {idx} is a "
-                    f"{item.kind}: keep media parts in the order they appear in the messages"
+                    f"placeholder {idx} of the prompt expects {_ARTICLE[kind]}, but media part "
+                    f"{idx} is {_ARTICLE[item.kind]}: keep media parts in message order"
                 )
             out += placeholder_ids(item, token_ids=token_ids, encode_text=encode_text)
             i += 3
