@@ -99,9 +99,13 @@ def test_determinism_against_our_server(api_server, tmp_path):
         "4",
         "--runs",
         "2",
+        "--reference",
+        "embedded",
         "--out",
         str(tmp_path),
     ]
     assert main(argv) == 0
     depths = json.loads((tmp_path / "determinism.json").read_text())["raw"]["depths"]
     assert all(len(d["outputs"]) == 2 and d["prompt_tokens"] for d in depths)
+    # the CPU fp32 server and the offline reference path agree token for token
+    assert all(d["reference"] == d["outputs"][0] for d in depths), depths

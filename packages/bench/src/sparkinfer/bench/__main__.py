@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-correct", action="store_true", help="also gate on the right answer")
     p.add_argument(
         "--reference",
-        type=Path,
         metavar="CHECKPOINT",
-        help="also compare with the offline plain-torch path on this small checkpoint",
+        help="also compare with the offline fp32 CPU path on this small checkpoint ('embedded': "
+        "the server's built-in model); the server is then asked through /v1/completions",
     )
     p = sub.add_parser("prefix-cache", help="cold vs warm wall clock with a shared long prefix")
     _http_flags(p, "chat")
@@ -273,9 +273,7 @@ async def _determinism(args: argparse.Namespace, info: provenance.RunInfo) -> Re
         if args.reference is not None:
             from sparkinfer.bench.evals import reference
 
-            reference.fill(
-                results, args.reference, endpoint=args.endpoint, max_tokens=args.max_tokens
-            )
+            reference.fill(results, args.reference, max_tokens=args.max_tokens)
         raw = {"depths": [{k: v for k, v in r.__dict__.items() if k != "prompt"} for r in results]}
         return Report(
             "determinism",
@@ -341,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode in HTTP_MODES:
             if args.seed is None:
                 args.seed = int(time.time()) % 1_000_000
+            if getattr(args, "reference", None):
+                args.endpoint = "completions"  # both sides tokenize the same raw text
             report = asyncio.run(_HTTP_RUNNERS[args.mode](args, info))
         else:
             report = _local(args, info)
