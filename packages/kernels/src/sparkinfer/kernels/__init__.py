@@ -1,1 +1,12 @@
-"""Triton kernels for Qwen3.8, each beside a plain-torch reference."""
+"""Triton kernels for Qwen3.8, each beside a plain-torch reference of the same signature.
+
+One subpackage per op; import the op from its subpackage (this module imports nothing):
+
+- `paged_attention`: `write_kv_cache`, `paged_attention_prefill`, `paged_attention_decode`
+- `rms_norm`: `rms_norm` ((1+w) form, optional residual add), `gated_rms_norm` (norm, then silu(z))
+- `rotary`: `apply_rotary` (in place, partial, rotate_half style)
+- `linear`: `linear` (skinny GEMM or cuBLAS per shape), `skinny_gemm`
+- `gated_delta_rule`, `causal_conv1d`: the Gated-DeltaNet mixer's kernels
+
+Each `<op>` has an `<op>_ref` in plain torch (fp32 accumulate) that is its specification.
+"""
