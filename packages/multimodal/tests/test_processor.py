@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import SimpleNamespace
@@ -54,11 +55,13 @@ def to_text(ids: list[int]) -> str:
 
 
 def image_media(h: int, w: int) -> ProcessedMedia:
-    return ProcessedMedia("image", torch.zeros(h * w, 1536), (1, h, w))
+    return ProcessedMedia("image", torch.zeros(h * w, 1536), (1, h, w), f"img{h}x{w}")
 
 
 def video_media(t: int, h: int, w: int, stamps: tuple[float, ...]) -> ProcessedMedia:
-    return ProcessedMedia("video", torch.zeros(t * h * w, 1536), (t, h, w), timestamps=stamps)
+    return ProcessedMedia(
+        "video", torch.zeros(t * h * w, 1536), (t, h, w), f"vid{t}x{h}x{w}", timestamps=stamps
+    )
 
 
 def test_process_image_from_data_url(image_bytes, data_url) -> None:
@@ -68,6 +71,7 @@ def test_process_image_from_data_url(image_bytes, data_url) -> None:
     assert media.kind == "image" and media.grid_thw == (1, 28, 28)
     assert media.pixel_values.shape == (784, 1536) and media.pixel_values.dtype == torch.float32
     assert media.num_patches == 784 and media.num_tokens == 196
+    assert media.content_hash == hashlib.sha256(image_bytes(448, 448)).hexdigest()
     prompt = expand_prompt([1, START, IMG, END, 2], [media], token_ids=IDS, encode_text=char_encode)
     assert prompt == [1, START, *[IMG] * 196, END, 2]  # 198-token block (SPEC example 1)
 

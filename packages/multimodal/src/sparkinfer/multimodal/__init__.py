@@ -1,1 +1,27 @@
 """Media decoding for SparkInfer: data URLs, images (Pillow), video (PyAV)."""
+
+from sparkinfer.multimodal.data_url import MediaLimits
+from sparkinfer.multimodal.errors import MediaError
+from sparkinfer.multimodal.processor import (
+    ProcessedMedia,
+    ProcessorConfig,
+    VisionTokenIds,
+    expand_prompt,
+    parse_processor_config,
+    placeholder_ids,
+    process_image,
+    process_video,
+)
+
+__all__ = [
+    "MediaError",
+    "MediaLimits",
+    "ProcessedMedia",
+    "ProcessorConfig",
+    "VisionTokenIds",
+    "expand_prompt",
+    "parse_processor_config",
+    "placeholder_ids",
+    "process_image",
+    "process_video",
+]

@@ -11,6 +11,7 @@ api runs it off the event loop. The api's flow for one request:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -61,12 +62,15 @@ class ProcessedMedia:
 
     pixel_values: [t * h * w, 1536] float32 patch vectors (merge-block order)
     grid_thw:     (t, h, w) in patches; an image has t = 1
+    content_hash: sha256 hex of the media bytes: pad tokens look alike for every image, so
+                  prefix-cache keys of blocks holding them must include this
     timestamps:   video only: seconds shown before each of the t temporal groups
     """
 
     kind: Literal["image", "video"]
     pixel_values: torch.Tensor
     grid_thw: tuple[int, int, int]
+    content_hash: str
     merge_size: int = 2
     timestamps: tuple[float, ...] = ()
 
@@ -137,6 +141,7 @@ def process_image(
         kind="image",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
+        content_hash=hashlib.sha256(parsed.data).hexdigest(),
         merge_size=config.patch.merge_size,
     )
 
@@ -162,6 +167,7 @@ def process_video(
         kind="video",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
+        content_hash=hashlib.sha256(parsed.data).hexdigest(),
         merge_size=config.patch.merge_size,
         timestamps=tuple(stamps),
     )
