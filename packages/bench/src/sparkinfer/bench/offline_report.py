@@ -1,0 +1,164 @@
+"""The offline benchmark's rows, release goals, tables and gates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkinfer.bench import roofline
+from sparkinfer.bench.report import Gate, Table
+
+# Targets on an H200 (release goals, as ratios they match the 0.5.5 figures on an RTX 5090).
+GOAL_DECODE_1 = 76.0  # single stream at 4K context, tok/s
+GOAL_DECODE_AT = (32, 1600.0)  # aggregate tok/s at this concurrency
+GOAL_PREFILL = {4096: 13_000.0, 262_144: 5_300.0}  # prompt tok/s
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    batch: int
+    context: int
+    stream_tok_s: float  # median over streams, after each one's first token
+    aggregate_tok_s: float  # all streams decoding: tokens / time after the last first token
+    e2e_tok_s: float  # all output tokens / wall clock from submission
+    roofline_tok_s: float
+    peak_gib: float
+    errors: int
+
+
+@dataclass(frozen=True)
+class PrefillRow:
+    prompt_len: int
+    ttft_ms: float
+    ttft_p90_ms: float
+    tok_s: float
+    roofline_tok_s: float
+    peak_gib: float
+
+
+def _goal_decode(row: DecodeRow) -> float | None:
+    if row.batch == 1 and row.context == 4096:
+        return GOAL_DECODE_1
+    return GOAL_DECODE_AT[1] if row.batch == GOAL_DECODE_AT[0] else None
+
+
+def tables(
+    peaks: roofline.Peaks, decode: list[DecodeRow], prefill: list[PrefillRow], peer: list
+) -> list[Table]:
+    def met(value: float, goal: float | None) -> str | None:
+        return None if goal is None else ("met" if value >= goal else "MISSED")
+
+    tables = [
+        Table(
+            "measured peaks",
+            ["copy GB/s (read+write)", "bf16 matmul TFLOP/s"],
+            [[peaks.copy_bytes_s / 1e9, peaks.matmul_flop_s / 1e12]],
+        )
+    ]
+    rows = []
+    for r in decode:
+        goal = _goal_decode(r)
+        value = r.stream_tok_s if r.batch == 1 else r.aggregate_tok_s
+        rows.append(
+            [
+                r.batch,
+                r.context,
+                r.stream_tok_s,
+                r.aggregate_tok_s,
+                r.e2e_tok_s,
+                r.roofline_tok_s,
+                value / r.roofline_tok_s,
+                goal,
+                met(value, goal),
+                r.peak_gib,
+                r.errors,
+            ]
+        )
+    tables.append(
+        Table(
+            "decode (greedy, fixed output length)",
+            [
+                "batch",
+                "context",
+                "per-stream tok/s",
+                "aggregate tok/s",
+                "e2e tok/s",
+                "roofline tok/s",
+                "of roofline",
+                "goal",
+                "",
+                "peak GiB",
+                "errors",
+            ],
+            rows,
+            ["aggregate: tokens decoded once every stream is past prefill, over that time"],
+        )
+    )
+    tables.append(
+        Table(
+            "prefill (one request, max_tokens 1)",
+            [
+                "prompt tokens",
+                "TTFT p50 ms",
+                "TTFT p90 ms",
+                "tok/s",
+                "roofline tok/s",
+                "of roofline",
+                "goal",
+                "",
+                "peak GiB",
+            ],
+            [
+                [
+                    r.prompt_len,
+                    r.ttft_ms,
+                    r.ttft_p90_ms,
+                    r.tok_s,
+                    r.roofline_tok_s,
+                    r.tok_s / r.roofline_tok_s,
+                    GOAL_PREFILL.get(r.prompt_len),
+                    met(r.tok_s, GOAL_PREFILL.get(r.prompt_len)),
+                    r.peak_gib,
+                ]
+                for r in prefill
+            ],
+        )
+    )
+    if peer:
+        ours = {f"prefill {r.prompt_len}": r.tok_s for r in prefill}
+        ours |= {f"decode @{r.context}": r.stream_tok_s for r in decode if r.batch == 1}
+        tables.append(
+            Table(
+                "transformers peer (same shapes, same GPU)",
+                ["phase", "transformers tok/s", "sparkinfer tok/s", "speedup", "note"],
+                [
+                    [
+                        p.phase,
+                        p.tok_s,
+                        ours.get(p.phase),
+                        ours[p.phase] / p.tok_s if p.tok_s and ours.get(p.phase) else None,
+                        p.note,
+                    ]
+                    for p in peer
+                ],
+            )
+        )
+    return tables
+
+
+def gates(decode: list[DecodeRow], prefill: list[PrefillRow], use_goals: bool) -> list[Gate]:
+    errors = sum(r.errors for r in decode)
+    gates = [Gate("every request finishes", errors == 0, f"{errors} request(s) ended in error")]
+    if use_goals:
+        missed = [
+            f"decode batch {r.batch}"
+            for r in decode
+            if (g := _goal_decode(r))
+            and (r.stream_tok_s if r.batch == 1 else r.aggregate_tok_s) < g
+        ]
+        missed += [
+            f"prefill {r.prompt_len}"
+            for r in prefill
+            if r.prompt_len in GOAL_PREFILL and r.tok_s < GOAL_PREFILL[r.prompt_len]
+        ]
+        gates.append(Gate("release goals", not missed, f"missed: {missed or 'none'}"))
+    return gates
