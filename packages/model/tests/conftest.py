@@ -164,7 +164,7 @@ class PagedRunner:
         logits = self.model.compute_logits(self.model(ids, batch))
         for s, t in chunks:
             self.cached[s] += len(t)
-        return list(logits.split([len(t) for _, t in chunks]))
+        return list(logits.cpu().split([len(t) for _, t in chunks]))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Bias-free linear layer: torch's GEMM, or the skinny decode GEMM kernel for few rows on CUDA."""
+"""Bias-free linear layer: torch's GEMM on CPU; on CUDA the kernels' `linear`, which picks the
+skinny GEMM or cuBLAS per shape from its measured table."""
 
 from __future__ import annotations
 
@@ -6,9 +7,6 @@ import torch
 import torch.nn.functional as F
 from sparkinfer.model.layers import KernelOps, new_parameter
 from torch import nn
-
-# Up to this many rows (decode batches) the skinny GEMM kernel beats cuBLAS.
-SKINNY_MAX_ROWS = 16
 
 
 class Linear(nn.Module):
@@ -29,6 +27,6 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in_features] -> [T, out_features]."""
-        if self.ops.linear is not None and x.shape[0] <= SKINNY_MAX_ROWS:
+        if self.ops.linear is not None:
             return self.ops.linear(x, self.weight)
         return F.linear(x, self.weight)
