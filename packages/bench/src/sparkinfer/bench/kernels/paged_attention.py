@@ -148,6 +148,7 @@ def bench_decode(device, batches, contexts, warmup: int, iters: int) -> list[Row
             times["torch_sdpa"] = time_cuda(_sdpa_decode(batch, context, device), warmup=warmup,
                                             iters=iters)  # fmt: skip
             torch.cuda.empty_cache()
+        sdpa_ms = times["torch_sdpa"].median_ms if "torch_sdpa" in times else None
         for impl, t in times.items():
             rows.append({
                 "op": "attention_decode", "impl": impl,
@@ -155,6 +156,7 @@ def bench_decode(device, batches, contexts, warmup: int, iters: int) -> list[Row
                 "median_ms": t.median_ms, "p90_ms": t.p90_ms,
                 "GB/s": kv_bytes / t.median_ms / 1e6,
                 "of_copy_bw": kv_bytes / (t.median_ms / 1e3) / copy,
+                "vs_sdpa": sdpa_ms / t.median_ms if sdpa_ms else None,
                 "max_abs_err": err if impl == "fast" else None,
             })  # fmt: skip
     return rows
