@@ -231,6 +231,23 @@ def test_convert_value(value: str, schema: dict[str, Any] | None, expected: Any)
     assert convert_value(value, schema) == expected
 
 
+def test_local_refs_resolve() -> None:
+    root = {
+        "$defs": {
+            "unit": {"type": "string"},
+            "n": {"$ref": "#/$defs/count"},
+            "count": {"type": "integer"},
+        },
+        "properties": {"loop": {"$ref": "#/$defs/loop"}},
+    }
+    root["$defs"]["loop"] = {"$ref": "#/$defs/loop"}
+    assert convert_value("123", {"$ref": "#/$defs/unit"}, root=root) == "123"
+    assert convert_value("7", {"$ref": "#/$defs/n"}, root=root) == 7
+    assert convert_value("7", {"$ref": "#/$defs/missing"}, root=root) == 7
+    assert convert_value("x", {"$ref": "#/$defs/loop"}, root=root) == "x"
+    assert schema_types({"$ref": "https://example.com/s.json"}, root=root) == set()
+
+
 def test_schema_types() -> None:
     assert schema_types({"type": ["str", "NULL"]}) == {"string", "null"}
     assert schema_types({"anyOf": [{"type": "integer"}, {}]}) == set()

@@ -37,6 +37,7 @@ TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 _PARAM_OPEN = re.compile(r"\s*<parameter=([^>\n]+)>")
 _PARAM_CLOSE = "</parameter>"
+_MAX_REF_DEPTH = 32  # recursive $refs stop here (treated as any type)
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*\Z", re.DOTALL)
 _TYPE_ALIASES = {
     "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
@@ -272,7 +273,8 @@ def _parse_parameters(body: str, schema: Mapping[str, Any]) -> dict[str, Any] | 
         value = value.removeprefix("\n").removesuffix("\n")
         name = opening.group(1).strip()
         prop = props.get(name)
-        arguments[name] = convert_value(value, prop if isinstance(prop, Mapping) else None)
+        prop_schema = prop if isinstance(prop, Mapping) else None
+        arguments[name] = convert_value(value, prop_schema, root=schema)
         pos = close + len(_PARAM_CLOSE)
     return arguments
 
@@ -288,10 +290,16 @@ def _find_param_close(body: str, start: int) -> int:
     return -1
 
 
-def schema_types(schema: Mapping[str, Any] | None) -> set[str]:
-    """JSON types a schema allows (through type lists, anyOf/oneOf and enums); empty = any."""
-    if schema is None:
+def schema_types(
+    schema: Mapping[str, Any] | None, *, root: Mapping[str, Any] | None = None, depth: int = 0
+) -> set[str]:
+    """JSON types a schema allows (type lists, anyOf/oneOf, enums, local `$ref`s into `root`);
+    an empty set means any type."""
+    if schema is None or depth > _MAX_REF_DEPTH:
         return set()
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return schema_types(_resolve_ref(ref, root), root=root, depth=depth + 1)
     found: set[str] = set()
     declared = schema.get("type")
     for name in declared if isinstance(declared, list) else [declared]:
@@ -300,7 +308,9 @@ def schema_types(schema: Mapping[str, Any] | None) -> set[str]:
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         for branch in branches if isinstance(branches, list) else []:
-            sub = schema_types(branch if isinstance(branch, Mapping) else None)
+            sub = schema_types(
+                branch if isinstance(branch, Mapping) else None, root=root, depth=depth + 1
+            )
             if not sub:
                 return set()  # one unconstrained branch allows anything
             found |= sub
@@ -310,9 +320,25 @@ def schema_types(schema: Mapping[str, Any] | None) -> set[str]:
     return found
 
 
-def convert_value(value: str, schema: Mapping[str, Any] | None) -> Any:
-    """Convert a raw parameter text by the schema's type(s); fall back to the raw string."""
-    types = schema_types(schema)
+def _resolve_ref(ref: str, root: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A local JSON pointer (`#/$defs/unit`) inside `root`; None when it does not resolve."""
+    if root is None or not ref.startswith("#"):
+        return None
+    node: Any = root
+    for key in ref[1:].split("/")[1:] if ref != "#" else []:
+        key = key.replace("~1", "/").replace("~0", "~")
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def convert_value(
+    value: str, schema: Mapping[str, Any] | None, *, root: Mapping[str, Any] | None = None
+) -> Any:
+    """Convert a raw parameter text by the schema's type(s); fall back to the raw string.
+
+    `root` is the tool's whole parameters schema, for resolving local `$ref`s.
+    """
+    types = schema_types(schema, root=root)
     if types == {"string"}:
         return value
     stripped = value.strip()
