@@ -199,3 +199,11 @@ def test_video_without_pyav_says_what_to_install(monkeypatch, clip_bytes) -> Non
     monkeypatch.setattr(video_module, "av", None)
     with pytest.raises(VideoUnavailable, match=r"install PyAV \(pip install av\)"):
         decode(clip_bytes(1, 30, 64, 64))
+
+
+def test_video_single_frame_becomes_one_group(clip_bytes) -> None:
+    video = decode(clip_bytes(0.1, 10, 64, 64))
+    assert video.frame_indices == (0,)
+    patches = video_to_patches(video, PATCH)
+    assert patches.grid_thw == (1, 4, 4)
+    assert group_timestamps(video.frame_indices, video.source_fps) == [0.0]
