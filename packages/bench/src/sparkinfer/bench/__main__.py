@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
     p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
     p.add_argument("--only", help="comma-separated module names (default: all)")
     p.add_argument("--device", default="cuda")

@@ -149,6 +149,7 @@ def measure_decode(
         roofline.decode_roofline_tok_s(cfg, peaks, batch=batch, context=context + new_tokens // 2),
         torch.cuda.max_memory_allocated() / 2**30,
         len(t.errors),
+        cfg.num_hidden_layers == 64,
     )
 
 
@@ -168,6 +169,7 @@ def measure_prefill(
         prompt_len / median,
         roofline.prefill_roofline_tok_s(cfg, peaks, prompt_len=prompt_len),
         torch.cuda.max_memory_allocated() / 2**30,
+        cfg.num_hidden_layers == 64,
     )
 
 
@@ -191,6 +193,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         max_num_seqs=max(args.concurrency),
         max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.new_tokens),
         max_num_batched_tokens=args.max_batched_tokens,
+        enforce_eager=args.enforce_eager,
     )
     log("offline: starting the engine (caches, CUDA graphs)")
     engine = Engine.from_model(model, sched, device=device)

@@ -82,9 +82,12 @@ def decode_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, batch: int, context:
 
 
 def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) -> float:
-    """Prompt tok/s at the matmul peak; causal attention sees (L + 1) / 2 keys on average."""
+    """Prompt tok/s at the matmul peak; causal attention sees (L + 1) / 2 keys on average.
+
+    Only the last prompt token goes through lm_head, so the head is left out per token.
+    """
     per_token = (
-        2 * matmul_params(cfg)
+        2 * (matmul_params(cfg) - cfg.vocab_size * cfg.hidden_size)
         + attention_flops_per_token(cfg, (prompt_len + 1) // 2)
         + gdn_flops_per_token(cfg)
     )
@@ -92,12 +95,21 @@ def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) ->
 
 
 def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int = 8192) -> Peaks:
-    """Device-to-device copy GB/s and `matmul_n`^3 bf16 matmul FLOP/s, median of 20 timed runs."""
-    src = torch.empty(copy_mib * 2**20, dtype=torch.uint8, device=device)
+    """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (medians of 20 runs)."""
+    peaks = Peaks(_copy_rate(device, copy_mib), _matmul_rate(device, matmul_n))
+    torch.cuda.empty_cache()  # the buffers are gone: hand their memory back before the model loads
+    return peaks
+
+
+def _copy_rate(device: torch.device, mib: int) -> float:
+    src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_s = time_cuda(lambda: dst.copy_(src), iters=20).median_ms / 1e3
-    a = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(matmul_n, matmul_n, device=device, dtype=torch.bfloat16)
-    matmul_s = time_cuda(lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
-    torch.cuda.empty_cache()
-    return Peaks(2 * copy_mib * 2**20 / copy_s, 2 * matmul_n**3 / matmul_s)
+    seconds = time_cuda(lambda: dst.copy_(src), iters=20).median_ms / 1e3
+    return 2 * mib * 2**20 / seconds  # bytes read plus bytes written
+
+
+def _matmul_rate(device: torch.device, n: int) -> float:
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    seconds = time_cuda(lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
+    return 2 * n**3 / seconds
