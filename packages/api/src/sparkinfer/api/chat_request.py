@@ -121,7 +121,9 @@ def prepare_chat(req: ChatCompletionRequest, state: ServerState) -> PreparedChat
         budget = _forced_budget(thinking, req.output_limit)
         tag = tool_call_grammar(
             spec,
-            is_parallel=req.parallel_tool_calls and len(spec) > 0,
+            # A named choice is one call of that tool, as in OpenAI's API.
+            is_parallel=req.parallel_tool_calls
+            and not isinstance(req.tool_choice, NamedToolChoice),
             is_thinking=thinking.is_enabled,
             reasoning_budget=budget,
         )

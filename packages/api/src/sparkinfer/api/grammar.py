@@ -103,9 +103,23 @@ def _with_defs(sub: Any, root: dict[str, Any]) -> Any:
     return {**sub, **extra}
 
 
+def _resolve(sub: Any, root: dict[str, Any]) -> Any:
+    """Follow a property's local `$ref` chain (`#/$defs/...`) to the schema it names."""
+    for _ in range(16):  # a longer chain is a cycle: keep the $ref for the JSON grammar
+        ref = sub.get("$ref") if isinstance(sub, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return sub
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part.replace("~1", "/").replace("~0", "~"), {})
+        sub = target
+    return sub
+
+
 def _parameter(name: str, sub: Any, root: dict[str, Any]) -> Any:
     """`<parameter=NAME>\\nVALUE\\n</parameter>\\n`: raw text for strings, JSON otherwise."""
     begin, end = f"<parameter={name}>\n", "\n</parameter>\n"
+    sub = _resolve(sub, root)
     if isinstance(sub, dict) and sub.get("type") == "string":
         values = sub.get("enum") or ([sub["const"]] if "const" in sub else None)
         if values and all(isinstance(v, str) for v in values):

@@ -1,0 +1,59 @@
+"""Text completions: string and token-id prompts, streaming, echo, logprobs (OpenAI client)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from .conftest import RunningServer
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key="unused")
+
+
+@pytest.fixture(scope="module")
+def model(client: openai.OpenAI) -> str:
+    return client.models.list().data[0].id
+
+
+def test_string_prompt(client: openai.OpenAI, model: str) -> None:
+    r = client.completions.create(model=model, prompt="Once upon a time", max_tokens=4, seed=1)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage is not None and (r.usage.prompt_tokens, r.usage.completion_tokens) == (4, 4)
+
+
+def test_token_id_prompt_matches_text_prompt(
+    server: RunningServer, client: openai.OpenAI, model: str
+) -> None:
+    ids = httpx.post(server.v1 + "/tokenize", json={"prompt": "Once upon a time"}).json()["tokens"]
+    by_ids = client.completions.create(model=model, prompt=ids, max_tokens=4, temperature=0)
+    by_text = client.completions.create(
+        model=model, prompt="Once upon a time", max_tokens=4, temperature=0
+    )
+    assert by_ids.choices[0].text == by_text.choices[0].text
+
+
+def test_stream_with_usage_and_logprobs(client: openai.OpenAI, model: str) -> None:
+    chunks = list(
+        client.completions.create(
+            model=model,
+            prompt="Hello",
+            max_tokens=3,
+            stream=True,
+            logprobs=2,
+            stream_options={"include_usage": True},
+        )
+    )
+    text_chunks = [c for c in chunks if c.choices]
+    assert text_chunks[-1].choices[0].finish_reason == "length"
+    assert sum(len(c.choices[0].logprobs.tokens) for c in text_chunks if c.choices[0].logprobs) == 3
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+
+
+def test_echo_and_batch_of_prompts(client: openai.OpenAI, model: str) -> None:
+    r = client.completions.create(model=model, prompt=["Hi", "Bye"], max_tokens=2, echo=True)
+    assert [c.text[:2] for c in r.choices] == ["Hi", "By"]
+    assert r.usage is not None and r.usage.completion_tokens == 4

@@ -1,0 +1,66 @@
+"""Server wiring: /v1/models, /health, /metrics, /v1/tokenize, the API key, start-up settings."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from sparkinfer.api.main import main
+from sparkinfer.model.embedded import EMBEDDED_MODEL_ID
+
+from .conftest import RunningServer, serve
+
+
+def test_models_lists_the_embedded_model(server: RunningServer) -> None:
+    models = openai.OpenAI(base_url=server.v1, api_key="x").models.list().data
+    assert [m.id for m in models] == [EMBEDDED_MODEL_ID]
+    card = models[0].model_extra or {}
+    assert card["max_model_len"] == 1024
+    assert card["input_modalities"] == ["text"]
+
+
+def test_health_and_metrics(server: RunningServer) -> None:
+    assert httpx.get(server.base_url + "/health").json() == {"status": "ok"}
+    text = httpx.get(server.base_url + "/metrics").text
+    for name in (
+        "sparkinfer_requests_running",
+        "sparkinfer_requests_waiting",
+        "sparkinfer_kv_cache_usage_ratio",
+        "sparkinfer_state_slot_usage_ratio",
+        "sparkinfer_prompt_tokens_total",
+        "sparkinfer_generation_tokens_total",
+        "sparkinfer_time_to_first_token_seconds_bucket",
+        "sparkinfer_inter_token_latency_seconds_bucket",
+        "sparkinfer_e2e_request_latency_seconds_bucket",
+    ):
+        assert name in text
+
+
+def test_tokenize_and_detokenize_round_trip(server: RunningServer) -> None:
+    ids = httpx.post(server.v1 + "/tokenize", json={"prompt": "Hello, world"}).json()["tokens"]
+    text = httpx.post(server.v1 + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    assert text == "Hello, world"
+    chat = httpx.post(
+        server.v1 + "/tokenize", json={"messages": [{"role": "user", "content": "Hi"}]}
+    ).json()
+    assert chat["count"] == len(chat["tokens"]) and chat["max_model_len"] == 1024
+
+
+def test_api_key_guards_v1_routes() -> None:
+    with serve(api_key="sk-test") as guarded:
+        assert httpx.get(guarded.base_url + "/health").status_code == 200
+        resp = httpx.get(guarded.v1 + "/models")
+        assert resp.status_code == 401
+        assert resp.json()["error"]["code"] == "invalid_api_key"
+        ok = openai.OpenAI(base_url=guarded.v1, api_key="sk-test").models.list()
+        assert ok.data[0].id == EMBEDDED_MODEL_ID
+
+
+def test_bad_setting_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPARKINFER_MAX_NUM_SEQS", "-3")
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert "SPARKINFER_MAX_NUM_SEQS" in capsys.readouterr().err
