@@ -204,6 +204,24 @@ def test_mrope_positions_equal_text_positions_for_text(causal_model) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@torch.no_grad()
+def test_mrope_positions_match_transformers(causal_ckpt: Path, causal_model, paged_runner) -> None:
+    """Distinct (t, h, w) positions, as vision tokens get them, through the whole model."""
+    from transformers import Qwen3_5ForCausalLM
+
+    hf = Qwen3_5ForCausalLM.from_pretrained(causal_ckpt, dtype=torch.float32).eval()
+    prompt, idx = _tokens(80, seed=80), torch.arange(80)
+    positions = torch.stack([idx // 4, idx % 7 + idx // 4, idx % 5 + idx // 4])
+    ref = hf(input_ids=prompt[None], position_ids=positions[:, None, :]).logits[0]
+    runner = paged_runner(causal_model, max_lens=[80])
+    batch = ForwardBatch.build(
+        [80], [0], runner.tables, runner.slots, caches=runner.caches, block_size=16, device="cpu",
+        positions=positions,
+    )  # fmt: skip
+    ours = causal_model.compute_logits(causal_model(prompt, batch))
+    assert _rel_err(ours, ref) <= FP32_TOL
+
+
 def test_mrope_interleaving_matches_transformers() -> None:
     from transformers import Qwen3_5TextConfig
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
