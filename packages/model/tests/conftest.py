@@ -81,9 +81,18 @@ def _randomise(model: torch.nn.Module, seed: int) -> None:
 
 
 def write_checkpoint(
-    path: Path, *, text: dict[str, Any], conditional: bool, seed: int = 0, **save: Any
+    path: Path,
+    *,
+    text: dict[str, Any],
+    conditional: bool,
+    seed: int = 0,
+    top: dict[str, Any] | None = None,
+    **save: Any,
 ) -> Path:
-    """Write a random transformers checkpoint (ForConditionalGeneration or ForCausalLM) to path."""
+    """Write a random transformers checkpoint (ForConditionalGeneration or ForCausalLM) to path.
+
+    top: extra top-level config keys of a ForConditionalGeneration (e.g. vision token ids).
+    """
     from transformers import (
         Qwen3_5Config,
         Qwen3_5ForCausalLM,
@@ -93,7 +102,7 @@ def write_checkpoint(
 
     torch.manual_seed(seed)
     if conditional:
-        config = Qwen3_5Config(text_config=text, vision_config=VISION_TINY)
+        config = Qwen3_5Config(text_config=text, vision_config=VISION_TINY, **(top or {}))
         model = Qwen3_5ForConditionalGeneration(config)
     else:
         model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**text))
@@ -114,6 +123,22 @@ def conditional_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(
         tmp_path_factory.mktemp("conditional"), text=TEXT_WIDE, conditional=True, seed=1
     )
+
+
+# in-vocabulary vision token ids, so that transformers can embed the prompts of these checkpoints
+VISION_TOKEN_IDS = {
+    "image_token_id": 300,
+    "video_token_id": 301,
+    "vision_start_token_id": 302,
+    "vision_end_token_id": 303,
+}
+
+
+@pytest.fixture(scope="session")
+def mm_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like conditional_ckpt, with vision token ids inside the 320-token vocabulary."""
+    path = tmp_path_factory.mktemp("mm")
+    return write_checkpoint(path, text=TEXT_WIDE, conditional=True, seed=3, top=VISION_TOKEN_IDS)
 
 
 class PagedRunner:

@@ -11,6 +11,7 @@ transformers fp32 must stay within BF16_NOISE_FACTOR x transformers' bf16 error 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,3 +275,141 @@ def test_cache_spec_follows_layer_schedule(causal_model) -> None:
 
 
 TEXT_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}
+
+
+# Multimodal prompts: processor -> vision tower -> merge -> MRoPE positions -> decoder, against
+# transformers' Qwen3_5ForConditionalGeneration called with the same ids and pixels (conftest's
+# mm_ckpt: image pad 300, video pad 301, vision start 302, end 303).
+
+
+def _png_url(width: int, height: int, seed: int) -> str:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    arr = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr, "RGB").save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _mp4_url(num_frames: int, fps: int, size: int) -> str:
+    import base64
+    import io
+
+    import av
+    import numpy as np
+
+    rng, buf = np.random.default_rng(0), io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = size, size, "yuv420p"
+        for _ in range(num_frames):
+            arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return "data:video/mp4;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def mm_media() -> dict[str, object]:
+    """Processed media: small bounds keep the grids tiny (real 16-px patches, 2x2 merge)."""
+    from sparkinfer.multimodal import (
+        MediaLimits,
+        parse_processor_config,
+        process_image,
+        process_video,
+    )
+
+    config = parse_processor_config({"size": {"shortest_edge": 1024, "longest_edge": 1 << 20}})
+    limits = MediaLimits()
+    return {
+        "wide": process_image(_png_url(96, 64, 1), field="a", config=config, limits=limits),
+        "tall": process_image(_png_url(32, 96, 2), field="b", config=config, limits=limits),
+        "video": process_video(_mp4_url(8, 4, 64), field="c", config=config, limits=limits),
+    }
+
+
+MM_CASES = {"one_image": ["wide"], "two_images": ["wide", "tall"], "video": ["video"]}
+
+
+def _mm_prompt(media: list) -> list[int]:
+    """Text, then each item's template triple followed by more text, expanded for the media."""
+    from sparkinfer.multimodal import VisionTokenIds, expand_prompt
+
+    ids = VisionTokenIds(image_pad=300, video_pad=301, vision_start=302, vision_end=303)
+    prompt = [5, 17, 42]
+    for i, item in enumerate(media):
+        pad = ids.image_pad if item.kind == "image" else ids.video_pad
+        prompt += [ids.vision_start, pad, ids.vision_end, 60 + i, 7]
+    # timestamps (`<0.5 seconds>`) become ordinary text ids of this 320-token vocabulary
+    return expand_prompt(
+        prompt, media, token_ids=ids, encode_text=lambda s: [ord(c) % 250 for c in s]
+    )
+
+
+@pytest.mark.parametrize("case", MM_CASES)
+@torch.no_grad()
+def test_multimodal_prompt_matches_transformers(mm_ckpt, mm_media, paged_runner, case) -> None:
+    from sparkinfer.model.mrope import get_rope_positions, text_positions
+    from sparkinfer.model.vision import merge_vision_embeddings
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    media = [mm_media[k] for k in MM_CASES[case]]
+    ids = torch.tensor(_mm_prompt(media))
+    images = [m for m in media if m.kind == "image"]
+    videos = [m for m in media if m.kind == "video"]
+    next_id = torch.tensor([11])
+
+    hf = Qwen3_5ForConditionalGeneration.from_pretrained(mm_ckpt, dtype=torch.float32).eval()
+    types = torch.where(ids == 300, 1, torch.where(ids == 301, 2, 0))
+    kwargs = {"mm_token_type_ids": types[None], "use_cache": True}
+    if images:
+        kwargs["pixel_values"] = torch.cat([m.pixel_values for m in images])
+        kwargs["image_grid_thw"] = torch.tensor([m.grid_thw for m in images])
+    if videos:
+        kwargs["pixel_values_videos"] = torch.cat([m.pixel_values for m in videos])
+        kwargs["video_grid_thw"] = torch.tensor([m.grid_thw for m in videos])
+    out = hf(input_ids=ids[None], **kwargs)
+    cache_arg = "cache" if hasattr(out, "cache") else "past_key_values"
+    ref_decode = hf(input_ids=next_id[None], use_cache=True, **{cache_arg: getattr(out, cache_arg)})
+
+    model = load_model(mm_ckpt, device="cpu", dtype=torch.float32, progress=False)
+    assert model.visual is not None
+    vision = model.visual(torch.cat([m.pixel_values for m in media]), [m.grid_thw for m in media])
+    is_pad = (ids == 300) | (ids == 301)
+    embeds = merge_vision_embeddings(model.embed_input_ids(ids), is_pad, vision)
+    rope = get_rope_positions(
+        ids, [m.grid_thw for m in images], [m.grid_thw for m in videos],
+        image_token_id=300, video_token_id=301,
+    )  # fmt: skip
+    runner = paged_runner(model, max_lens=[len(ids) + 1])
+    batch = ForwardBatch.build(
+        [len(ids)], [0], runner.tables, runner.slots, caches=runner.caches, block_size=16,
+        device="cpu", positions=rope.positions,
+    )  # fmt: skip
+    prefill = model.compute_logits(model(ids, batch, inputs_embeds=embeds))
+    assert _rel_err(prefill, out.logits[0]) <= FP32_TOL
+    step = ForwardBatch.build(
+        [1], [len(ids)], runner.tables, runner.slots, caches=runner.caches, block_size=16,
+        device="cpu", positions=text_positions(len(ids), 1, rope.rope_delta),
+    )  # fmt: skip
+    decode = model.compute_logits(model(next_id, step))
+    assert rope.rope_delta < 0  # the vision blocks use fewer positions than tokens
+    assert _rel_err(decode, ref_decode.logits[0]) <= FP32_TOL
+
+
+def test_vision_tower_needs_matching_width(mm_ckpt) -> None:
+    from sparkinfer.model.config import load_model_config
+    from sparkinfer.model.errors import ConfigError
+
+    config = load_model_config(mm_ckpt)
+    text_only = Qwen3_8ForCausalLM(config, device="cpu", dtype=torch.float32, use_vision=False)
+    assert text_only.visual is None and not text_only.has_vision
+    bad = dataclasses.replace(config, vision=dataclasses.replace(config.vision, out_hidden_size=8))
+    with pytest.raises(ConfigError, match="out_hidden_size is 8"):
+        Qwen3_8ForCausalLM(bad, device="cpu", dtype=torch.float32)

@@ -30,6 +30,9 @@ def test_config_has_the_qwen38_shape() -> None:
     assert text.rotary_dim == 16
     assert (text.linear_num_key_heads, text.linear_num_value_heads) == (4, 8)
     assert config.context_len == 262144
+    assert (config.image_token_id, config.video_token_id) == (248056, 248057)
+    assert config.vision is not None and config.vision.out_hidden_size == text.hidden_size
+    assert (config.vision.patch_size, config.vision.spatial_merge_size) == (16, 2)
     assert EMBEDDED_GENERATION_DEFAULTS.eos_token_ids == (248046, 248044)
     assert (EMBEDDED_GENERATION_DEFAULTS.top_k, EMBEDDED_GENERATION_DEFAULTS.top_p) == (20, 0.95)
 
@@ -39,6 +42,15 @@ def test_weights_are_deterministic(model) -> None:
     for (name, a), (_, b) in zip(model.named_parameters(), again.named_parameters(), strict=True):
         assert torch.equal(a, b), name
     assert model.model.layers[0].linear_attn.A_log.dtype == torch.float32
+
+
+def test_vision_tower_gives_one_finite_row_per_pad_token(model) -> None:
+    assert model.visual is not None
+    gen = torch.Generator().manual_seed(0)
+    pixels = torch.randn(2 * 4 * 6 + 8 * 8, 1536, generator=gen)
+    rows = model.visual(pixels, [(2, 4, 6), (1, 8, 8)])
+    assert rows.shape == (2 * 6 + 16, 256) and torch.isfinite(rows).all()
+    assert 1e-3 < rows.float().std() < 10
 
 
 def test_greedy_generation_is_sane_and_reproducible(model, paged_runner) -> None:

@@ -50,14 +50,39 @@ def test_causal_layout_loads_every_tensor_as_stored(causal_ckpt: Path) -> None:
 
 
 def test_conditional_layout_maps_language_model_prefix(conditional_ckpt: Path) -> None:
-    params = dict(cpu32(conditional_ckpt).named_parameters())
+    model = cpu32(conditional_ckpt)
+    params = dict(model.named_parameters())
     stored = read_all(conditional_ckpt)
     key = "model.language_model.layers.3.self_attn.q_proj.weight"
     assert torch.equal(params["model.layers.3.self_attn.q_proj.weight"], stored[key])
     assert torch.equal(params["lm_head.weight"], stored["lm_head.weight"])
     ckpt = open_checkpoint(conditional_ckpt, progress=False)
     assert ckpt.vision and all(k.startswith("model.visual.") for k in ckpt.vision)
-    assert set(ckpt.text) == set(params)
+    assert set(ckpt.text) == {n for n in params if not n.startswith("visual.")}
+    # the vision tower is built from vision_config and loaded from model.visual.*
+    assert model.has_vision
+    assert {f"model.{n}" for n in params if n.startswith("visual.")} == set(ckpt.vision)
+    for name in ckpt.vision:
+        assert torch.equal(params[name.removeprefix("model.")], stored[name]), name
+
+
+def test_vision_config_without_vision_tensors_loads_text_only(
+    tmp_path: Path, conditional_ckpt: Path
+) -> None:
+    def drop_vision(t: dict[str, torch.Tensor]) -> None:
+        for name in [n for n in t if n.startswith("model.visual.")]:
+            del t[name]
+
+    model = cpu32(rewrite(conditional_ckpt, tmp_path / "no_vision", drop_vision))
+    assert model.visual is None
+
+
+def test_missing_vision_tensor_is_named(tmp_path: Path, conditional_ckpt: Path) -> None:
+    def drop_one(t: dict[str, torch.Tensor]) -> None:
+        del t["model.visual.merger.linear_fc2.bias"]
+
+    with pytest.raises(CheckpointError, match="vision tower tensors are missing"):
+        cpu32(rewrite(conditional_ckpt, tmp_path / "partial", drop_one))
 
 
 def test_sharded_checkpoint_equals_single_file(tmp_path: Path, causal_ckpt: Path) -> None:

@@ -18,6 +18,7 @@ from sparkinfer.model.layers.gated_deltanet import GatedDeltaNet
 from sparkinfer.model.layers.mlp import MLP
 from sparkinfer.model.layers.norm import RMSNorm
 from sparkinfer.model.layers.rotary import RotaryEmbedding
+from sparkinfer.model.vision import VisionModel
 from torch import nn
 
 
@@ -96,11 +97,13 @@ class Qwen3_8ForCausalLM(nn.Module):
     """The Qwen3.8 language model over a packed `ForwardBatch` (see docs/contracts.md).
 
     Args:
-        config: the checkpoint's config (vision, if any, is not part of this module).
+        config: the checkpoint's config.
         device, dtype: where and how the weights live; A_log and dt_bias stay fp32. A CUDA device
             selects the Triton kernels, any other the plain-torch references.
         num_real_tokens: ids at or above this are padding and get -inf logits; the tokenizer's
             length when known, else the config's vocab_size (nothing masked).
+        use_vision: build the vision tower (`visual`) when the config has a `vision_config`; the
+            engine runs it on a request's media and merges its rows into `embed_input_ids`.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class Qwen3_8ForCausalLM(nn.Module):
         device: torch.device | str,
         dtype: torch.dtype,
         num_real_tokens: int | None = None,
+        use_vision: bool = True,
     ) -> None:
         super().__init__()
         text = config.text
@@ -133,6 +137,19 @@ class Qwen3_8ForCausalLM(nn.Module):
         )
         if text.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.visual: VisionModel | None = None
+        if use_vision and config.vision is not None:
+            if config.vision.out_hidden_size != text.hidden_size:
+                raise ConfigError(
+                    f"vision_config.out_hidden_size is {config.vision.out_hidden_size}; the text "
+                    f"model's hidden_size is {text.hidden_size}: they must be equal"
+                )
+            self.visual = VisionModel(config.vision, device=device, dtype=dtype)
+
+    @property
+    def has_vision(self) -> bool:
+        """Whether the model has a vision tower, i.e. takes image and video input."""
+        return self.visual is not None
 
     def cache_spec(self) -> CacheSpec:
         """KV for each full-attention layer, conv + fp32 recurrent state for each GDN layer."""
@@ -157,7 +174,8 @@ class Qwen3_8ForCausalLM(nn.Module):
         return CacheSpec(attention=attention, linear=linear)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """input_ids [T] int64 -> [T, hidden]; the caller merges vision features into these."""
+        """input_ids [T] int64 -> [T, hidden]; the caller merges vision features into these
+        (`vision.merge_vision_embeddings` with the rows of `visual(pixel_values, grid_thw)`)."""
         return self.model.embed_tokens(input_ids)
 
     @torch.inference_mode()

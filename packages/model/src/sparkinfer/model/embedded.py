@@ -2,8 +2,9 @@
 
 `sparkinfer-api` serves it when no --model is given, so the server, the engine and every client
 path run end to end without downloading a checkpoint. Same config schema, 3:1 layer pattern,
-real vocabulary size and special-token ids as Qwen3.8; the weights are deterministic (seeded) noise,
-so its output is meaningless but reproducible.
+real vocabulary size and special-token ids as Qwen3.8, and a tiny vision tower with the real patch
+geometry (16-px patches, 2 frames, 2x2 merge), so image and video requests run end to end too; the
+weights are deterministic (seeded) noise, so its output is meaningless but reproducible.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 
 EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
 EMBEDDED_SEED = 0
+EMBEDDED_VISION_SEED = 1  # its own stream: the text weights do not depend on the tower
 EMBEDDED_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (SPEC §12)
 WEIGHT_STD = 0.02  # small enough that activations stay O(1) through 8 layers
 
@@ -58,6 +60,21 @@ EMBEDDED_CONFIG: dict[str, Any] = {
             "mrope_interleaved": True,
         },
     },
+    "vision_config": {
+        "model_type": "qwen3_5_vision",
+        "depth": 2,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "intermediate_size": 64,
+        "hidden_act": "gelu_pytorch_tanh",
+        "in_channels": 3,
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 64,  # an 8x8 learned grid
+        "out_hidden_size": 256,
+        "deepstack_visual_indexes": [],
+    },
 }  # fmt: skip
 
 EMBEDDED_GENERATION_DEFAULTS = GenerationDefaults(
@@ -81,6 +98,15 @@ def _random_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.T
     return torch.empty(shape).normal_(0.0, WEIGHT_STD, generator=gen)
 
 
+def _random_vision_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+    """Vision tower values: LayerNorms start as the identity, biases at zero, weights noise."""
+    if name.endswith("bias"):
+        return torch.zeros(shape)
+    if "norm" in name:
+        return torch.ones(shape)
+    return torch.empty(shape).normal_(0.0, WEIGHT_STD, generator=gen)
+
+
 @torch.no_grad()
 def build_embedded_model(
     *,
@@ -94,5 +120,10 @@ def build_embedded_model(
     )
     gen = torch.Generator().manual_seed(EMBEDDED_SEED)
     for name, param in model.named_parameters():
-        param.copy_(_random_value(name, param.shape, gen))
+        if not name.startswith("visual."):
+            param.copy_(_random_value(name, param.shape, gen))
+    if model.visual is not None:
+        gen = torch.Generator().manual_seed(EMBEDDED_VISION_SEED)
+        for name, param in model.visual.named_parameters():
+            param.copy_(_random_vision_value(name, param.shape, gen))
     return model

@@ -6,9 +6,10 @@ Accepted tensor layouts (SPEC §11):
 - Qwen3_5ForCausalLM: `model.*`, `lm_head.weight`
 
 The one rename is `model.language_model.X` -> `model.X`. Vision (`model.visual.*`) and MTP
-(`mtp.*`) tensors are recognised and kept apart in `Checkpoint.vision` / `Checkpoint.mtp` for the
-vision tower and the MTP head; they are not loaded into the text model. Any other unknown or
-missing tensor is an error naming it. Each tensor's dtype comes from the safetensors header;
+(`mtp.*`) tensors are recognised and kept apart in `Checkpoint.vision` / `Checkpoint.mtp`;
+`load_model` loads the vision group into the model's tower (`visual`, built when config.json has a
+`vision_config` and the checkpoint has its tensors). Any other unknown or missing tensor is an
+error naming it. Each tensor's dtype comes from the safetensors header;
 `copy_` casts it to the parameter's dtype (A_log and dt_bias parameters are fp32).
 
 Fused parameters (one row per parameter built from several checkpoint tensors): none. Every
@@ -22,6 +23,7 @@ parameter is a checkpoint tensor under its own name.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,9 @@ CONFIG_PATTERNS = ("*.json", "*.jinja")
 CHECKPOINT_PATTERNS = ("*.json", "*.jinja", "*.safetensors", "*.txt", "*.tiktoken")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _MAX_NAMES = 8  # tensor names quoted in one error message
+_VISION_MODULE = "visual."  # the tower's parameters inside Qwen3_8ForCausalLM
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -240,9 +245,13 @@ def open_checkpoint(path_or_id: str | Path, *, progress: bool = True) -> Checkpo
     return Checkpoint(path, config, generation, text, vision, mtp)
 
 
+def _text_parameters(model: Qwen3_8ForCausalLM) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if not n.startswith(_VISION_MODULE)}
+
+
 def _match_parameters(model: Qwen3_8ForCausalLM, ckpt: Checkpoint) -> dict[str, TensorRef]:
     """Check names and shapes of the text tensors against the model's parameters."""
-    params = dict(model.named_parameters())
+    params = _text_parameters(model)
     refs = dict(ckpt.text)
     if ckpt.config.text.tie_word_embeddings:
         refs.pop(LM_HEAD, None)  # tied: the head is embed_tokens, a stored copy is redundant
@@ -274,7 +283,7 @@ def load_text_weights(
     model: Qwen3_8ForCausalLM, ckpt: Checkpoint, *, progress: bool = True
 ) -> None:
     """Copy every text tensor of `ckpt` into `model` (names and shapes checked first)."""
-    params = dict(model.named_parameters())
+    params = _text_parameters(model)
     for name, tensor in ckpt.read(_match_parameters(model, ckpt), progress=progress):
         params[name].copy_(tensor)
 
@@ -287,13 +296,28 @@ def load_model(
     progress: bool = True,
     num_real_tokens: int | None = None,
 ) -> Qwen3_8ForCausalLM:
-    """Load the text model of a local checkpoint directory or hub repo id.
+    """Load the model of a local checkpoint directory or hub repo id.
 
+    The vision tower (`model.visual`) is built and loaded when config.json has a `vision_config`
+    and the checkpoint holds `model.visual.*` tensors; a vision_config without them gives a
+    text-only model (logged).
     num_real_tokens: the tokenizer's length when known; ids at or above it get -inf logits.
     """
     ckpt = open_checkpoint(path_or_id, progress=progress)
+    has_vision = ckpt.config.vision is not None
+    if has_vision and not ckpt.vision:
+        logger.warning(
+            "%s has a vision_config but no model.visual.* tensors: serving text only",
+            ckpt.path,
+        )
     model = Qwen3_8ForCausalLM(
-        ckpt.config, device=device, dtype=dtype, num_real_tokens=num_real_tokens
+        ckpt.config,
+        device=device,
+        dtype=dtype,
+        num_real_tokens=num_real_tokens,
+        use_vision=has_vision and bool(ckpt.vision),
     )
     load_text_weights(model, ckpt, progress=progress)
+    if model.visual is not None:
+        model.visual.load_weights(ckpt.read(ckpt.vision, progress=progress))
     return model
