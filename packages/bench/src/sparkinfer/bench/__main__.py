@@ -56,6 +56,7 @@ def _http_flags(p: argparse.ArgumentParser, endpoint: str) -> None:
 def _common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")
     p.add_argument("--record", type=Path, help="append the report as markdown (docs/benchmarks.md)")
+    p.add_argument("--git-rev", help="revision to record when running from a copy without .git")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,7 +335,7 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    info = provenance.collect(argv)
+    info = provenance.collect(argv, git_rev=args.git_rev)
     try:
         _check(args)
         if args.mode in HTTP_MODES:

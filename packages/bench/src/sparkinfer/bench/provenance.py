@@ -66,8 +66,11 @@ def gpu_name() -> str:
     return "cpu"
 
 
-def collect(argv: list[str]) -> RunInfo:
+def collect(argv: list[str], *, git_rev: str | None = None) -> RunInfo:
+    """Provenance of this run; `git_rev` stands in where the tree is a copy without .git."""
     rev, is_dirty = git_revision()
+    if rev == "unknown" and git_rev:
+        rev = f"{git_rev} (given by --git-rev)"
     return RunInfo(
         command=shlex.join(["sparkinfer-bench", *argv]),
         git_rev=rev,
