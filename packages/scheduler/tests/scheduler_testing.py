@@ -41,6 +41,9 @@ class FakeRunner:
             }
         )
 
+    def check_multimodal(self, prompt_token_ids, mm) -> None:
+        """Media are not run here: any well-formed multimodal input is accepted."""
+
     def close(self) -> None:
         self.is_closed = True
 

@@ -100,7 +100,7 @@ class DecodeGraphs:
             pos = seq.num_cached_tokens
             table = seq.req.block_ids
             rows[0, i] = seq.req.token_ids[pos]
-            rows[1, i] = pos
+            rows[1, i] = pos + seq.req.rope_delta  # after an image, positions run behind
             rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
             rows[3, i] = pos
             rows[4, i] = pos + 1

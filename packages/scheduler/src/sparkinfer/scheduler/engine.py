@@ -17,6 +17,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import EngineStopped, InvalidRequest, QueueFull
 from sparkinfer.scheduler.request import (
     FinishReason,
+    MultimodalInputs,
     OutputCallback,
     Request,
     RequestOutput,
@@ -37,6 +38,7 @@ class StepRunner(Protocol):
     def num_slots(self) -> int: ...
     @property
     def vocab_size(self) -> int | None: ...
+    def check_multimodal(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None: ...
     def run(self, batch: ScheduledBatch) -> ModelOutput: ...
     def close(self) -> None: ...
 
@@ -48,6 +50,7 @@ class _Add:
     params: SamplingParams
     on_output: OutputCallback | None
     arrival_time: float
+    multimodal: MultimodalInputs | None = None
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,17 @@ class Engine:
         params: SamplingParams,
         *,
         on_output: OutputCallback | None,
+        multimodal: MultimodalInputs | None = None,
     ) -> None:
-        """Queue a request; raises on bad input, a full queue or a stopped engine."""
+        """Queue a request; raises on bad input, a full queue or a stopped engine.
+
+        `multimodal`: the prompt's images and videos (pixels, grids, MRoPE positions); the prompt
+        then holds their expanded pad tokens.
+        """
         prompt = list(prompt_token_ids)
         self.scheduler.check_request(prompt, params)
+        if multimodal is not None:
+            self.runner.check_multimodal(prompt, multimodal)
         with self._cond:
             if self._is_stopping:
                 raise EngineStopped("the engine is shut down: start a new one")
@@ -111,7 +121,8 @@ class Engine:
                 raise InvalidRequest(f"request_id {request_id!r} is already in use: use a new id")
             self._check_queue_depth()
             self._live_ids.add(request_id)
-            self._inbox.append(_Add(request_id, prompt, params, on_output, time.monotonic()))
+            add = _Add(request_id, prompt, params, on_output, time.monotonic(), multimodal)
+            self._inbox.append(add)
             self._cond.notify()
 
     def abort(self, request_id: str) -> None:
@@ -198,6 +209,7 @@ class Engine:
                 item.params,
                 on_output=item.on_output,
                 arrival_time=item.arrival_time,
+                multimodal=item.multimodal,
             )
         except ValueError as exc:  # add_request checked it already; the cache cannot shrink
             self._emit_rejection(item, FinishReason.ERROR, str(exc))

@@ -6,7 +6,10 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the scheduler's bookkeeping runs without torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,46 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(frozen=True, eq=False)
+class MultimodalInputs:
+    """The images and videos of one prompt, preprocessed at the edge (host tensors).
+
+    pixel_values: [N, patch_dim] float32 patch vectors of every item, concatenated in prompt order
+    grid_thw:     (t, h, w) in patches of each item, in prompt order; item i fills the next
+                  t * h * w / merge**2 image or video pad tokens of the prompt
+    kinds:        "image" or "video" for each item
+    positions:    [3, num_prompt_tokens] int64 MRoPE (t, h, w) positions of the prompt; None: plain
+                  sequential positions for every token (MRoPE off)
+    rope_delta:   the token at cache index n >= num_prompt_tokens has position n + rope_delta on
+                  all three axes (0 without MRoPE)
+    """
+
+    pixel_values: torch.Tensor
+    grid_thw: tuple[tuple[int, int, int], ...]
+    kinds: tuple[str, ...]
+    positions: torch.Tensor | None = None
+    rope_delta: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.kinds) != len(self.grid_thw) or not self.grid_thw:
+            raise ValueError(
+                f"multimodal inputs have {len(self.grid_thw)} grids and {len(self.kinds)} kinds; "
+                "give one grid and one kind (image or video) per item, at least one item"
+            )
+        if any(k not in ("image", "video") for k in self.kinds):
+            raise ValueError(f"multimodal kinds are {self.kinds}; each must be image or video")
+        num_patches = sum(t * h * w for t, h, w in self.grid_thw)
+        if self.pixel_values.dim() != 2 or self.pixel_values.shape[0] != num_patches:
+            raise ValueError(
+                f"pixel_values has shape {tuple(self.pixel_values.shape)}; grid_thw "
+                f"{list(self.grid_thw)} needs {num_patches} rows"
+            )
+
+    def num_pad_tokens(self, merge_size: int) -> int:
+        """Pad tokens the items fill in the prompt (the vision tower's output rows)."""
+        return sum(t * (h // merge_size) * (w // merge_size) for t, h, w in self.grid_thw)
 
 
 class FinishReason(enum.StrEnum):
@@ -107,7 +150,8 @@ OutputCallback = Callable[[RequestOutput], None]
 
 
 class Request:
-    """One request inside the engine: its tokens, status, sampling params, block table and slot.
+    """One request inside the engine: its tokens, media, status, sampling params, block table and
+    slot.
 
     `token_ids` holds prompt then generated tokens. `num_computed_tokens` of them are in the KV
     cache and the recurrent state; the scheduler owns every change to this object.
@@ -122,8 +166,10 @@ class Request:
         max_len: int,
         on_output: OutputCallback | None = None,
         arrival_time: float | None = None,
+        multimodal: MultimodalInputs | None = None,
     ) -> None:
         self.request_id = request_id
+        self.multimodal = multimodal
         self.params = params
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
@@ -143,6 +189,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def rope_delta(self) -> int:
+        """Offset of positions after the prompt: token n is at n + rope_delta (0 for text)."""
+        return 0 if self.multimodal is None else self.multimodal.rope_delta
 
     @property
     def num_output_tokens(self) -> int:

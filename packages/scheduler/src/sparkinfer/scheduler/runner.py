@@ -5,6 +5,10 @@
 row's numerics never depend on what else shares the step (and decodes keep the recurrent kernels
 and their CUDA graphs); on CPU every matmul also runs row-blocked at a fixed shape
 (`_batch_invariant`). Without it, a step is one mixed packed forward.
+
+Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
+outside the batch-invariant mode (its rows depend only on the request's own media); each chunk
+merges its share into the token embeddings and gets [3, T] MRoPE positions.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
+from sparkinfer.scheduler.request import MultimodalInputs
 from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +105,7 @@ class Runner:
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
+        self.vision = VisionInputs(model, self.device)
         self.graphs: DecodeGraphs | None = None
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
@@ -111,11 +118,17 @@ class Runner:
     def num_slots(self) -> int:
         return self.plan.num_slots
 
+    def check_multimodal(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
+        """Raise InvalidRequest unless the model can run these images and videos."""
+        self.vision.check(prompt_token_ids, mm)
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> ModelOutput:
         """Forward every scheduled chunk, sample where a chunk reached its end."""
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
+        with self._on_stream():
+            self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
         with self._numerics(), self._on_stream():
             for group in self._groups(batch.seqs):
                 logits.append(self._forward(group))
@@ -128,8 +141,9 @@ class Runner:
         )
 
     def close(self) -> None:
-        """Drop graphs and caches so their memory can be reused."""
+        """Drop graphs, vision rows and caches so their memory can be reused."""
         self.graphs = None
+        self.vision.clear()
         if self._is_cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
@@ -155,11 +169,13 @@ class Runner:
             caches=self.caches,
             block_size=self.config.block_size,
             device=self.device,
+            positions=step_positions(seqs).to(self.device, non_blocking=True),
             logits_indices=_logits_indices(seqs),
         )
         ids = [t for s in seqs for t in s.new_token_ids]
         input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
-        hidden = self.model(input_ids, batch)
+        embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
+        hidden = self.model(input_ids, batch, inputs_embeds=embeds)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
     @contextlib.contextmanager

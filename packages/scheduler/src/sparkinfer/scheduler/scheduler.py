@@ -34,6 +34,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import ContextLengthExceeded, InvalidRequest, RequestTooLarge
 from sparkinfer.scheduler.request import (
     FinishReason,
+    MultimodalInputs,
     OutputCallback,
     Request,
     RequestMetrics,
@@ -158,6 +159,7 @@ class Scheduler:
         *,
         on_output: OutputCallback | None = None,
         arrival_time: float | None = None,
+        multimodal: MultimodalInputs | None = None,
     ) -> Request:
         """Queue a request after `check_request`; ids must be unique among live requests."""
         if request_id in self._requests:
@@ -170,6 +172,7 @@ class Scheduler:
             max_len=max_len,
             on_output=on_output,
             arrival_time=arrival_time,
+            multimodal=multimodal,
         )
         self._requests[request_id] = req
         self.waiting.append(req)

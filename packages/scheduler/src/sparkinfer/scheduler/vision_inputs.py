@@ -1,0 +1,182 @@
+"""Runner-side media: vision tower rows kept across a request's prefill chunks, and positions.
+
+A multimodal request's images and videos go through the vision tower once, at its first prefill
+chunk (all items in prompt order, one call). The rows are kept until the chunk that ends the
+prompt, and each chunk takes the slice for its own pad tokens: the rows of the pads before the
+chunk are skipped. A preempted request starts again from its first chunk, so its rows are
+recomputed rather than held while it waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from sparkinfer.model.vision import merge_vision_embeddings
+from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.errors import InvalidRequest
+from sparkinfer.scheduler.request import MultimodalInputs, Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One request's tower output and where its pad tokens sit in the prompt."""
+
+    req: Request
+    rows: torch.Tensor  # [num pad tokens, hidden] on the device, in prompt order
+    is_pad_cpu: torch.Tensor  # [num_prompt_tokens] bool
+    pads_before_cpu: list[int]  # [num_prompt_tokens + 1] pad tokens before each index
+
+
+class VisionInputs:
+    """Owns the vision rows of requests in prefill (runner-internal)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        visual = getattr(model, "visual", None)
+        self.visual: torch.nn.Module | None = visual
+        config = getattr(model, "config", None)
+        self.pad_ids = (
+            (int(config.image_token_id), int(config.video_token_id))
+            if visual is not None and config is not None
+            else None
+        )
+        self.merge_size = int(getattr(visual, "merge_size", 1))
+        self._rows: dict[str, _Rows] = {}
+
+    @property
+    def num_held(self) -> int:
+        """Requests whose rows are held (between their first and last prefill chunk)."""
+        return len(self._rows)
+
+    def check(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
+        """Raise InvalidRequest unless the model can run `mm` with this prompt."""
+        if self.visual is None or self.pad_ids is None:
+            raise InvalidRequest(
+                "the request has images or videos but this model has no vision tower: "
+                "send text only, or serve a checkpoint with a vision_config"
+            )
+        patch_dim = self.visual.patch_embed.proj.weight[0].numel()
+        if mm.pixel_values.shape[1] != patch_dim:
+            raise InvalidRequest(
+                f"pixel_values rows have {mm.pixel_values.shape[1]} values; the vision tower "
+                f"takes {patch_dim}: preprocess with the checkpoint's patch geometry"
+            )
+        for kind, pad_id in zip(("image", "video"), self.pad_ids, strict=True):
+            want = sum(
+                t * (h // self.merge_size) * (w // self.merge_size)
+                for (t, h, w), k in zip(mm.grid_thw, mm.kinds, strict=True)
+                if k == kind
+            )
+            got = sum(1 for t in prompt_token_ids if t == pad_id)
+            if got != want:
+                raise InvalidRequest(
+                    f"the prompt has {got} {kind} pad tokens (id {pad_id}); its {kind}s fill "
+                    f"{want}: expand the prompt with the same grids"
+                )
+        if mm.positions is not None and tuple(mm.positions.shape) != (3, len(prompt_token_ids)):
+            raise InvalidRequest(
+                f"multimodal positions have shape {tuple(mm.positions.shape)}; the prompt needs "
+                f"(3, {len(prompt_token_ids)})"
+            )
+
+    def prepare(self, seqs: Sequence[ScheduledSeq]) -> None:
+        """Drop rows of requests that left prefill; run the tower for first chunks."""
+        for request_id, held in list(self._rows.items()):
+            if held.req.status is not RequestStatus.RUNNING:  # finished, aborted or preempted
+                del self._rows[request_id]
+        for seq in seqs:
+            req = seq.req
+            if req.multimodal is not None and seq.num_cached_tokens == 0:
+                self._rows[req.request_id] = self._encode(req, req.multimodal)
+
+    def embeddings(
+        self, seqs: Sequence[ScheduledSeq], input_ids: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Token embeddings of a packed step with vision rows merged in (None: no media in it)."""
+        if not any(_has_media(s) for s in seqs):
+            return None
+        embeds = self.model.embed_input_ids(input_ids)  # [T, hidden]
+        row = 0
+        for seq in seqs:
+            if _has_media(seq):
+                self._merge(seq, embeds[row : row + seq.num_new_tokens])
+            row += seq.num_new_tokens
+        return embeds
+
+    def _merge(self, seq: ScheduledSeq, embeds: torch.Tensor) -> None:
+        """Write the chunk's share of its request's rows into its pad-token embeddings."""
+        held = self._rows.get(seq.req.request_id)
+        if held is None or held.req is not seq.req:
+            raise RuntimeError(
+                f"request {seq.req.request_id} continues its prompt at token "
+                f"{seq.num_cached_tokens} but its vision rows are gone"
+            )
+        start = seq.num_cached_tokens
+        end = min(start + seq.num_new_tokens, seq.req.num_prompt_tokens)
+        first, last = held.pads_before_cpu[start], held.pads_before_cpu[end]
+        if last > first:
+            is_pad = held.is_pad_cpu[start:end].to(self.device, non_blocking=True)
+            merge_vision_embeddings(embeds[: end - start], is_pad, held.rows[first:last])
+        if end == seq.req.num_prompt_tokens:  # the prompt is done: free the rows
+            del self._rows[seq.req.request_id]
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def _encode(self, req: Request, mm: MultimodalInputs) -> _Rows:
+        assert self.visual is not None and self.pad_ids is not None, "checked at add_request"
+        pixel_values = mm.pixel_values.to(self.device, non_blocking=True)
+        rows = self.visual(pixel_values, list(mm.grid_thw))
+        prompt = torch.tensor(req.token_ids[: req.num_prompt_tokens], dtype=torch.int64)
+        is_pad = (prompt == self.pad_ids[0]) | (prompt == self.pad_ids[1])
+        pads_before = [0, *torch.cumsum(is_pad, 0).tolist()]
+        assert pads_before[-1] == rows.shape[0], "pad count checked at add_request"
+        return _Rows(req, rows, is_pad, pads_before)
+
+
+def _in_prompt(seq: ScheduledSeq) -> bool:
+    return seq.num_cached_tokens < seq.req.num_prompt_tokens
+
+
+def _has_media(seq: ScheduledSeq) -> bool:
+    """The chunk holds prompt tokens of a request with images or videos."""
+    return seq.req.multimodal is not None and _in_prompt(seq)
+
+
+def seq_positions(seq: ScheduledSeq) -> torch.Tensor:
+    """[3, num_new_tokens] (t, h, w) positions of one chunk.
+
+    Prompt tokens of a multimodal request take its MRoPE positions; every other token at cache
+    index n takes n + rope_delta on all three axes (rope_delta is 0 for text requests).
+    """
+    start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_new_tokens
+    mm = seq.req.multimodal
+    num_prompt = seq.req.num_prompt_tokens
+    if mm is None or mm.positions is None or start >= num_prompt:
+        return torch.arange(start, end).add_(seq.req.rope_delta).expand(3, -1)
+    prompt_part = mm.positions[:, start : min(end, num_prompt)]
+    if end <= num_prompt:
+        return prompt_part
+    after = torch.arange(num_prompt, end).add_(mm.rope_delta).expand(3, -1)
+    return torch.cat([prompt_part, after], dim=1)
+
+
+def step_positions(seqs: Sequence[ScheduledSeq]) -> torch.Tensor:
+    """Positions of a packed step (host): [3, T] when a chunk holds MRoPE prompt positions, else
+    [T] (the same rotation: rope with all three axes equal is plain 1-D rope)."""
+    needs_axes = any(
+        s.req.multimodal is not None and s.req.multimodal.positions is not None and _in_prompt(s)
+        for s in seqs
+    )
+    if needs_axes:
+        return torch.cat([seq_positions(s) for s in seqs], dim=1)
+    return torch.cat(
+        [
+            torch.arange(s.num_cached_tokens, s.num_cached_tokens + s.num_new_tokens)
+            + s.req.rope_delta
+            for s in seqs
+        ]
+    )
