@@ -7,11 +7,15 @@ from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
-from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch
+from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.request import TokenLogprob
 
 
 class FakeRunner:
-    """Next token = a hash of the request's tokens so far, so recompute gives the same output."""
+    """Next token = a hash of the request's tokens so far, so recompute gives the same output.
+
+    Prompt logprobs are fake too: prompt token i gets logprob -i (see `fake_prompt_logprobs`).
+    """
 
     def __init__(self, *, num_blocks: int = 64, num_slots: int = 8, vocab_size: int = 100) -> None:
         self.num_blocks = num_blocks
@@ -38,7 +42,12 @@ class FakeRunner:
                 s.req.request_id: SampledToken(next_token(s.req.token_ids, self.vocab_size))
                 for s in batch.seqs
                 if s.is_sampled
-            }
+            },
+            prompt_logprobs={
+                s.req.request_id: _fake_prompt_logprobs(s)
+                for s in batch.seqs
+                if s.num_prompt_logprobs
+            },
         )
 
     def check_multimodal(self, prompt_token_ids, mm) -> None:
@@ -46,6 +55,17 @@ class FakeRunner:
 
     def close(self) -> None:
         self.is_closed = True
+
+
+def fake_prompt_logprobs(prompt: list[int]) -> tuple[TokenLogprob, ...]:
+    """What FakeRunner reports for a whole prompt: token i (from 1) has logprob -i."""
+    return tuple(TokenLogprob(t, -float(i)) for i, t in enumerate(prompt) if i > 0)
+
+
+def _fake_prompt_logprobs(seq: ScheduledSeq) -> tuple[TokenLogprob, ...]:
+    start = seq.num_cached_tokens + 1
+    targets = seq.req.token_ids[start : start + seq.num_prompt_logprobs]
+    return tuple(TokenLogprob(t, -float(start + j)) for j, t in enumerate(targets))
 
 
 def next_token(tokens: list[int], vocab_size: int) -> int:
@@ -114,3 +134,18 @@ def reference_greedy(model: Qwen3_8ForCausalLM, prompt: list[int], num_new: int)
         cached += len(new)
         new = [token]
     return tokens[len(prompt) :]
+
+
+def reference_logits(model: Qwen3_8ForCausalLM, tokens: list[int]) -> torch.Tensor:
+    """Logits [len(tokens), vocab] fp32 of one plain forward over the whole sequence."""
+    block_size = 16
+    num_blocks = -(-len(tokens) // block_size)
+    caches = allocate_caches(
+        model.cache_spec(), num_blocks=num_blocks, block_size=block_size, num_slots=1, device="cpu"
+    )
+    batch = ForwardBatch.build(
+        [len(tokens)], [0], [list(range(num_blocks))], [0],
+        caches=caches, block_size=block_size, device="cpu",
+    )  # fmt: skip
+    with torch.inference_mode():
+        return model.compute_logits(model(torch.tensor(tokens), batch))

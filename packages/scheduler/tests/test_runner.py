@@ -4,11 +4,12 @@ import random
 import threading
 
 import pytest
-from scheduler_testing import reference_greedy
+import torch
+from scheduler_testing import reference_greedy, reference_logits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
-from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.request import RequestOutput, SamplingParams
 from sparkinfer.scheduler.runner import Runner, plan_cache
 
 NUM_NEW = 12
@@ -74,6 +75,41 @@ def test_chunked_prefill_equals_one_shot(tiny_model, references):
     finally:
         engine.shutdown()
     assert got == references[:6]
+
+
+def test_prompt_logprobs_match_a_direct_forward(tiny_model):
+    # Chunks of 7 tokens: each prompt is scored across several chunks, next to other requests.
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=7))
+    params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=3)
+    outs: list[list[RequestOutput]] = [[] for _ in range(6)]
+    done = threading.Semaphore(0)
+
+    def on_output(out: RequestOutput) -> None:
+        outs[int(out.request_id[1:])].append(out)
+        if out.is_finished:
+            done.release()
+
+    try:
+        for i, prompt in enumerate(PROMPTS[:6]):
+            engine.add_request(f"s{i}", prompt, params, on_output=on_output)
+        for _ in range(6):
+            assert done.acquire(timeout=120)
+    finally:
+        engine.shutdown()
+    for i, prompt in enumerate(PROMPTS[:6]):
+        got = outs[i][0].prompt_logprobs
+        want = torch.log_softmax(reference_logits(tiny_model, prompt)[:-1], dim=-1)
+        assert [e.token_id for e in got] == prompt[1:]
+        chosen = want.gather(1, torch.tensor(prompt[1:]).unsqueeze(1)).squeeze(1)
+        torch.testing.assert_close(
+            torch.tensor([e.logprob for e in got]), chosen, atol=1e-4, rtol=0
+        )
+        top = want.topk(3, dim=-1)
+        assert [[t for t, _ in e.top] for e in got] == top.indices.tolist()
+        torch.testing.assert_close(
+            torch.tensor([[lp for _, lp in e.top] for e in got]), top.values, atol=1e-4, rtol=0
+        )
+        assert all(o.prompt_logprobs == () for o in outs[i][1:])
 
 
 def test_preempted_requests_finish_with_the_same_output(tiny_model, references):

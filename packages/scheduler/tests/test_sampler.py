@@ -2,7 +2,7 @@ import math
 
 import torch
 from sparkinfer.scheduler.request import Request, SamplingParams
-from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 
 VOCAB = 10
 
@@ -84,3 +84,13 @@ def test_logprobs_are_raw_with_top_alternatives():
     raw = torch.log_softmax(logits[0], -1)
     assert math.isclose(out.logprob.logprob, float(raw[4]))
     assert [t for t, _ in out.logprob.top] == [3, 4]
+
+
+def test_token_logprobs_of_given_tokens():
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(0))
+    want = torch.log_softmax(logits, dim=-1)
+    got = token_logprobs(logits, [4, 0, 9], 2)
+    assert [e.token_id for e in got] == [4, 0, 9]
+    assert [e.logprob for e in got] == [want[0, 4].item(), want[1, 0].item(), want[2, 9].item()]
+    assert [[t for t, _ in e.top] for e in got] == want.topk(2).indices.tolist()
+    assert token_logprobs(logits, [1, 2, 3], 0)[0].top == ()

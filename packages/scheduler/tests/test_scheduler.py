@@ -1,7 +1,7 @@
 import random
 
 import pytest
-from scheduler_testing import FakeRunner, next_token
+from scheduler_testing import FakeRunner, fake_prompt_logprobs, next_token
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import ContextLengthExceeded, InvalidRequest, RequestTooLarge
 from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
@@ -88,6 +88,24 @@ def test_preemption_recomputes_newest_and_output_is_unchanged():
         assert tokens_of(outputs[rid]) == expected(prompt, 10)
         assert outputs[rid][-1].finish_reason is FinishReason.LENGTH
     assert sched.blocks.num_free_blocks == 6 and sched.slots.num_free_slots == 8
+
+
+def test_prompt_logprobs_gathered_across_chunks_and_preemptions_emitted_once():
+    # Small chunks and a short cache: prompts are scored over several chunks, and some
+    # requests are preempted (before or after their first output) and recomputed.
+    sched, runner, outputs = make(num_blocks=8, max_num_batched_tokens=5)
+    rng = random.Random(1)
+    prompts = {f"r{i}": [rng.randrange(100) for _ in range(rng.randint(1, 12))] for i in range(6)}
+    for rid, prompt in prompts.items():
+        num_top = None if rid == "r0" else 0
+        sched.add_request(rid, prompt, SamplingParams(max_tokens=6, prompt_logprobs=num_top))
+    drain(sched, runner)
+    assert sched.stats().num_preemptions > 0
+    for rid, prompt in prompts.items():
+        first, *rest = outputs[rid]
+        assert tokens_of(outputs[rid]) == expected(prompt, 6)
+        assert first.prompt_logprobs == (() if rid == "r0" else fake_prompt_logprobs(prompt))
+        assert all(o.prompt_logprobs == () for o in rest)
 
 
 def test_preempted_request_goes_back_to_the_front():

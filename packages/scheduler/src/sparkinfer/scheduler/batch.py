@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkinfer.scheduler.request import Request, TokenLogprob
 
@@ -24,6 +24,19 @@ class ScheduledSeq:
     def is_sampled(self) -> bool:
         """The chunk reaches the last known token, so the step samples the next one."""
         return self.num_cached_tokens + self.num_new_tokens == self.req.num_tokens
+
+    @property
+    def num_prompt_logprobs(self) -> int:
+        """Rows of this chunk (from its first) whose next token is a prompt token to score.
+
+        Row j sits at position num_cached_tokens + j and predicts the token after it; only a
+        request that asked for prompt_logprobs and has not emitted yet wants them (a request
+        preempted after its first output recomputes its prompt without scoring it again).
+        """
+        req = self.req
+        if req.params.prompt_logprobs is None or req.num_output_tokens > 0:
+            return 0
+        return max(0, min(self.num_new_tokens, req.num_prompt_tokens - 1 - self.num_cached_tokens))
 
     @property
     def new_token_ids(self) -> list[int]:
@@ -53,6 +66,11 @@ class SampledToken:
 
 @dataclass(frozen=True)
 class ModelOutput:
-    """What `Runner.run` returns: a sampled token per request whose chunk reached its end."""
+    """What `Runner.run` returns: a sampled token per request whose chunk reached its end.
+
+    `prompt_logprobs`: per request, the logprobs of its chunk's first `num_prompt_logprobs` rows
+    (the prompt tokens at positions num_cached_tokens + 1 onwards).
+    """
 
     samples: dict[str, SampledToken]
+    prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = field(default_factory=dict)

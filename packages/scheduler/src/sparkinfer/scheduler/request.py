@@ -18,7 +18,8 @@ class SamplingParams:
 
     max_tokens None means "up to the context limit". temperature 0 means greedy.
     top_k 0 or -1 and top_p 1.0 disable those filters. logprobs None: no logprobs; k: the chosen
-    token's logprob plus the k most likely.
+    token's logprob plus the k most likely. prompt_logprobs None: none; k: the same for every
+    prompt token after the first, given the tokens before it (as vLLM's prompt_logprobs).
     """
 
     temperature: float = 1.0
@@ -35,6 +36,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     # Called in the engine thread as logits_processor(output_token_ids, logits_row [vocab] fp32)
     # right before the draw; it edits the row in place (e.g. a grammar's token mask).
     logits_processor: Callable[[Sequence[int], Any], object] | None = field(
@@ -50,6 +52,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens is {self.max_tokens}; it must be >= 1")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty is {self.repetition_penalty}; it must be > 0")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs is {self.prompt_logprobs}; it must be >= 0")
 
     @property
     def is_greedy(self) -> bool:
@@ -123,7 +127,11 @@ class RequestMetrics:
 
 @dataclass(frozen=True)
 class RequestOutput:
-    """What one engine step produced for one request: new tokens, and how it ended if it did."""
+    """What one engine step produced for one request: new tokens, and how it ended if it did.
+
+    `prompt_logprobs` (asked for with SamplingParams.prompt_logprobs) comes on the first output
+    only: entry i is prompt token i + 1 given tokens 0..i; the first prompt token has none.
+    """
 
     request_id: str
     new_token_ids: tuple[int, ...]
@@ -133,6 +141,7 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
 
     @property
@@ -182,6 +191,7 @@ class Request:
         self.num_preemptions = 0
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None
+        self.prompt_logprobs: list[TokenLogprob] = []  # gathered chunk by chunk until emitted
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
         self.first_token_time: float | None = None
         self.finish_time: float | None = None

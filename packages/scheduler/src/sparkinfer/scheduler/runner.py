@@ -9,6 +9,10 @@ and their CUDA graphs); on CPU every matmul also runs row-blocked at a fixed sha
 Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
 outside the batch-invariant mode (its rows depend only on the request's own media); each chunk
 merges its share into the token embeddings and gets [3, T] MRoPE positions.
+
+Prompt logprobs: a chunk of a request that asked for them also turns the hidden rows that
+predict prompt tokens into logprobs (in pieces of `_PROMPT_LOGPROB_ROWS` rows, so a long chunk
+never holds [chunk, vocab] logits at once); the scheduler gathers them across chunks.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
-from sparkinfer.scheduler.request import MultimodalInputs
-from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
+from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
 
 _SAMPLER_COPIES = 8  # fp32 [max_num_seqs, vocab] temporaries the sampler may hold at once
+_PROMPT_LOGPROB_ROWS = 256  # prompt rows turned into fp32 [rows, vocab] logits at a time
 
 
 @dataclass(frozen=True)
@@ -127,17 +132,19 @@ class Runner:
         """Forward every scheduled chunk, sample where a chunk reached its end."""
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
         with self._on_stream():
             self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
         with self._numerics(), self._on_stream():
             for group in self._groups(batch.seqs):
-                logits.append(self._forward(group))
+                logits.append(self._forward(group, prompt_logprobs))
                 sampled.extend(s for s in group if s.is_sampled)
             if not sampled:
-                return ModelOutput(samples={})
+                return ModelOutput(samples={}, prompt_logprobs=prompt_logprobs)
             tokens = self.sampler.sample(torch.cat(logits), [s.req for s in sampled])
         return ModelOutput(
-            samples={s.req.request_id: t for s, t in zip(sampled, tokens, strict=True)}
+            samples={s.req.request_id: t for s, t in zip(sampled, tokens, strict=True)},
+            prompt_logprobs=prompt_logprobs,
         )
 
     def close(self) -> None:
@@ -155,9 +162,12 @@ class Runner:
         prefills = [s for s in seqs if not s.is_decode]
         return [g for g in (decodes, prefills) if g]
 
-    def _forward(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
-        """One packed forward -> logits [num sampled seqs, vocab] fp32."""
-        if self.graphs is not None and all(s.is_decode for s in seqs):
+    def _forward(
+        self, seqs: list[ScheduledSeq], prompt_logprobs: dict[str, tuple[TokenLogprob, ...]]
+    ) -> torch.Tensor:
+        """One packed forward -> logits [num sampled seqs, vocab] fp32; fills prompt_logprobs."""
+        is_scoring = any(s.num_prompt_logprobs for s in seqs)
+        if self.graphs is not None and all(s.is_decode for s in seqs) and not is_scoring:
             bucket = self.graphs.bucket_for(len(seqs))
             if bucket is not None:
                 return self.graphs.run(seqs, bucket)
@@ -176,7 +186,28 @@ class Runner:
         input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)
+        if is_scoring:
+            prompt_logprobs.update(self._score_prompt(seqs, hidden))
         return self.model.compute_logits(hidden[batch.logits_indices])
+
+    def _score_prompt(
+        self, seqs: list[ScheduledSeq], hidden: torch.Tensor
+    ) -> dict[str, tuple[TokenLogprob, ...]]:
+        """Logprobs of the prompt tokens that rows of these chunks predict (hidden [T, hidden])."""
+        out: dict[str, tuple[TokenLogprob, ...]] = {}
+        start = 0
+        for s in seqs:
+            num_rows, num_top = s.num_prompt_logprobs, s.req.params.prompt_logprobs or 0
+            targets = s.req.token_ids[s.num_cached_tokens + 1 : s.num_cached_tokens + 1 + num_rows]
+            entries: list[TokenLogprob] = []
+            for i in range(0, num_rows, _PROMPT_LOGPROB_ROWS):
+                rows = hidden[start + i : start + min(num_rows, i + _PROMPT_LOGPROB_ROWS)]
+                piece = targets[i : i + _PROMPT_LOGPROB_ROWS]
+                entries += token_logprobs(self.model.compute_logits(rows), piece, num_top)
+            if num_rows:
+                out[s.req.request_id] = tuple(entries)
+            start += s.num_new_tokens
+        return out
 
     @contextlib.contextmanager
     def _numerics(self) -> Iterator[None]:

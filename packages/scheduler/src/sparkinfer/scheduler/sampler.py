@@ -3,7 +3,8 @@
 Order per row: logit_bias, repetition / presence / frequency penalties, min_tokens (stop ids
 masked), the request's logits_processor (e.g. a grammar mask), then greedy argmax or temperature
 -> min_p -> top_k -> top_p -> draw. Logprobs are those of the raw model distribution (before any
-of the above), as the OpenAI API reports them.
+of the above), as the OpenAI API reports them; `token_logprobs` gives the same for given tokens
+(prompt logprobs).
 
 A seeded request draws its noise from a generator seeded with (seed, output position), so its
 tokens depend on nothing else in the batch and survive preemption; unseeded rows share the
@@ -151,6 +152,24 @@ def _logprob(row: torch.Tensor, token_id: int, num_top: int | None) -> TokenLogp
         values, ids = row.topk(num_top)
         top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
     return TokenLogprob(token_id=token_id, logprob=float(row[token_id]), top=top)
+
+
+def token_logprobs(
+    logits: torch.Tensor, token_ids: Sequence[int], num_top: int
+) -> list[TokenLogprob]:
+    """Raw logits [N, vocab] fp32 -> row i's logprob of token_ids[i] and its num_top most likely."""
+    logprobs = torch.log_softmax(logits, dim=-1)
+    index = _ints(token_ids, logits.device).unsqueeze(1)
+    chosen = logprobs.gather(1, index).squeeze(1).tolist()
+    if not num_top:
+        return [TokenLogprob(t, lp) for t, lp in zip(token_ids, chosen, strict=True)]
+    values, ids = logprobs.topk(num_top, dim=-1)
+    return [
+        TokenLogprob(t, lp, tuple(zip(top_ids, top_lps, strict=True)))
+        for t, lp, top_ids, top_lps in zip(
+            token_ids, chosen, ids.tolist(), values.tolist(), strict=True
+        )
+    ]
 
 
 def _ints(values: Sequence[int], device: torch.device) -> torch.Tensor:

@@ -226,6 +226,10 @@ class Scheduler:
             req.num_computed_tokens = seq.num_cached_tokens + seq.num_new_tokens
             if not seq.is_decode:
                 self._counters["prefill"] += seq.num_new_tokens
+            if req.request_id in output.prompt_logprobs:
+                # Entry i scores prompt token i + 1; a recomputed prompt overwrites its own.
+                del req.prompt_logprobs[seq.num_cached_tokens :]
+                req.prompt_logprobs.extend(output.prompt_logprobs[req.request_id])
             if not seq.is_sampled:
                 continue
             sample = output.samples[req.request_id]
@@ -236,7 +240,8 @@ class Scheduler:
             reason = self._stop_reason(req, sample.token_id)
             if reason is not None:
                 self._finish(req, reason)
-            self._emit(req, self._output(req, (sample.token_id,), sample.logprob))
+            prompt_logprobs, req.prompt_logprobs = tuple(req.prompt_logprobs), []
+            self._emit(req, self._output(req, (sample.token_id,), sample.logprob, prompt_logprobs))
 
     def fail(self, batch: ScheduledBatch, error: BaseException) -> None:
         """End every request of a failed step with ERROR; the state they left behind is lost."""
@@ -351,7 +356,11 @@ class Scheduler:
         self._emit(req, self._output(req, (), None))
 
     def _output(
-        self, req: Request, new_token_ids: tuple[int, ...], logprob: TokenLogprob | None
+        self,
+        req: Request,
+        new_token_ids: tuple[int, ...],
+        logprob: TokenLogprob | None,
+        prompt_logprobs: tuple[TokenLogprob, ...] = (),
     ) -> RequestOutput:
         return RequestOutput(
             request_id=req.request_id,
@@ -361,6 +370,7 @@ class Scheduler:
             finish_reason=req.finish_reason,
             error=req.error,
             logprobs=() if logprob is None else (logprob,),
+            prompt_logprobs=prompt_logprobs,
             metrics=req.metrics() if req.is_finished else _NO_METRICS,
         )
 
