@@ -130,6 +130,28 @@ def test_shutdown_aborts_live_requests_and_refuses_new_ones():
         eng.add_request("b", [1], SamplingParams(), on_output=None)
 
 
+class LoopKiller(BaseException):
+    """Not an Exception: the loop does not survive it."""
+
+
+class DyingRunner(FakeRunner):
+    def run(self, batch):
+        raise LoopKiller
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_is_alive_until_shutdown_or_a_dead_loop(engine):
+    assert engine.is_alive()
+    engine.shutdown()
+    assert not engine.is_alive()
+    dying = Engine(DyingRunner(), SchedulerConfig(block_size=4, max_model_len=64))
+    outs, done, on_output = collect()
+    dying.add_request("a", [1], SamplingParams(max_tokens=2), on_output=on_output)
+    assert done.wait(5) and outs[-1].finish_reason is FinishReason.ERROR
+    assert not dying.is_alive()
+    dying.shutdown()
+
+
 def test_concurrent_clients(engine):
     results: dict[int, list[int]] = {}
 

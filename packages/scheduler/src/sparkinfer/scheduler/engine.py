@@ -168,6 +168,11 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def is_alive(self) -> bool:
+        """True while the loop runs and takes requests; False once shut down or died."""
+        with self._cond:
+            return self._thread.is_alive() and not self._is_stopping
+
     def _run_loop(self) -> None:
         try:
             while self._take_inbox():  # new requests and aborts; blocks while idle
