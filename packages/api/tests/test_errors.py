@@ -78,7 +78,8 @@ def test_invalid_media(server: RunningServer) -> None:
     resp = _post(server, "/chat/completions", {"model": model, "messages": msgs, "max_tokens": 1})
     assert resp.status_code == 400
     err = _error(resp)
-    assert (err["code"], err["param"]) == ("invalid_media", "messages[0].content[1]")
+    assert (err["code"], err["param"]) == ("invalid_media", "messages[0].content[1].image_url")
+    assert err["message"].startswith("messages[0].content[1].image_url ")
 
 
 def test_invalid_tool_schema(server: RunningServer) -> None:

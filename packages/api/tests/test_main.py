@@ -16,7 +16,7 @@ def test_models_lists_the_embedded_model(server: RunningServer) -> None:
     assert [m.id for m in models] == [EMBEDDED_MODEL_ID]
     card = models[0].model_extra or {}
     assert card["max_model_len"] == 1024
-    assert card["input_modalities"] == ["text"]
+    assert card["input_modalities"] == ["text", "image", "video"]  # the tiny vision tower
 
 
 def test_health_and_metrics(server: RunningServer) -> None:

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkinfer.api.dependencies import ServerState
-from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.grammar import json_grammar, reasoning_grammar, tool_call_grammar
+from sparkinfer.api.media import expand_media, template_messages
 from sparkinfer.api.sampling import check_context
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice
 from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_tools
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
-from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.multimodal import ProcessedMedia
+from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
 
 _THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
 
@@ -64,35 +65,22 @@ def resolve_thinking(req: ChatCompletionRequest) -> ThinkingControls:
 class PreparedChat:
     """Everything the chat route needs after the edge checks."""
 
-    prompt_token_ids: list[int]
+    prompt_token_ids: list[int]  # media placeholders expanded
     thinking: ThinkingControls
     tools: ToolSet | None
     is_tool_call_forced: bool  # tool_choice required or named: only calls may come out
     response_schema: dict[str, Any] | bool | None  # json_object / json_schema output
     grammar: Any  # a compiled xgrammar grammar, or None
+    multimodal: MultimodalInputs | None = None  # the prompt's images and videos
 
 
-def _messages(req: ChatCompletionRequest, state: ServerState) -> list[dict[str, Any]]:
-    out = []
-    for i, msg in enumerate(req.messages):
-        if isinstance(msg.content, list):
-            for j, part in enumerate(msg.content):
-                if part.type in ("image_url", "video_url", "input_audio"):
-                    why = (
-                        "this model has no vision tower"
-                        if not state.has_vision or part.type == "input_audio"
-                        else "media input is not wired into the engine yet"
-                    )
-                    raise InvalidMedia(
-                        f"messages[{i}].content[{j}] is {part.type}: {why}; send text only",
-                        param=f"messages[{i}].content[{j}]",
-                    )
-        out.append(msg.model_dump(exclude_none=True))
-    return out
+def prepare_chat(
+    req: ChatCompletionRequest, state: ServerState, media: list[ProcessedMedia] | None = None
+) -> PreparedChat:
+    """Edge checks and rendering, all before anything is queued.
 
-
-def prepare_chat(req: ChatCompletionRequest, state: ServerState) -> PreparedChat:
-    """Edge checks and rendering, all before anything is queued."""
+    `media`: the request's decoded images and videos in message order (`media.load_media`).
+    """
     tools = check_tools(req)
     schema = check_response_format_schema(req)
     if req.response_format is not None and req.response_format.type == "json_object":
@@ -105,8 +93,13 @@ def prepare_chat(req: ChatCompletionRequest, state: ServerState) -> PreparedChat
         template_kwargs=extra,
     )
     tool_dicts = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    rendered = state.chat_template.render(_messages(req, state), tools=tool_dicts, options=options)
+    messages = template_messages(req.messages)
+    rendered = state.chat_template.render(messages, tools=tool_dicts, options=options)
     ids = state.tokenizer.encode_chat(rendered.segments)
+    multimodal = None
+    if media:
+        assert state.media is not None, "media parts are refused without a vision tower"
+        ids, multimodal = expand_media(ids, media, state.media, state.tokenizer)
     check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
@@ -134,9 +127,8 @@ def prepare_chat(req: ChatCompletionRequest, state: ServerState) -> PreparedChat
         grammar = state.grammars.compile(tag)
     elif thinking.is_enabled and budget is not None:
         grammar = state.grammars.compile(reasoning_grammar(budget))
-    return PreparedChat(
-        ids, dataclasses.replace(thinking, budget=budget), tools, forced, schema, grammar
-    )
+    thinking = dataclasses.replace(thinking, budget=budget)
+    return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
 
 def _forced_budget(thinking: ThinkingControls, max_tokens: int | None) -> int | None:

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import ModelNotFound, Unauthorized
 from sparkinfer.api.grammar import GrammarCompiler
+from sparkinfer.api.media import MediaConfig
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.settings import Settings
 from sparkinfer.model.chat_template import ChatTemplate
@@ -29,7 +30,10 @@ class SamplingDefaults:
 
 @dataclass(frozen=True)
 class ServerState:
-    """Everything built at start-up and shared, read-only, by the routes."""
+    """Everything built at start-up and shared, read-only, by the routes.
+
+    has_vision is True exactly when `media` is set.
+    """
 
     settings: Settings
     model_id: str
@@ -43,6 +47,7 @@ class ServerState:
     metrics: ServerMetrics
     grammars: GrammarCompiler
     created: int
+    media: MediaConfig | None = None  # image and video input (None: no vision tower)
 
     def check_model(self, model: str | None) -> None:
         """404 for a model id this server does not serve (None: the default)."""

@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import EngineStopped
-from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
+from sparkinfer.scheduler.request import (
+    FinishReason,
+    MultimodalInputs,
+    RequestOutput,
+    SamplingParams,
+)
 
 logger = logging.getLogger("sparkinfer.api")
 
@@ -87,7 +92,12 @@ class EngineClient:
         self.engine.shutdown()
 
     def submit(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        multimodal: MultimodalInputs | None = None,
     ) -> RequestStream:
         """Queue a request and return its stream (thread-safe hand-off to the engine).
 
@@ -97,7 +107,11 @@ class EngineClient:
         stream = RequestStream(request_id, asyncio.get_running_loop(), self.metrics)
         try:
             self.engine.add_request(
-                request_id, list(prompt_token_ids), params, on_output=stream.put
+                request_id,
+                list(prompt_token_ids),
+                params,
+                on_output=stream.put,
+                multimodal=multimodal,
             )
         except EngineStopped:
             self._is_stopped = True
@@ -109,13 +123,14 @@ class EngineClient:
         return stream
 
     def submit_all(
-        self, jobs: Sequence[tuple[str, Sequence[int], SamplingParams]]
+        self,
+        jobs: Sequence[tuple[str, Sequence[int], SamplingParams, MultimodalInputs | None]],
     ) -> list[RequestStream]:
         """Submit several requests; if one is refused, abort the ones already queued."""
         streams: list[RequestStream] = []
         try:
-            for request_id, prompt, params in jobs:
-                streams.append(self.submit(request_id, prompt, params))
+            for request_id, prompt, params, multimodal in jobs:
+                streams.append(self.submit(request_id, prompt, params, multimodal=multimodal))
         except BaseException:
             self.abort_all(streams)
             raise

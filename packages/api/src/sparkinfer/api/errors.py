@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sparkinfer.model.chat_template import ChatTemplateError
 from sparkinfer.model.tokenizer import TokenizerError
+from sparkinfer.multimodal import MediaError
 from sparkinfer.scheduler import errors as engine_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -166,6 +167,8 @@ def _map_library_error(exc: BaseException) -> ApiError | None:
         return InvalidRequest(str(exc))
     if isinstance(exc, ChatTemplateError):
         return InvalidRequest(str(exc), param="messages")
+    if isinstance(exc, MediaError):  # the media module maps with the part's field first
+        return InvalidMedia(str(exc))
     return None
 
 
@@ -210,7 +213,7 @@ def install_error_handlers(app: FastAPI) -> None:
     # Known types are answered by the exception middleware (no traceback in the log);
     # anything else reaches the catch-all, which logs it as a bug.
     expected = (
-        RequestValidationError, ApiError, ChatTemplateError, TokenizerError,
+        RequestValidationError, ApiError, ChatTemplateError, TokenizerError, MediaError,
         engine_errors.ContextLengthExceeded, engine_errors.QueueFull, engine_errors.InvalidRequest,
     )  # fmt: skip
     for exc_type in expected:

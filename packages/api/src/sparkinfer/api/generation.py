@@ -13,6 +13,7 @@ from sparkinfer.api.stops import StopStringMatcher
 from sparkinfer.model.tokenizer import IncrementalDetokenizer, Tokenizer
 from sparkinfer.scheduler.request import (
     FinishReason,
+    MultimodalInputs,
     RequestMetrics,
     SamplingParams,
     TokenLogprob,
@@ -53,6 +54,7 @@ class ChoiceJob:
     prompt_token_ids: Sequence[int]
     params: SamplingParams
     stops: Sequence[str] = ()
+    multimodal: MultimodalInputs | None = None  # the prompt's images and videos
 
 
 _FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}
@@ -97,7 +99,9 @@ def start_choices(
     client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]
 ) -> tuple[AsyncIterator[ChoiceEvent], list[RequestStream], list[ChoiceResult]]:
     """Queue every choice now (errors such as QueueFull surface before any response starts)."""
-    streams = client.submit_all([(j.request_id, j.prompt_token_ids, j.params) for j in jobs])
+    streams = client.submit_all(
+        [(j.request_id, j.prompt_token_ids, j.params, j.multimodal) for j in jobs]
+    )
     results = [ChoiceResult() for _ in jobs]
     events = merge(
         [

@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import torch
 import uvicorn
@@ -15,14 +16,17 @@ from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_a
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
+from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.routers import chat, completions, health, models, tokenize
 from sparkinfer.api.settings import Settings, SettingsError, parse_args
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, read_checkpoint_configs
+from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 
@@ -56,6 +60,34 @@ def _max_model_len(settings: Settings, config: ModelConfig) -> int:
     return settings.max_model_len
 
 
+def _media_config(
+    settings: Settings, model: Qwen3_8ForCausalLM, checkpoint_dir: Path | None
+) -> MediaConfig | None:
+    """Image and video input, when the model has a vision tower (settings → MediaLimits)."""
+    if not model.has_vision:
+        return None
+    limits = MediaLimits(
+        max_bytes=settings.media_max_bytes,
+        max_image_pixels=settings.media_max_pixels,
+        max_video_seconds=settings.video_max_seconds,
+        max_video_frames=settings.video_max_source_frames,
+        max_decode_seconds=settings.video_decode_timeout_s,
+    )
+    if not settings.mrope:
+        logger.warning(
+            "--no-mrope: image and video tokens get sequential positions; the model loses their "
+            "2-D layout (for debugging or text-only checkpoints)"
+        )
+    return build_media_config(
+        model.config,
+        checkpoint_dir,
+        limits=limits,
+        video_fps=settings.video_fps,
+        video_max_frames=settings.video_max_frames,
+        use_mrope=settings.mrope,
+    )
+
+
 def build_state(settings: Settings) -> ServerState:
     """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
     device = _device(settings)
@@ -73,6 +105,7 @@ def build_state(settings: Settings) -> ServerState:
         config: ModelConfig = model.config
         gen = embedded.EMBEDDED_GENERATION_DEFAULTS
         served = settings.served_model_name or embedded.EMBEDDED_MODEL_ID
+        media = _media_config(settings, model, None)
     else:
         configs = read_checkpoint_configs(settings.model)
         tokenizer = Tokenizer.from_checkpoint(configs.path)
@@ -83,7 +116,8 @@ def build_state(settings: Settings) -> ServerState:
         )
         config, gen = configs.model, configs.generation
         served = settings.served_model_name or settings.model
-    return _start(settings, served, config, gen, tokenizer, chat_template, model, device)
+        media = _media_config(settings, model, configs.path)
+    return _start(settings, served, config, gen, tokenizer, chat_template, model, device, media)
 
 
 def _start(
@@ -95,6 +129,7 @@ def _start(
     chat_template: ChatTemplate,
     model: torch.nn.Module,
     device: torch.device,
+    media: MediaConfig | None,
 ) -> ServerState:
     max_model_len = _max_model_len(settings, config)
     eos = tuple(dict.fromkeys((*gen.eos_token_ids, *tokenizer.eos_token_ids)))
@@ -117,7 +152,7 @@ def _start(
         model_id=served,
         max_model_len=max_model_len,
         model_vocab_size=config.text.vocab_size,
-        has_vision=config.vision is not None,
+        has_vision=media is not None,
         tokenizer=tokenizer,
         chat_template=chat_template,
         defaults=SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
@@ -125,6 +160,7 @@ def _start(
         metrics=metrics,
         grammars=GrammarCompiler(tokenizer, model_vocab_size=config.text.vocab_size),
         created=int(time.time()),
+        media=media,
     )
 
 

@@ -55,7 +55,28 @@ class Settings(BaseSettings):
     deterministic: bool = Field(
         True, description="Batch-invariant numerics: same seed, same output in any batch"
     )
-    mrope: bool = Field(True, description="Multimodal 3-axis rotary positions (off: text-only)")
+    mrope: bool = Field(
+        True,
+        description="3-axis (t, h, w) rotary positions for image and video tokens (off: "
+        "sequential positions, spatial layout lost; for debugging)",
+    )
+    video_fps: float = Field(2.0, gt=0.0, description="Frames sampled per second of video")
+    video_max_frames: int = Field(
+        32, ge=1, description="Most frames sampled from one video (longer clips: sparser)"
+    )
+    media_max_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Largest decoded data: URL payload of one media part"
+    )
+    media_max_pixels: int = Field(
+        50_000_000, ge=1, description="Largest width x height of an image or video frame"
+    )
+    video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
+    video_max_source_frames: int = Field(
+        36_000, ge=1, description="Most frames in one video stream (bounds decode work)"
+    )
+    video_decode_timeout_s: float = Field(
+        30.0, gt=0.0, description="Seconds one video may take to decode before it is refused"
+    )
     keep_alive_s: float = Field(
         15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
     )

@@ -11,6 +11,7 @@ from sparkinfer.api.chat_output import ChatOutput, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.dependencies import ServerState, State, new_request_id, now
 from sparkinfer.api.generation import ChoiceEvent, ChoiceJob, ChoiceResult, start_choices
+from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.routers.completions import make_usage
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import (
@@ -36,7 +37,8 @@ def _jobs(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat, r
             body, state, max_tokens=body.output_limit, logprobs=logprobs, choice_idx=c
         )
         params = with_processor(params, prep, state)
-        jobs.append(ChoiceJob(c, f"{rid}-{c}", prep.prompt_token_ids, params, body.stop_strings))
+        prompt = prep.prompt_token_ids
+        jobs.append(ChoiceJob(c, f"{rid}-{c}", prompt, params, body.stop_strings, prep.multimodal))
     return jobs
 
 
@@ -57,12 +59,17 @@ async def create_chat_completion(
     state.check_model(body.model)
     rid = new_request_id("chatcmpl")
     request.state.request_id = rid
-    prep = prepare_chat(body, state)
+    parts = media_parts(body.messages, has_vision=state.media is not None)
+    media = await load_media(parts, state.media) if parts and state.media else []
+    prep = prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
     events, _, results = start_choices(state.engine, state.tokenizer, jobs)
     num_prompt = len(prep.prompt_token_ids)
-    logger.info("request %s: %d prompt tokens, %d choices", rid, num_prompt, len(jobs))
+    logger.info(
+        "request %s: %d prompt tokens (%d media parts), %d choices",
+        rid, num_prompt, len(media), len(jobs),
+    )  # fmt: skip
     if body.stream:
         stream = _stream(body, state, rid, events, results, outputs, num_prompt)
         return sse_response(stream, keep_alive_s=state.settings.keep_alive_s)

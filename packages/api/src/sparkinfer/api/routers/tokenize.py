@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.errors import InvalidRequest
+from sparkinfer.api.media import expand_media, load_media, media_parts, template_messages
 from sparkinfer.api.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -18,17 +19,22 @@ router = APIRouter()
 
 @router.post("/v1/tokenize")
 async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
-    """Token ids of a raw prompt (control tokens allowed) or of chat messages after the template."""
+    """Token ids of a raw prompt (control tokens allowed) or of chat messages after the template
+    (image and video placeholders expanded, as the chat route sends them to the engine)."""
     state.check_model(body.model)
     if body.messages is not None:
+        parts = media_parts(body.messages, has_vision=state.media is not None)
+        media = await load_media(parts, state.media) if parts and state.media else []
         options = ChatOptions(
             add_generation_prompt=body.add_generation_prompt,
             enable_thinking=True if body.enable_thinking is None else body.enable_thinking,
         )
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        messages = template_messages(body.messages)
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
         rendered = state.chat_template.render(messages, tools=tools, options=options)
         ids = state.tokenizer.encode_chat(rendered.segments)
+        if media and state.media is not None:
+            ids, _ = expand_media(ids, media, state.media, state.tokenizer)
     else:
         ids = state.tokenizer.encode(body.prompt or "", allow_special=True)
     strs = [state.tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
