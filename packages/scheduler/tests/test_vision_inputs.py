@@ -152,6 +152,19 @@ def test_engine_matches_direct_model(mm_model, prompts, references, budget) -> N
         engine.shutdown()
 
 
+def test_media_without_mrope_use_sequential_positions(mm_model, prompts) -> None:
+    ids, mm = prompts[1]
+    flat = MultimodalInputs(mm.pixel_values, mm.grid_thw, mm.kinds)  # positions None, delta 0
+    sequential = MultimodalInputs(
+        mm.pixel_values, mm.grid_thw, mm.kinds, torch.arange(len(ids)).expand(3, -1), 0
+    )
+    engine = Engine.from_model(mm_model, config(max_num_batched_tokens=9))
+    try:
+        assert run_engine(engine, [(ids, flat)]) == [reference_greedy(mm_model, ids, sequential)]
+    finally:
+        engine.shutdown()
+
+
 def test_media_beside_text_and_preemption(mm_model, prompts, references, tiny_text_refs) -> None:
     """Three multimodal requests and a text one in 6 blocks of 16: some are preempted and
     recomputed (tower again, positions again) and still give the direct model's tokens."""
@@ -212,3 +225,24 @@ def test_positions_of_chunks_and_decode(prompts) -> None:
     assert step_positions([decode, text]).tolist() == [n + 1 + mm.rope_delta, 1, 2]
     mixed = step_positions([ScheduledSeq(req, 3, 6), text])
     assert torch.equal(mixed, torch.cat([mm.positions[:, 3:9], torch.tensor([[1, 2]] * 3)], 1))
+
+
+@pytest.mark.gpu
+def test_cuda_graph_decode_after_media_matches_eager(mm_model, prompts) -> None:
+    """Graph replays take positions n + rope_delta from the static buffer, as eager decode does."""
+    model = Qwen3_8ForCausalLM(
+        parse_model_config(MM_CONFIG), device="cuda", dtype=torch.float32, num_real_tokens=250
+    )
+    model.load_state_dict(mm_model.state_dict())
+    got = []
+    for eager in (True, False):
+        engine = Engine.from_model(
+            model.eval(), config(max_num_seqs=4, max_num_batched_tokens=9, enforce_eager=eager)
+        )
+        try:
+            assert (engine.runner.graphs is None) == eager
+            got.append(run_engine(engine, prompts))
+        finally:
+            engine.shutdown()
+    assert got[0] == got[1]
+    torch.cuda.synchronize()
