@@ -1,13 +1,16 @@
-"""Decode under CUDA graphs must give the eager engine's greedy tokens (GPU only)."""
+"""Decode under CUDA graphs: the graphed engine gives the eager engine's greedy tokens (GPU), and
+capture orders its stream after the one that filled its buffers (CPU, with stand-in streams)."""
+
+import contextlib
 
 import pytest
 import torch
 from scheduler_testing import build_tiny_model
+from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import SamplingParams
-
-pytestmark = pytest.mark.gpu
 
 PROMPTS = [[(7 * i + j) % 250 for j in range(3 + 5 * i)] for i in range(6)]
 
@@ -17,6 +20,7 @@ def greedy_all(engine: Engine) -> list[list[int]]:
     return [engine.generate(p, params) for p in PROMPTS]
 
 
+@pytest.mark.gpu
 def test_graph_decode_matches_eager():
     model = build_tiny_model().to("cuda")
     cfg = SchedulerConfig(block_size=16, max_model_len=128, max_num_seqs=8)
@@ -34,3 +38,71 @@ def test_graph_decode_matches_eager():
     finally:
         graphed.shutdown()
     torch.cuda.synchronize()
+
+
+class _Stream:
+    """Stands in for a CUDA stream on the CPU: records the streams it was ordered after."""
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.waited_on: list[_Stream] = []
+
+    def wait_stream(self, other: "_Stream") -> None:
+        self.waited_on.append(other)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _Graph:
+    """Stands in for torch.cuda.CUDAGraph: capture just runs the forward."""
+
+    def replay(self) -> None:
+        pass
+
+
+class _WatchedModel:
+    """The tiny model, noting at each forward which streams the graph stream waited on."""
+
+    def __init__(self, model: torch.nn.Module, stream: _Stream) -> None:
+        self.model, self.stream = model, stream
+        self.waits_at_forward: list[list[_Stream]] = []
+
+    def __call__(self, input_ids: torch.Tensor, batch) -> torch.Tensor:
+        self.waits_at_forward.append(list(self.stream.waited_on))
+        return self.model(input_ids, batch)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.compute_logits(hidden)
+
+
+def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_model):
+    """The static buffers are filled on the caller's stream and read on the graph stream, a
+    non-blocking one. Unordered, the warm-up on an H200 read input ids not yet zeroed (the
+    caller's stream was still zeroing caches sized for max_model_len 32,769) and the embedding
+    gathered out of bounds. Also runs the all-padding warm-up at 513-column block tables."""
+    caller, graph_stream = _Stream(), _Stream()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda *a, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    sched = SchedulerConfig(max_model_len=32_769, block_size=64, max_num_seqs=4)
+    caches = allocate_caches(
+        tiny_model.cache_spec(), num_blocks=4, block_size=64, num_slots=4, device="cpu"
+    )
+    model = _WatchedModel(tiny_model, graph_stream)
+    graphs = DecodeGraphs(
+        model,  # type: ignore[arg-type]
+        caches,
+        batch_sizes=sched.graph_batch_sizes(4),
+        max_blocks_per_seq=sched.max_blocks_per_seq,
+        block_size=64,
+        stream=graph_stream,  # type: ignore[arg-type]
+    )
+    assert graphs.block_tables.shape == (4, 513)
+    with torch.inference_mode():
+        graphs.capture()
+    assert len(model.waits_at_forward) == 2 * len(graphs.batch_sizes)  # warm-up and capture
+    assert all(caller in waits for waits in model.waits_at_forward)
+    for size in graphs.batch_sizes:
+        assert torch.isfinite(graphs._graphs[size].logits[:, :250]).all()

@@ -3,7 +3,8 @@
 Every per-request index lives in a static device buffer sized for the largest bucket. A step
 copies its rows in (from pinned host buffers), pads the bucket with rows that touch nothing
 (state slot -1, context length 0, KV slot -1) and replays. Graphs are never rebuilt; a batch
-larger than the largest bucket runs eagerly.
+larger than the largest bucket runs eagerly. The buffers are filled on the caller's stream, so
+`capture` orders the graph stream after it before the first forward reads them.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class DecodeGraphs:
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
         pool = torch.cuda.graph_pool_handle()
+        # The buffers were filled on the caller's stream, which our non-blocking stream does not
+        # follow. Unordered, while that stream is still busy (zeroing big caches, at a long
+        # max_model_len) the warm-up reads input ids not yet zeroed: an out-of-bounds gather.
+        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
         for size in reversed(self.batch_sizes):
             batch = self._forward_batch(size)
             with torch.cuda.stream(self.stream):

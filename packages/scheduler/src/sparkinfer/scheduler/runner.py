@@ -100,13 +100,14 @@ class Runner:
             config.block_size,
             self.plan.num_slots,
         )
-        self.caches = allocate_caches(
-            spec,
-            num_blocks=self.plan.num_blocks,
-            block_size=config.block_size,
-            num_slots=self.plan.num_slots,
-            device=self.device,
-        )
+        with self._on_stream():  # zeroed on the stream that reads and writes them
+            self.caches = allocate_caches(
+                spec,
+                num_blocks=self.plan.num_blocks,
+                block_size=config.block_size,
+                num_slots=self.plan.num_slots,
+                device=self.device,
+            )
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
