@@ -186,6 +186,32 @@ def test_json_schema_output_validates(client: openai.OpenAI, model: str) -> None
     jsonschema.validate(json.loads(r.choices[0].message.content or ""), schema)
 
 
+def test_json_schema_output_cut_by_max_tokens_is_length(client: openai.OpenAI, model: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    r = client.chat.completions.create(
+        model=model,
+        messages=USER,
+        response_format=fmt,  # type: ignore[arg-type]
+        max_tokens=2,
+        n=2,
+        extra_body={"enable_thinking": False},
+    )
+    assert [c.finish_reason for c in r.choices] == ["length", "length"]
+    assert r.usage is not None and r.usage.prompt_tokens < 30  # the prompt counted once
+
+
+def test_stop_with_json_output_is_refused(server: RunningServer, model: str) -> None:
+    fmt = {"type": "json_object"}
+    body = {"model": model, "messages": USER, "response_format": fmt, "stop": ["}"]}
+    err = httpx.post(server.v1 + "/chat/completions", json=body).json()["error"]
+    assert (err["code"], err["param"]) == ("invalid_value", "stop")
+
+
 def test_remote_ref_is_refused_with_a_reason(server: RunningServer, model: str) -> None:
     params = {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}}
     bad = {"type": "function", "function": {"name": "f", "parameters": params}}

@@ -57,3 +57,9 @@ def test_echo_and_batch_of_prompts(client: openai.OpenAI, model: str) -> None:
     r = client.completions.create(model=model, prompt=["Hi", "Bye"], max_tokens=2, echo=True)
     assert [c.text[:2] for c in r.choices] == ["Hi", "By"]
     assert r.usage is not None and r.usage.completion_tokens == 4
+
+
+def test_usage_with_several_prompts_and_choices(client: openai.OpenAI, model: str) -> None:
+    r = client.completions.create(model=model, prompt=[[1, 2, 3], [4, 5]], n=2, max_tokens=2)
+    assert len(r.choices) == 4 and r.usage is not None
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (5, 8, 13)

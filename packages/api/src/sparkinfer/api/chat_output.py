@@ -3,7 +3,11 @@
 `reasoning_parser` splits `reasoning</think>answer`; `tool_parser` takes Qwen XML calls out of
 the answer. When the call is forced (tool_choice required or named) the whole answer is held to
 the end and every call is checked against its schema: if any fails, the text is returned as
-content and no call is reported, so prose is never passed off as a tool call.
+content and no call is reported, so prose is never passed off as a tool call. Under
+tool_choice auto each call is checked as it completes; one that fails stays in the content as
+text. JSON output (response_format) is checked against its schema at the end: content that
+fails is reported as `length` when the token limit cut it, and is an error otherwise (the
+grammar should have made that impossible), never a plain `stop`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
+from sparkinfer.api.errors import InternalError
 from sparkinfer.api.reasoning_parser import ReasoningDelta, StreamingReasoningParser
 from sparkinfer.api.schemas.chat import (
     ChoiceDelta,
@@ -27,6 +32,10 @@ from sparkinfer.api.tool_parser import ToolCall, ToolCallDelta, ToolCallParser
 from sparkinfer.api.tools import ToolSet, validator_for
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
+
+
+class InvalidStructuredOutput(InternalError):
+    """A choice stopped with JSON content that does not match its response_format schema."""
 
 
 def _delta_call(d: ToolCallDelta) -> DeltaToolCall:
@@ -53,7 +62,11 @@ class ChatOutput:
         self._reasoning_parser = StreamingReasoningParser(thinking=is_thinking)
         self._tools = tools
         self._call_parser = ToolCallParser(tools) if tools is not None else None
-        self._call_stream = self._call_parser.stream() if self._call_parser else None
+        self._call_stream = (
+            ToolCallParser(tools, check_arguments=tools.check_arguments).stream()
+            if tools is not None
+            else None
+        )
         self._is_forced = is_tool_call_forced and tools is not None
         self._is_excluded = is_reasoning_excluded
         self._schema = response_schema
@@ -75,7 +88,15 @@ class ChatOutput:
         return self._emit(self._reasoning_parser.finish(), is_final=True)
 
     def finish_reason(self, engine_reason: str | None) -> str | None:
-        return "tool_calls" if self.tool_calls else engine_reason
+        """The OpenAI finish reason; InvalidStructuredOutput for JSON that stopped invalid."""
+        if self.tool_calls:
+            return "tool_calls"
+        if engine_reason == "stop" and not self.content_matches_schema():
+            raise InvalidStructuredOutput(
+                f"the output stopped with content that is not JSON matching response_format "
+                f"({len(self.content)} characters); the request id is in the server log"
+            )
+        return engine_reason
 
     def final_message(self, engine_reason: str | None) -> tuple[ResponseMessage, str | None]:
         """The whole message (non-streaming) and its finish reason."""

@@ -1,10 +1,9 @@
-"""What every route needs: the server state (model, tokenizer, engine), request ids, the API key."""
+"""What every route needs: the server state (model, tokenizer, engine) and the API key."""
 
 from __future__ import annotations
 
 import hmac
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -64,10 +63,6 @@ def get_state(request: Request) -> ServerState:
 
 
 State = Annotated[ServerState, Depends(get_state)]
-
-
-def new_request_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def now() -> int:

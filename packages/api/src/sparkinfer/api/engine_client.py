@@ -84,8 +84,8 @@ class EngineClient:
         self._is_stopped = False
 
     def is_alive(self) -> bool:
-        """False once the engine was shut down or refused a request because it stopped."""
-        return not self._is_stopped
+        """False once the engine was shut down, its loop died, or it refused a request."""
+        return not self._is_stopped and self.engine.is_alive()
 
     def shutdown(self) -> None:
         self._is_stopped = True

@@ -91,6 +91,14 @@ class Overloaded(ApiError):
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
+class EngineUnavailable(ApiError):
+    """The engine has stopped (shut down or its loop died): nothing can be served."""
+
+    status = 503
+    type = "server_error"
+    code = "engine_unavailable"
+
+
 class InternalError(ApiError):
     """A bug: the client sees a generic message and the details go to the log."""
 
@@ -163,6 +171,8 @@ def _map_library_error(exc: BaseException) -> ApiError | None:
         return ContextLengthError(str(exc))
     if isinstance(exc, engine_errors.QueueFull):
         return Overloaded(str(exc), retry_after_s=exc.retry_after_s)
+    if isinstance(exc, engine_errors.EngineStopped):
+        return EngineUnavailable(f"{exc}; the server cannot generate: restart it")
     if isinstance(exc, engine_errors.InvalidRequest | TokenizerError):
         return InvalidRequest(str(exc))
     if isinstance(exc, ChatTemplateError):
@@ -181,8 +191,11 @@ def error_body(err: ApiError) -> dict[str, Any]:
 def map_exception(exc: BaseException, request_id: str | None = None) -> ErrorBody:
     """The HTTP status, body and headers for `exc`; logs bugs with the request id."""
     err = to_api_error(exc)
-    if isinstance(err, InternalError) and err is not exc:
-        logger.error("request %s failed", request_id or "-", exc_info=exc)
+    if isinstance(err, InternalError):  # a bug: the traceback, if any, goes to the log
+        is_unmapped = err is not exc
+        logger.error(
+            "request %s failed: %s", request_id or "-", err.message, exc_info=is_unmapped and exc
+        )
     return ErrorBody(err.status, error_body(err), err.headers())
 
 
@@ -191,8 +204,11 @@ def _request_id(request: Request) -> str | None:
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    mapped = map_exception(exc, _request_id(request))
-    return JSONResponse(mapped.body, status_code=mapped.status, headers=mapped.headers)
+    rid = _request_id(request)
+    mapped = map_exception(exc, rid)
+    # A 500 is sent from outside the request-id middleware, so the id is added here too.
+    headers = mapped.headers if rid is None else {**mapped.headers, "X-Request-Id": rid}
+    return JSONResponse(mapped.body, status_code=mapped.status, headers=headers)
 
 
 async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
@@ -215,6 +231,7 @@ def install_error_handlers(app: FastAPI) -> None:
     expected = (
         RequestValidationError, ApiError, ChatTemplateError, TokenizerError, MediaError,
         engine_errors.ContextLengthExceeded, engine_errors.QueueFull, engine_errors.InvalidRequest,
+        engine_errors.EngineStopped,
     )  # fmt: skip
     for exc_type in expected:
         app.add_exception_handler(exc_type, _handle)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from sparkinfer.scheduler.request import (
     TokenLogprob,
 )
 
+logger = logging.getLogger("sparkinfer.api")
+
 
 class EngineFailure(InternalError):
     """The engine ended a request with an error (the details are in the server log)."""
@@ -33,6 +36,7 @@ class ChoiceEvent:
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: str | None = None
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # on a choice's first event, when asked for
 
 
 @dataclass
@@ -77,11 +81,15 @@ async def run_choice(
             result.num_cached_tokens = out.num_cached_tokens
             text = stops.feed(detok.push(out.new_token_ids))
             if stops.is_stopped:
-                yield ChoiceEvent(job.index, text, out.new_token_ids, out.logprobs, "stop")
+                yield ChoiceEvent(
+                    job.index, text, out.new_token_ids, out.logprobs, "stop", out.prompt_logprobs
+                )
                 return
             if out.finish_reason is FinishReason.ERROR:
+                logger.error("request %s: the engine failed it: %s", job.request_id, out.error)
                 raise EngineFailure(
-                    f"the engine failed request {job.request_id}: {out.error or 'unknown error'}"
+                    f"the engine failed request {job.request_id}; the cause is in the server log "
+                    "under that id"
                 )
             finish = None if out.finish_reason is None else _FINISH[out.finish_reason]
             if finish is not None:
@@ -90,7 +98,9 @@ async def run_choice(
                 if stops.is_stopped:
                     finish = "stop"
             if text or out.new_token_ids or finish:
-                yield ChoiceEvent(job.index, text, out.new_token_ids, out.logprobs, finish)
+                yield ChoiceEvent(
+                    job.index, text, out.new_token_ids, out.logprobs, finish, out.prompt_logprobs
+                )
     finally:
         client.abort_all([stream])  # no-op once finished; else the engine frees it now
 

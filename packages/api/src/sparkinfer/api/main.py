@@ -18,7 +18,8 @@ from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
-from sparkinfer.api.routers import chat, completions, health, models, tokenize
+from sparkinfer.api.request_ids import RequestIdMiddleware
+from sparkinfer.api.routers import chat, completions, health, models, score, tokenize
 from sparkinfer.api.settings import Settings, SettingsError, parse_args
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
@@ -178,9 +179,10 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(RequestIdMiddleware)
     app.include_router(health.router)
     guarded = [Depends(require_api_key)]
-    for router in (models.router, chat.router, completions.router, tokenize.router):
+    for router in (models.router, chat.router, completions.router, score.router, tokenize.router):
         app.include_router(router, dependencies=guarded)
     return app
 

@@ -105,16 +105,22 @@ class ToolSchemas(Protocol):
 
 
 class ToolCallParser:
-    """Parses Qwen XML tool calls against a request's OpenAI `tools` list."""
+    """Parses Qwen XML tool calls against a request's OpenAI `tools` list.
+
+    `check_arguments(name, arguments_json)` returns why a parsed call is not valid (None: it is);
+    a call it refuses stays in the content as text, like a malformed one.
+    """
 
     def __init__(
         self,
         tools: ToolSchemas | Sequence[Mapping[str, Any]] | None,
         *,
         make_call_id: Callable[[], str] = new_call_id,
+        check_arguments: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self._schemas = _schemas_by_name(tools)
         self._make_call_id = make_call_id
+        self._check_arguments = check_arguments
 
     def parse(self, text: str) -> ParsedToolCalls:
         """Split a whole output into content and tool calls."""
@@ -127,7 +133,7 @@ class ToolCallParser:
         return StreamingToolCallParser(self)
 
     def parse_block(self, body: str) -> ToolCall | None:
-        """Parse the text between <tool_call> and </tool_call>; None if unknown or malformed."""
+        """The call between <tool_call> and </tool_call>; None if unknown, malformed or refused."""
         match = _FUNCTION.match(body)
         if match is None:
             return None
@@ -139,6 +145,8 @@ class ToolCallParser:
         if arguments is None:
             return None
         text = json.dumps(arguments, ensure_ascii=False)
+        if self._check_arguments is not None and self._check_arguments(name, text) is not None:
+            return None
         return ToolCall(id=self._make_call_id(), name=name, arguments=text)
 
 

@@ -181,3 +181,17 @@ def check_response_format_schema(req: ChatCompletionRequest) -> dict[str, Any] |
         )
     check_schema(schema, "response_format.json_schema.schema", error=InvalidRequest)
     return schema
+
+
+def check_response_format_stops(req: ChatCompletionRequest) -> None:
+    """Refuse stop strings and stop ids with JSON output: they could cut it into invalid JSON."""
+    fmt = req.response_format
+    if fmt is None or fmt.type == "text":
+        return
+    for param, value in (("stop", req.stop_strings), ("stop_token_ids", req.stop_token_ids)):
+        if value:
+            raise InvalidRequest(
+                f"{param} is set with response_format {fmt.type}: a stop could cut the JSON "
+                f"short and leave it invalid; leave {param} out (the JSON ends the answer itself)",
+                param=param,
+            )

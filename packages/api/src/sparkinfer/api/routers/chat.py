@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
-from sparkinfer.api.dependencies import ServerState, State, new_request_id, now
+from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import ChoiceEvent, ChoiceJob, ChoiceResult, start_choices
 from sparkinfer.api.media import load_media, media_parts
-from sparkinfer.api.routers.completions import make_usage
+from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import (
     ChatChoice,
@@ -24,6 +24,8 @@ from sparkinfer.api.schemas.chat import (
 )
 from sparkinfer.api.schemas.common import ChatLogprobs
 from sparkinfer.api.streaming import DONE, sse_data, sse_error, sse_response
+from sparkinfer.api.tools import check_response_format_stops
+from sparkinfer.api.usage import make_usage
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
@@ -37,8 +39,9 @@ def _jobs(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat, r
             body, state, max_tokens=body.output_limit, logprobs=logprobs, choice_idx=c
         )
         params = with_processor(params, prep, state)
+        engine_id = engine_request_id(rid, c)
         prompt = prep.prompt_token_ids
-        jobs.append(ChoiceJob(c, f"{rid}-{c}", prompt, params, body.stop_strings, prep.multimodal))
+        jobs.append(ChoiceJob(c, engine_id, prompt, params, body.stop_strings, prep.multimodal))
     return jobs
 
 
@@ -57,8 +60,8 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, state: State
 ) -> Response | ChatCompletionResponse:
     state.check_model(body.model)
-    rid = new_request_id("chatcmpl")
-    request.state.request_id = rid
+    rid = f"chatcmpl-{request_id(request)}"
+    check_response_format_stops(body)
     parts = media_parts(body.messages, has_vision=state.media is not None)
     media = await load_media(parts, state.media) if parts and state.media else []
     prep = prepare_chat(body, state, media)
@@ -94,7 +97,7 @@ async def create_chat_completion(
         created=now(),
         model=state.model_id,
         choices=choices,
-        usage=make_usage(results, num_prompt),
+        usage=make_usage(results, [num_prompt]),
     )
 
 
@@ -136,7 +139,7 @@ async def _stream(
                 yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), logprobs=lp))
         opts = body.stream_options
         if opts is not None and opts.include_usage:
-            usage = make_usage(results, num_prompt)
+            usage = make_usage(results, [num_prompt])
             yield sse_data(
                 ChatCompletionChunk(
                     id=rid, created=created, model=state.model_id, choices=[], usage=usage

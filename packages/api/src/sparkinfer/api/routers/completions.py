@@ -1,17 +1,22 @@
-"""`POST /v1/completions`: text or token-id prompts, streamed or not."""
+"""`POST /v1/completions`: text or token-id prompts, streamed or not.
+
+With `echo` and `logprobs` the prompt's tokens come first in the logprobs too (the engine's
+prompt logprobs; the first token has none, as in OpenAI's API).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sparkinfer.api.dependencies import ServerState, State, new_request_id, now
+from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidRequest
 from sparkinfer.api.generation import ChoiceEvent, ChoiceJob, ChoiceResult, start_choices
+from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params, check_context
-from sparkinfer.api.schemas.common import PromptTokensDetails, Usage
 from sparkinfer.api.schemas.completions import (
     CompletionChoice,
     CompletionLogprobs,
@@ -19,28 +24,12 @@ from sparkinfer.api.schemas.completions import (
     CompletionResponse,
 )
 from sparkinfer.api.streaming import DONE, sse_data, sse_error, sse_response
+from sparkinfer.api.usage import make_usage
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
-
-
-def make_usage(results: Sequence[ChoiceResult], num_prompt_tokens: int) -> Usage:
-    """Billing counts (the prompt counted once per prompt, not per choice) plus telemetry."""
-    completion = sum(r.num_output_tokens for r in results)
-    first = results[0].metrics if results else None
-    return Usage(
-        prompt_tokens=num_prompt_tokens,
-        completion_tokens=completion,
-        total_tokens=num_prompt_tokens + completion,
-        prompt_tokens_details=PromptTokensDetails(
-            cached_tokens=max((r.num_cached_tokens for r in results), default=0)
-        ),
-        ttft_ms=first.ttft_ms if first else None,
-        generation_ms=first.generation_ms if first else None,
-        decode_tps=first.decode_tps if first else None,
-    )
 
 
 def completion_logprobs(
@@ -56,6 +45,24 @@ def completion_logprobs(
         out.text_offset.append(offset)
         offset += len(token)
     return out
+
+
+def echo_logprobs(
+    tokenizer: Tokenizer, prompt: Sequence[int], entries: Sequence[TokenLogprob]
+) -> CompletionLogprobs:
+    """The echoed prompt's logprobs: None for its first token, then the engine's entries."""
+    first = tokenizer.decode([prompt[0]])
+    out = completion_logprobs(tokenizer, entries, len(first))
+    out.tokens.insert(0, first)
+    out.token_logprobs.insert(0, None)
+    out.top_logprobs.insert(0, None)
+    out.text_offset.insert(0, 0)
+    return out
+
+
+def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
+    for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        getattr(lp, name).extend(getattr(more, name))
 
 
 def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[int]]:
@@ -89,7 +96,10 @@ def _jobs(body: CompletionRequest, state: ServerState, prompts: list[list[int]],
             params = build_params(
                 body, state, max_tokens=body.max_tokens, logprobs=body.logprobs, choice_idx=c
             )
-            jobs.append(ChoiceJob(index, f"{rid}-{index}", ids, params, body.stop_strings))
+            if body.echo and body.logprobs is not None:
+                params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
+            engine_id = engine_request_id(rid, index)
+            jobs.append(ChoiceJob(index, engine_id, ids, params, body.stop_strings))
     return jobs
 
 
@@ -98,17 +108,16 @@ async def create_completion(
     body: CompletionRequest, request: Request, state: State
 ) -> Response | CompletionResponse:
     state.check_model(body.model)
-    rid = new_request_id("cmpl")
-    request.state.request_id = rid
+    rid = f"cmpl-{request_id(request)}"
     prompts = _encode_prompts(body, state)
     jobs = _jobs(body, state, prompts, rid)
-    num_prompt_tokens = sum(len(p) for p in prompts)
+    prompt_lens = [len(p) for p in prompts]
     echoes = [state.tokenizer.decode(prompts[j.index // body.n]) if body.echo else "" for j in jobs]
     events, _, results = start_choices(state.engine, state.tokenizer, jobs)
-    logger.info("request %s: %d prompt tokens, %d choices", rid, num_prompt_tokens, len(jobs))
+    logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if body.stream:
         return sse_response(
-            _stream(body, state, rid, events, results, echoes, num_prompt_tokens),
+            _stream(body, state, rid, events, results, echoes, prompts),
             keep_alive_s=state.settings.keep_alive_s,
         )
     texts = list(echoes)
@@ -117,9 +126,11 @@ async def create_completion(
     try:
         async for ev in events:
             if (lp := logprobs[ev.index]) is not None:
+                if body.echo and not lp.tokens:
+                    prompt = prompts[ev.index // body.n]
+                    _extend(lp, echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs))
                 more = completion_logprobs(state.tokenizer, ev.logprobs, len(texts[ev.index]))
-                for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-                    getattr(lp, name).extend(getattr(more, name))
+                _extend(lp, more)
             texts[ev.index] += ev.text
             finish[ev.index] = ev.finish_reason or finish[ev.index]
     finally:
@@ -133,7 +144,7 @@ async def create_completion(
         created=now(),
         model=state.model_id,
         choices=choices,
-        usage=make_usage(results, num_prompt_tokens),
+        usage=make_usage(results, prompt_lens),
     )
 
 
@@ -144,7 +155,7 @@ async def _stream(
     events: AsyncIterator[ChoiceEvent],
     results: list[ChoiceResult],
     echoes: list[str],
-    num_prompt_tokens: int,
+    prompts: list[list[int]],
 ) -> AsyncIterator[bytes]:
     created = now()
 
@@ -155,19 +166,26 @@ async def _stream(
         )
 
     offsets = [len(e) for e in echoes]
+    # With logprobs an echo waits for the first output, which carries the prompt's logprobs.
+    is_echo_held = body.echo and body.logprobs is not None
     try:
         for i, echo in enumerate(echoes):
-            if echo:
+            if echo and not is_echo_held:
                 yield chunk(i, echo, None, None)
         async for ev in events:
             lp = None
+            if is_echo_held and echoes[ev.index]:
+                prompt = prompts[ev.index // body.n]
+                echo_lp = echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs)
+                yield chunk(ev.index, echoes[ev.index], None, echo_lp)
+                echoes[ev.index] = ""
             if body.logprobs is not None:
                 lp = completion_logprobs(state.tokenizer, ev.logprobs, offsets[ev.index])
             offsets[ev.index] += len(ev.text)
             yield chunk(ev.index, ev.text, ev.finish_reason, lp)
         opts = body.stream_options
         if opts is not None and opts.include_usage:
-            usage = make_usage(results, num_prompt_tokens)
+            usage = make_usage(results, [len(p) for p in prompts])
             yield sse_data(
                 CompletionResponse(
                     id=rid, created=created, model=state.model_id, choices=[], usage=usage

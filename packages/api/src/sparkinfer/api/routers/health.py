@@ -6,15 +6,20 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sparkinfer.api.dependencies import State
+from sparkinfer.api.errors import EngineUnavailable, error_body
 
 router = APIRouter()
 
 
 @router.get("/health")
 async def health(state: State) -> JSONResponse:
-    """200 while the engine loop runs; 503 once it has stopped or died."""
+    """200 while the engine loop runs; 503 (OpenAI error body) once it has stopped or died."""
     if not state.engine.is_alive():
-        return JSONResponse({"status": "engine stopped"}, status_code=503)
+        err = EngineUnavailable(
+            "the engine has stopped (shut down, or its loop died; the cause is in the server "
+            "log): restart the server"
+        )
+        return JSONResponse(error_body(err), status_code=err.status)
     return JSONResponse({"status": "ok"})
 
 
