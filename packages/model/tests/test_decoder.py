@@ -413,3 +413,17 @@ def test_vision_tower_needs_matching_width(mm_ckpt) -> None:
     bad = dataclasses.replace(config, vision=dataclasses.replace(config.vision, out_hidden_size=8))
     with pytest.raises(ConfigError, match="out_hidden_size is 8"):
         Qwen3_8ForCausalLM(bad, device="cpu", dtype=torch.float32)
+
+
+def test_layers_share_the_models_kernel_table(causal_ckpt: Path) -> None:
+    model = load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False)
+    model.to(torch.float32)  # _apply runs; a CPU model keeps the references
+    assert not model.ops.is_triton
+    assert all(m.ops is model.ops for m in model.modules() if hasattr(m, "ops"))
+
+
+@pytest.mark.gpu
+def test_moving_to_cuda_switches_to_triton_kernels(causal_ckpt: Path) -> None:
+    model = load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False).to("cuda")
+    assert model.ops.is_triton
+    assert all(m.ops is model.ops for m in model.modules() if hasattr(m, "ops"))

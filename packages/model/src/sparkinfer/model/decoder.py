@@ -146,6 +146,17 @@ class Qwen3_8ForCausalLM(nn.Module):
                 )
             self.visual = VisionModel(config.vision, device=device, dtype=dtype)
 
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        """`.to(device)` and friends: the kernels follow the weights (Triton on CUDA only)."""
+        super()._apply(fn, recurse)
+        use_triton = self.lm_head.weight.device.type == "cuda"
+        if use_triton != self.ops.is_triton:
+            self.ops = select_ops(use_triton=use_triton)
+            for module in self.modules():
+                if module is not self and hasattr(module, "ops"):
+                    module.ops = self.ops
+        return self
+
     @property
     def has_vision(self) -> bool:
         """Whether the model has a vision tower, i.e. takes image and video input."""
