@@ -35,7 +35,9 @@ def test_every_package_follows_the_layout():
         assert meta["project"]["name"] == f"sparkinfer-{name}"
         assert meta["tool"]["uv"]["build-backend"]["module-name"] == f"sparkinfer.{name}"
         assert (pkg / "src" / "sparkinfer" / name / "__init__.py").is_file()
-        assert not (pkg / "src" / "sparkinfer" / "__init__.py").exists(), "sparkinfer is a namespace"
+        assert not (pkg / "src" / "sparkinfer" / "__init__.py").exists(), (
+            "sparkinfer is a namespace"
+        )
         assert (pkg / "README.md").is_file()
         assert (pkg / "tests").is_dir()
 
@@ -102,5 +104,19 @@ def test_each_package_declares_what_it_imports():
         for module, where in sorted(_third_party_imports(pkg / "src").items()):
             dist = _DIST_OF_MODULE.get(module, module).lower().replace("_", "-")
             if dist not in declared:
-                missing.append(f"{where} imports {module!r}: add {dist!r} to packages/{name}/pyproject.toml")
+                missing.append(
+                    f"{where} imports {module!r}: add {dist!r} to packages/{name}/pyproject.toml"
+                )
     assert not missing, "\n".join(missing)
+
+
+def test_ruff_lint_and_format_are_clean():
+    # STYLE.md: ruff check and ruff format over every Python file of the workspace.
+    for args in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *args, "packages", "tests", "conftest.py"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, f"ruff {' '.join(args)}:\n{result.stdout}{result.stderr}"
