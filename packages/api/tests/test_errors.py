@@ -142,3 +142,10 @@ def test_bug_is_500_internal_error_and_logged(caplog: pytest.LogCaptureFixture) 
     assert mapped.body["error"]["code"] == "internal_error"
     assert "secret detail" not in mapped.body["error"]["message"]
     assert "req-123" in caplog.text
+
+
+def test_omitted_model_means_the_served_model(server: RunningServer) -> None:
+    served = httpx.get(server.v1 + "/models", timeout=10).json()["data"][0]["id"]
+    resp = _post(server, "/chat/completions", {"messages": USER, "max_tokens": 1})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["model"] == served

@@ -25,7 +25,9 @@ class StreamOptions(RequestBody):
 class SamplingFields(RequestBody):
     """Sampling and stopping fields common to chat and text completions."""
 
-    model: str = Field(min_length=1)
+    model: str | None = Field(
+        None, min_length=1, description="served model id; omitted: the one model this server serves"
+    )
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=-1)

@@ -12,7 +12,9 @@ from sparkinfer.api.schemas.common import MAX_TOP_LOGPROBS, RequestBody, Usage
 class ScoreRequest(RequestBody):
     """`completion` scored after `prompt` (text or ids) or after `messages` (chat template)."""
 
-    model: str = Field(min_length=1)
+    model: str | None = Field(
+        None, min_length=1, description="served model id; omitted: the one model this server serves"
+    )
     prompt: str | list[int] | None = None
     messages: list[ChatMessage] | None = None
     completion: str | list[int]
