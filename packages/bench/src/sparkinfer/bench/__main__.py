@@ -1,4 +1,4 @@
-"""`sparkinfer-bench`: serving, prefill, eval, offline-engine and kernel benchmarks.
+"""`sparkinfer-bench`: serving, prefill, eval, offline-engine, vision and kernel benchmarks.
 
 Exit status: 0 when every gate passes, 1 when a gate fails, 2 on a usage, server or device error.
 Tables go to stdout, progress to stderr, PNGs and `<mode>.json` to --out.
@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
+    p = sub.add_parser(
+        "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
+    )
+    p.add_argument("--device", default="cuda", help="where the tower runs (preprocessing: CPU)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--tiny", action="store_true", help="tiny tower and media (CPU smoke runs)")
+    p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
     p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
     p.add_argument("--only", help="comma-separated module names (default: all)")
     p.add_argument("--device", default="cuda")
@@ -327,6 +335,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import engine
 
         return engine.run(args, info)
+    if args.mode == "vision":
+        from sparkinfer.bench import vision
+
+        return vision.run(args, info)
     from sparkinfer.bench import kernels
 
     return kernels.run(args, info)

@@ -2,16 +2,18 @@
 
 Decode is bandwidth-bound: every step reads all matmul weights once (the embedding table only one
 row per token), each sequence's KV up to its context, and reads and writes its Gated-DeltaNet state.
-Prefill is compute-bound: 2 FLOPs per matmul weight per token plus causal attention.
+Prefill is compute-bound: 2 FLOPs per matmul weight per token plus causal attention. The vision
+tower is compute-bound the same way, with bidirectional attention inside each frame group.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from sparkinfer.bench.timing import time_cuda
-from sparkinfer.model.config import TextConfig
+from sparkinfer.bench.timing import time_on
+from sparkinfer.model.config import TextConfig, VisionConfig
 
 
 @dataclass(frozen=True)
@@ -94,22 +96,43 @@ def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) ->
     return peaks.matmul_flop_s / per_token
 
 
+def vision_flops(cfg: VisionConfig, grid_thw: Sequence[tuple[int, int, int]]) -> float:
+    """FLOPs of one vision tower forward over these items (matmuls and attention; SPEC §9).
+
+    Per patch: the patch embedding, then per block qkv, proj, fc1 and fc2; per merged token the
+    merger's two matmuls. Attention is 4 * L^2 * hidden per block for each segment of L patches.
+    """
+    hidden, inter, merge = cfg.hidden_size, cfg.intermediate_size, cfg.spatial_merge_size
+    patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
+    merged = hidden * merge**2
+    num_patches = sum(t * h * w for t, h, w in grid_thw)
+    seg_sq = sum(t * (h * w) ** 2 for t, h, w in grid_thw)
+    per_patch = patch_dim * hidden + cfg.depth * (4 * hidden * hidden + 2 * hidden * inter)
+    per_token = merged * merged + merged * cfg.out_hidden_size
+    attention = cfg.depth * 4 * seg_sq * hidden
+    return float(2 * num_patches * per_patch + 2 * num_patches // merge**2 * per_token + attention)
+
+
 def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int = 8192) -> Peaks:
-    """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (medians of 20 runs)."""
+    """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (medians of 20 runs).
+
+    On a CPU device the same figures come from host wall time (smoke runs only).
+    """
     peaks = Peaks(_copy_rate(device, copy_mib), _matmul_rate(device, matmul_n))
-    torch.cuda.empty_cache()  # the buffers are gone: hand their memory back before the model loads
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the buffers are gone: hand their memory back for the model
     return peaks
 
 
 def _copy_rate(device: torch.device, mib: int) -> float:
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = time_cuda(lambda: dst.copy_(src), iters=20).median_ms / 1e3
+    seconds = time_on(device, lambda: dst.copy_(src), iters=20).median_ms / 1e3
     return 2 * mib * 2**20 / seconds  # bytes read plus bytes written
 
 
 def _matmul_rate(device: torch.device, n: int) -> float:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    seconds = time_cuda(lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
+    seconds = time_on(device, lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
     return 2 * n**3 / seconds

@@ -1,7 +1,8 @@
-"""Timing of device work with CUDA events: warm-up, then the median and p90 of fixed iterations."""
+"""Timing: warm-up, then the median and p90 of fixed iterations (CUDA events, or host wall time)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,10 +35,26 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20) -> 
             end.synchronize()
             times_ms.append(start.elapsed_time(end))
     else:
-        import time
-
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times_ms.append((time.perf_counter() - t0) * 1e3)
+        return time_cpu(fn, warmup=0, iters=iters)
     return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
+
+
+def time_cpu(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20) -> Timing:
+    """Run `fn` `warmup` times untimed, then time each of `iters` calls by host wall clock."""
+    for _ in range(warmup):
+        fn()
+    times_ms = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times_ms.append((time.perf_counter() - t0) * 1e3)
+    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
+
+
+def time_on(
+    device: torch.device, fn: Callable[[], object], *, warmup: int = 5, iters: int = 20
+) -> Timing:
+    """CUDA-event timing for work on a CUDA device, host wall clock for work on the CPU."""
+    if device.type == "cuda":
+        return time_cuda(fn, warmup=warmup, iters=iters)
+    return time_cpu(fn, warmup=warmup, iters=iters)
