@@ -1,14 +1,24 @@
-"""Test helpers: a fake runner, a tiny random model on CPU, and a plain reference decode."""
+"""Test helpers: a fake runner, a tiny random model on CPU, a plain reference decode, and CPU
+stand-ins for CUDA streams and graphs that run the real `DecodeGraphs` capture and replay."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytest
 import torch
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
-from sparkinfer.scheduler.request import TokenLogprob
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
+from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams, TokenLogprob
+from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.scheduler import Scheduler
 
 
 class FakeRunner:
@@ -149,3 +159,128 @@ def reference_logits(model: Qwen3_8ForCausalLM, tokens: list[int]) -> torch.Tens
     )  # fmt: skip
     with torch.inference_mode():
         return model.compute_logits(model(torch.tensor(tokens), batch))
+
+
+class CpuStream:
+    """Stands in for a CUDA stream on the CPU: records the streams it was ordered after."""
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.waited_on: list[CpuStream] = []
+
+    def wait_stream(self, other: CpuStream) -> None:
+        self.waited_on.append(other)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class CpuGraph:
+    """Stands in for torch.cuda.CUDAGraph: capture just runs the forward; replay runs `rerun`
+    (bound after capture), which writes the captured logits as a real replay would."""
+
+    def __init__(self) -> None:
+        self.rerun: Callable[[], object] | None = None
+
+    def replay(self) -> None:
+        if self.rerun is not None:
+            self.rerun()
+
+
+@dataclass(frozen=True)
+class RowSnapshot:
+    """A scheduled row as it stood when it ran (its request grows once the step is recorded)."""
+
+    num_cached_tokens: int
+    num_new_tokens: int
+    num_prompt_tokens: int
+    num_tokens: int
+
+    @classmethod
+    def of(cls, seq: ScheduledSeq) -> RowSnapshot:
+        req = seq.req
+        return cls(seq.num_cached_tokens, seq.num_new_tokens, req.num_prompt_tokens, req.num_tokens)
+
+    @property
+    def is_generated_last_token(self) -> bool:
+        """It feeds a token generated earlier and is the request's last token (so it samples)."""
+        return (
+            self.num_new_tokens == 1
+            and self.num_cached_tokens >= self.num_prompt_tokens
+            and self.num_cached_tokens + 1 == self.num_tokens
+        )
+
+    @property
+    def is_lone_prompt_token(self) -> bool:
+        """One prompt token on a cache, short of the prompt's end: it samples nothing."""
+        return self.num_new_tokens == 1 and 0 < self.num_cached_tokens < self.num_prompt_tokens - 1
+
+
+def use_cpu_graph_standins(monkeypatch: pytest.MonkeyPatch, caller: CpuStream) -> None:
+    """Let `DecodeGraphs` capture on the CPU: `caller` is the stream that fills its buffers."""
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda *a, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+
+
+def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[list[RowSnapshot]]:
+    """Capture the real decode graphs for `runner`'s caches on the CPU and make the runner replay
+    them; returns the list that collects the rows of every replay, as they were at the replay."""
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = DecodeGraphs(
+        runner.model,
+        runner.caches,
+        batch_sizes=runner.config.graph_batch_sizes(
+            min(runner.config.max_num_seqs, runner.num_slots)
+        ),
+        max_blocks_per_seq=runner.config.max_blocks_per_seq,
+        block_size=runner.config.block_size,
+        stream=CpuStream(),  # type: ignore[arg-type]
+    )
+    with torch.inference_mode():
+        graphs.capture()
+    for size, captured in graphs._graphs.items():
+
+        def rerun(size: int = size, logits: torch.Tensor = captured.logits) -> None:
+            logits.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    replayed: list[list[RowSnapshot]] = []
+    run = graphs.run
+
+    def recording_run(seqs: Sequence[ScheduledSeq], bucket: int) -> torch.Tensor:
+        replayed.append([RowSnapshot.of(s) for s in seqs])
+        return run(seqs, bucket)
+
+    monkeypatch.setattr(graphs, "run", recording_run)
+    runner.graphs = graphs
+    return replayed
+
+
+def run_steps(
+    runner: Runner,
+    config: SchedulerConfig,
+    requests: Sequence[tuple[list[int], MultimodalInputs | None]],
+    params: SamplingParams,
+    *,
+    steps: list[list[RowSnapshot]] | None = None,
+) -> list[list[int]]:
+    """All requests queued at once, then schedule -> run -> update on this thread, so every
+    step's mix of chunks and decodes follows from `config` alone; returns each one's tokens
+    (and appends each step's rows to `steps`)."""
+    sched = Scheduler(
+        config, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
+    )
+    reqs = [
+        sched.add_request(f"r{i}", ids, params, multimodal=mm)
+        for i, (ids, mm) in enumerate(requests)
+    ]
+    while sched.has_work():
+        batch = sched.schedule()
+        if steps is not None:
+            steps.append([RowSnapshot.of(s) for s in batch.seqs])
+        sched.update(batch, runner.run(batch))
+    assert all(r.error is None for r in reqs), [r.error for r in reqs]
+    return [r.output_token_ids for r in reqs]

@@ -1,16 +1,24 @@
 """Decode under CUDA graphs: the graphed engine gives the eager engine's greedy tokens (GPU), and
-capture orders its stream after the one that filled its buffers (CPU, with stand-in streams)."""
-
-import contextlib
+on the CPU (stand-in streams and graphs running the real capture and replay) capture orders its
+stream after the one that filled its buffers and only true decode rows are replayed."""
 
 import pytest
 import torch
-from scheduler_testing import build_tiny_model
+from scheduler_testing import (
+    CpuStream,
+    RowSnapshot,
+    attach_cpu_graphs,
+    build_tiny_model,
+    reference_greedy,
+    run_steps,
+    use_cpu_graph_standins,
+)
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.runner import Runner
 
 PROMPTS = [[(7 * i + j) % 250 for j in range(3 + 5 * i)] for i in range(6)]
 
@@ -40,33 +48,12 @@ def test_graph_decode_matches_eager():
     torch.cuda.synchronize()
 
 
-class _Stream:
-    """Stands in for a CUDA stream on the CPU: records the streams it was ordered after."""
-
-    def __init__(self) -> None:
-        self.device = torch.device("cpu")
-        self.waited_on: list[_Stream] = []
-
-    def wait_stream(self, other: "_Stream") -> None:
-        self.waited_on.append(other)
-
-    def synchronize(self) -> None:
-        pass
-
-
-class _Graph:
-    """Stands in for torch.cuda.CUDAGraph: capture just runs the forward."""
-
-    def replay(self) -> None:
-        pass
-
-
 class _WatchedModel:
     """The tiny model, noting at each forward which streams the graph stream waited on."""
 
-    def __init__(self, model: torch.nn.Module, stream: _Stream) -> None:
+    def __init__(self, model: torch.nn.Module, stream: CpuStream) -> None:
         self.model, self.stream = model, stream
-        self.waits_at_forward: list[list[_Stream]] = []
+        self.waits_at_forward: list[list[CpuStream]] = []
 
     def __call__(self, input_ids: torch.Tensor, batch) -> torch.Tensor:
         self.waits_at_forward.append(list(self.stream.waited_on))
@@ -81,11 +68,8 @@ def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_
     non-blocking one. Unordered, the warm-up on an H200 read input ids not yet zeroed (the
     caller's stream was still zeroing caches sized for max_model_len 32,769) and the embedding
     gathered out of bounds. Also runs the all-padding warm-up at 513-column block tables."""
-    caller, graph_stream = _Stream(), _Stream()
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)
-    monkeypatch.setattr(torch.cuda, "graph", lambda *a, **kw: contextlib.nullcontext())
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    caller, graph_stream = CpuStream(), CpuStream()
+    use_cpu_graph_standins(monkeypatch, caller)
     sched = SchedulerConfig(max_model_len=32_769, block_size=64, max_num_seqs=4)
     caches = allocate_caches(
         tiny_model.cache_spec(), num_blocks=4, block_size=64, num_slots=4, device="cpu"
@@ -106,3 +90,27 @@ def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_
     assert all(caller in waits for waits in model.waits_at_forward)
     for size in graphs.batch_sizes:
         assert torch.isfinite(graphs._graphs[size].logits[:, :250]).all()
+
+
+def test_one_token_prompt_chunks_beside_decodes_stay_off_the_graph(monkeypatch, tiny_model):
+    """A step budget of 2 tokens leaves 1 for a prompt chunk while another request decodes: a
+    row with one new token on a cache, like a decode, that must not sample. Replayed, the graph
+    returned a logits row for it too, so the sampler got more rows than requests and the step
+    failed. Graphed, the greedy tokens equal the eager runner's and the reference decode's."""
+    prompts = [[(7 * i + j) % 250 for j in range(4 + 3 * i)] for i in range(3)]
+    cfg = SchedulerConfig(block_size=16, max_model_len=64, max_num_seqs=4, max_num_batched_tokens=2)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    requests = [(p, None) for p in prompts]
+    eager = run_steps(Runner(tiny_model, cfg), cfg, requests, params)
+    runner = Runner(tiny_model, cfg)
+    replayed = attach_cpu_graphs(runner, monkeypatch)
+    steps: list[list[RowSnapshot]] = []
+    graphed = run_steps(runner, cfg, requests, params, steps=steps)
+    assert graphed == eager == [reference_greedy(tiny_model, p, 4) for p in prompts]
+    assert any(
+        any(r.is_lone_prompt_token for r in rows) and any(r.is_generated_last_token for r in rows)
+        for rows in steps
+    ), "no step put a 1-token prompt chunk beside a decode"
+    assert replayed, "no step ran on the graph"
+    for rows in replayed:  # each row feeds a generated token and samples the next
+        assert all(row.is_generated_last_token for row in rows), rows

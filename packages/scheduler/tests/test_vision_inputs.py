@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import torch
-from scheduler_testing import TINY_CONFIG
+from scheduler_testing import TINY_CONFIG, RowSnapshot, attach_cpu_graphs, run_steps
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
@@ -18,6 +18,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, SamplingParams
+from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.vision_inputs import seq_positions, step_positions
 
 IMAGE, VIDEO, START, END = 240, 241, 242, 243
@@ -225,6 +226,36 @@ def test_positions_of_chunks_and_decode(prompts) -> None:
     assert step_positions([decode, text]).tolist() == [n + 1 + mm.rope_delta, 1, 2]
     mixed = step_positions([ScheduledSeq(req, 3, 6), text])
     assert torch.equal(mixed, torch.cat([mm.positions[:, 3:9], torch.tensor([[1, 2]] * 3)], 1))
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        pytest.param(1, id="media_prompt_alone"),
+        pytest.param(2, id="beside_a_text_decode"),
+    ],
+)
+def test_one_token_media_prompt_chunks_stay_off_the_graph(
+    monkeypatch, mm_model, prompts, references, tiny_text_refs, budget
+) -> None:
+    """Budgets of 1 and 2 tokens cut media prompts into 1-token chunks after the first: one new
+    token on a cache, like a decode. Replayed, such a row took position n + rope_delta instead
+    of its MRoPE prompt position, the pad token's embedding instead of its vision row, and
+    (beside a sampling decode) gave the sampler a logits row too many; the prompt must run
+    eagerly, and only generated tokens replay (CPU stand-ins for the graphs)."""
+    text_prompt, text_ref = tiny_text_refs
+    requests = [prompts[0]] if budget == 1 else [(text_prompt, None), prompts[1]]
+    want = [references[0]] if budget == 1 else [text_ref, references[1]]
+    cfg = config(max_num_seqs=4, max_num_batched_tokens=budget)
+    runner = Runner(mm_model, cfg)
+    replayed = attach_cpu_graphs(runner, monkeypatch)
+    steps: list[list[RowSnapshot]] = []
+    assert run_steps(runner, cfg, requests, GREEDY, steps=steps) == want
+    assert any(r.is_lone_prompt_token for rows in steps for r in rows)
+    assert runner.vision.num_held == 0  # the eager last prompt chunk freed the vision rows
+    assert replayed, "no step ran on the graph"
+    for rows in replayed:
+        assert all(row.is_generated_last_token for row in rows), rows
 
 
 @pytest.mark.gpu

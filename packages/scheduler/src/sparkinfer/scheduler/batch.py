@@ -17,8 +17,19 @@ class ScheduledSeq:
 
     @property
     def is_decode(self) -> bool:
-        """One new token on top of carried state: the recurrent (and graph-able) path."""
-        return self.num_new_tokens == 1 and self.num_cached_tokens > 0
+        """The request's last generated token goes in and the next one is sampled: the decode
+        group of a step, and the only rows a decode CUDA graph replays.
+
+        One new token on a cache is not enough: a prompt chunk cut to a 1-token budget remainder
+        looks the same, but it samples nothing (a graph returns a logits row for every row, one
+        too many for the sampler), may hold a pad token whose vision row must be merged, and
+        sits at its MRoPE prompt position; only tokens past the prompt are at n + rope_delta.
+        """
+        return (
+            self.num_new_tokens == 1
+            and self.num_cached_tokens >= self.req.num_prompt_tokens
+            and self.is_sampled
+        )
 
     @property
     def is_sampled(self) -> bool:

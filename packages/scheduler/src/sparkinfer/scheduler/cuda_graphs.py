@@ -97,6 +97,8 @@ class DecodeGraphs:
 
     def run(self, seqs: Sequence[ScheduledSeq], bucket: int) -> torch.Tensor:
         """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32."""
+        # A row per sampled token, each input a generated token at position n + rope_delta.
+        assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
         rows = self._rows_cpu
         rows[:, :bucket] = 0
         rows[2, :bucket] = -1  # padding rows write no KV
