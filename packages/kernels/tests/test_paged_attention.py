@@ -200,6 +200,31 @@ def test_launchers_reject_bad_inputs():
                                scale=0.1)  # fmt: skip
 
 
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values as t [N], read with stride 2 (every other element of a wider buffer)."""
+    return torch.stack([t, torch.full_like(t, -7)], dim=1)[:, 0]
+
+
+def test_launchers_reject_strided_index_tensors():
+    # The kernels read index tensors with unit stride: a strided view would be read wrongly.
+    b = _paged_batch([3, 2], [4, 0], seed=11)
+    with pytest.raises(ValueError, match="context_lens has strides"):
+        paged_attention_decode(b["q"][:2], b["k_cache"], b["v_cache"],
+                               context_lens=_strided(b["context_lens"]),
+                               block_tables=b["block_tables"], scale=0.1)  # fmt: skip
+    with pytest.raises(ValueError, match="cached_lens has strides"):
+        paged_attention_prefill(b["q"], b["k_cache"], b["v_cache"], cu_seqlens=b["cu_seqlens"],
+                                cached_lens=_strided(b["cached_lens"]),
+                                block_tables=b["block_tables"], scale=0.1)  # fmt: skip
+    with pytest.raises(ValueError, match="cu_seqlens has strides"):
+        paged_attention_prefill(b["q"], b["k_cache"], b["v_cache"],
+                                cu_seqlens=_strided(b["cu_seqlens"]), cached_lens=b["cached_lens"],
+                                block_tables=b["block_tables"], scale=0.1)  # fmt: skip
+    k = torch.randn(2, 2, 32)
+    with pytest.raises(ValueError, match="slot_mapping has strides"):
+        write_kv_cache(k, k.clone(), b["k_cache"], b["v_cache"], _strided(torch.tensor([0, 1])))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("block_size", [16, 64])
 def test_prefill_real_shapes_on_gpu(block_size, assert_close):

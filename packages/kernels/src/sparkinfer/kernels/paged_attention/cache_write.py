@@ -45,7 +45,8 @@ def write_kv_cache(
     Args:
         k, v: [T, HKV, D] new keys and values (any token/head strides, unit last stride).
         k_cache, v_cache: [num_blocks, block_size, HKV, D], same dtype as k and v.
-        slot_mapping: [T] int64 flat row block * block_size + offset; -1 skips the token.
+        slot_mapping: [T] int64 contiguous flat row block * block_size + offset; -1 skips the
+            token.
     """
     op = "write_kv_cache"
     check_device(op, {"k": k, "v": v, "k_cache": k_cache, "v_cache": v_cache,
@@ -65,6 +66,11 @@ def write_kv_cache(
         raise ValueError(
             f"{op}: slot_mapping is {slot_mapping.dtype} {list(slot_mapping.shape)}; "
             f"expected int64 [{k.shape[0]}]"
+        )
+    if slot_mapping.stride(0) != 1:
+        raise ValueError(
+            f"{op}: slot_mapping has strides {slot_mapping.stride()}; expected a contiguous "
+            "tensor: call .contiguous() first"
         )
     if k.shape[0] == 0:
         return

@@ -49,20 +49,21 @@ def check_heads(
 
 
 def check_index(op: str, name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
-    """An int32 index tensor of the given shape."""
+    """An int32 index tensor of the given shape with a unit last stride (kernels read it so)."""
     if t.dtype != torch.int32 or tuple(t.shape) != shape:
         raise ValueError(f"{op}: {name} is {t.dtype} {list(t.shape)}; expected int32 {list(shape)}")
+    if t.dim() and t.stride(-1) != 1:
+        raise ValueError(
+            f"{op}: {name} has strides {t.stride()}; expected a unit last stride: "
+            "call .contiguous() first"
+        )
 
 
 def check_block_tables(op: str, block_tables: torch.Tensor, num_seqs: int) -> None:
-    """An int32 [num_seqs, max_blocks] table with a unit stride along blocks."""
+    """An int32 [num_seqs, max_blocks] table, unit stride along blocks (rows may be strided)."""
     if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
         raise ValueError(
             f"{op}: block_tables has shape {list(block_tables.shape)}; "
             f"expected [{num_seqs}, max_blocks]"
         )
     check_index(op, "block_tables", block_tables, tuple(block_tables.shape))
-    if block_tables.stride(1) != 1:
-        raise ValueError(
-            f"{op}: block_tables has strides {block_tables.stride()}; expected a unit last stride"
-        )

@@ -225,8 +225,9 @@ def paged_attention_decode(
         q: [B, H, D] one query per sequence (any strides, unit last stride).
         k_cache, v_cache: [num_blocks, block_size, HKV, D], q's dtype, block_size a power of two
             >= 16.
-        context_lens: [B] int32 cached positions to attend to (including the new token).
-        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order.
+        context_lens: [B] int32 contiguous, cached positions to attend to (with the new token).
+        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order (unit last
+            stride).
         scale: softmax scale, usually D ** -0.5.
         gate: optional [B, H, D]; the output is multiplied by sigmoid(gate).
 

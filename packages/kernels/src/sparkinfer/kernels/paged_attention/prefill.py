@@ -226,9 +226,10 @@ def paged_attention_prefill(
         q: [T, H, D] queries (any token/head strides, unit last stride).
         k_cache, v_cache: [num_blocks, block_size, HKV, D], q's dtype, block_size a power of two
             >= 16.
-        cu_seqlens: [B+1] int32 offsets of each sequence's new tokens.
-        cached_lens: [B] int32 tokens cached before this step.
-        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order.
+        cu_seqlens: [B+1] int32 contiguous offsets of each sequence's new tokens.
+        cached_lens: [B] int32 contiguous, tokens cached before this step.
+        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order (unit last
+            stride).
         scale: softmax scale, usually D ** -0.5.
         gate: optional [T, H, D]; the output is multiplied by sigmoid(gate).
 
