@@ -95,6 +95,23 @@ def test_invalid_tool_schema(server: RunningServer) -> None:
     assert (err["code"], err["param"]) == ("invalid_tool_schema", "tools[1].function.parameters")
 
 
+def test_schema_that_cannot_become_a_grammar_is_400(server: RunningServer) -> None:
+    """Valid JSON Schema that xgrammar refuses (minimum above maximum) is the client's error."""
+    empty_range = {"type": "integer", "minimum": 5, "maximum": 1}
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": empty_range}}
+    resp = _post(server, "/chat/completions", {"messages": USER, "response_format": fmt})
+    assert resp.status_code == 400
+    err = _error(resp)
+    assert (err["code"], err["param"]) == ("invalid_value", "response_format.json_schema.schema")
+    assert "minimum greater than maximum" in err["message"]
+    params = {"type": "object", "properties": {"n": empty_range}, "required": ["n"]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+    body = {"messages": USER, "tools": tools, "tool_choice": "required"}
+    resp = _post(server, "/chat/completions", body)
+    assert resp.status_code == 400
+    assert (_error(resp)["code"], _error(resp)["param"]) == ("invalid_tool_schema", "tools")
+
+
 def test_unknown_model_is_404(server: RunningServer) -> None:
     client = openai.OpenAI(base_url=server.v1, api_key="x")
     with pytest.raises(openai.NotFoundError) as info:

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkinfer.api.dependencies import ServerState
-from sparkinfer.api.grammar import json_grammar, reasoning_grammar, tool_call_grammar
+from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
+from sparkinfer.api.grammar import (
+    UnsupportedSchema,
+    json_grammar,
+    reasoning_grammar,
+    tool_call_grammar,
+)
 from sparkinfer.api.media import expand_media, template_messages
 from sparkinfer.api.sampling import check_context
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice
@@ -15,6 +21,7 @@ from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_to
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
 from sparkinfer.multimodal import ProcessedMedia
 from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
+from xgrammar.structural_tag import StructuralTag
 
 _THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
 
@@ -104,31 +111,57 @@ def prepare_chat(
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar = None
-    budget = thinking.budget
-    if forced and tools is not None:
-        chosen = tools.tools
+    grammar, budget = _grammar(req, state, tools if forced else None, schema, thinking)
+    thinking = dataclasses.replace(thinking, budget=budget)
+    return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
+
+
+def _grammar(
+    req: ChatCompletionRequest,
+    state: ServerState,
+    forced_tools: ToolSet | None,
+    schema: dict[str, Any] | bool | None,
+    thinking: ThinkingControls,
+) -> tuple[Any, int | None]:
+    """The compiled grammar (None: free output) and the reasoning budget it enforces."""
+    if forced_tools is not None:
+        chosen = forced_tools.tools
+        is_named = isinstance(req.tool_choice, NamedToolChoice)
         if isinstance(req.tool_choice, NamedToolChoice):
             chosen = tuple(t for t in chosen if t.function.name == req.tool_choice.function.name)
-        spec = [(t.function.name, t.function.parameters) for t in chosen]
         budget = _forced_budget(thinking, req.output_limit)
         tag = tool_call_grammar(
-            spec,
+            [(t.function.name, t.function.parameters) for t in chosen],
             # A named choice is one call of that tool, as in OpenAI's API.
-            is_parallel=req.parallel_tool_calls
-            and not isinstance(req.tool_choice, NamedToolChoice),
+            is_parallel=req.parallel_tool_calls and not is_named,
             is_thinking=thinking.is_enabled,
             reasoning_budget=budget,
         )
-        grammar = state.grammars.compile(tag)
-    elif schema is not None:
+        return _compile(state, tag, "tools", InvalidToolSchema), budget
+    if schema is not None:
         budget = _forced_budget(thinking, req.output_limit)
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
-        grammar = state.grammars.compile(tag)
-    elif thinking.is_enabled and budget is not None:
-        grammar = state.grammars.compile(reasoning_grammar(budget))
-    thinking = dataclasses.replace(thinking, budget=budget)
-    return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
+        param = "response_format.json_schema.schema"
+        return _compile(state, tag, param, InvalidRequest), budget
+    if thinking.is_enabled and thinking.budget is not None:
+        return state.grammars.compile(reasoning_grammar(thinking.budget)), thinking.budget
+    return None, thinking.budget
+
+
+def _compile(
+    state: ServerState,
+    tag: StructuralTag,
+    param: str,
+    error: type[InvalidRequest | InvalidToolSchema],
+) -> Any:
+    """Compile a grammar built from the client's schema; one xgrammar refuses is `param`'s fault."""
+    try:
+        return state.grammars.compile(tag)
+    except UnsupportedSchema as exc:
+        raise error(
+            f"{param} cannot be enforced as a grammar ({exc}): fix or simplify the schema",
+            param=param,
+        ) from None
 
 
 def _forced_budget(thinking: ThinkingControls, max_tokens: int | None) -> int | None:

@@ -8,6 +8,7 @@ which `</think>` is forced), then the constrained part starts.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,11 @@ from xgrammar.structural_tag import (
 
 _MAX_WS = 1  # JSON whitespace runs: bounded so that sampling cannot wander off in blanks
 _THINK_MARKERS = ["<think>", "</think>"]
+_SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:42: "
+
+
+class UnsupportedSchema(ValueError):
+    """A JSON Schema that passes the metaschema but cannot become a grammar (e.g. min > max)."""
 
 
 class GrammarCompiler:
@@ -52,10 +58,16 @@ class GrammarCompiler:
         self._lock = threading.Lock()
 
     def compile(self, tag: StructuralTag) -> xgr.CompiledGrammar:
+        """Compile `tag`; `UnsupportedSchema` with xgrammar's reason when a schema in it fails."""
         with self._lock:
-            return self._compiler.compile_structural_tag(tag)
+            try:
+                return self._compiler.compile_structural_tag(tag)
+            except RuntimeError as exc:
+                reason = _SOURCE_LOCATION.sub("", str(exc).strip().splitlines()[-1])
+                raise UnsupportedSchema(reason) from exc
 
     def processor(self, grammar: xgr.CompiledGrammar) -> GrammarLogitsProcessor:
+        """A fresh logits processor (its own matcher) for one sequence."""
         return GrammarLogitsProcessor(grammar, self.vocab_size)
 
 
