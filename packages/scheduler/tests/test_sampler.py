@@ -94,3 +94,13 @@ def test_token_logprobs_of_given_tokens():
     assert [e.logprob for e in got] == [want[0, 4].item(), want[1, 0].item(), want[2, 9].item()]
     assert [[t for t, _ in e.top] for e in got] == want.topk(2).indices.tolist()
     assert token_logprobs(logits, [1, 2, 3], 0)[0].top == ()
+
+
+def test_tiny_temperature_is_greedy():
+    # Logits divided by 1e-40 overflow to inf, so the softmax was all NaN and token 0 came out.
+    logits = peaked(3, 4)
+    logits[0, 7] = float("-inf")  # a padded vocabulary id
+    for temperature in (1e-6, 1e-30, 1e-40):
+        params = SamplingParams(temperature=temperature, seed=1)
+        assert params.is_greedy
+        assert {sample(params, logits, output=(0,) * i).token_id for i in range(5)} == {3}

@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: the scheduler's bookkeeping runs without torch
     import torch
 
+_MIN_SAMPLING_TEMPERATURE = 1e-5  # below it, sampling is greedy (vLLM's _SAMPLING_EPS)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token and when to stop (validated by the API before it gets here).
 
-    max_tokens None means "up to the context limit". temperature 0 means greedy.
+    max_tokens None means "up to the context limit". temperature below 1e-5 (0 included) means
+    greedy, as in vLLM: dividing logits by a tinier one overflows to inf and NaN probabilities.
     top_k 0 or -1 and top_p 1.0 disable those filters. logprobs None: no logprobs; k: the chosen
     token's logprob plus the k most likely. prompt_logprobs None: none; k: the same for every
     prompt token after the first, given the tokens before it (as vLLM's prompt_logprobs).
@@ -57,7 +60,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < _MIN_SAMPLING_TEMPERATURE or self.top_k == 1
 
 
 @dataclass(frozen=True, eq=False)
