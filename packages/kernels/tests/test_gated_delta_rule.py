@@ -238,6 +238,8 @@ def test_launchers_reject_bad_inputs():
         )
     with pytest.raises(ValueError, match="state has strides"):
         run_decode(fused_recurrent_gated_delta_rule, x, [0] * 8, x["state"].transpose(2, 3))
+    with pytest.raises(ValueError, match="H >= 1"):
+        chunk_gated_delta_rule(x["q"][:, :0], x["k"][:, :0], x["v"], g, beta, x["state"], **kw)
 
 
 @pytest.mark.gpu

@@ -16,15 +16,14 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import (
-    check_contiguous,
     check_device,
     check_dtype,
     check_last_dim_contiguous,
-    check_ndim,
     check_shape,
     check_varlen_batch,
     dot_dtype,
 )
+from sparkinfer.kernels.gated_delta_rule.checks import INPUT_DTYPES, check_qkv, check_state_pool
 
 BT = 64  # chunk length
 BC = 16  # sub-block of the chunk for the triangular solve
@@ -32,7 +31,6 @@ BC = 16  # sub-block of the chunk for the triangular solve
 BV_STATE = 64  # V tile of the sequential state kernel
 BV_OUT = 128
 WARPS_PREPARE, WARPS_WU, WARPS_STATE, WARPS_OUT = 2, 4, 4, 4
-INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
@@ -346,35 +344,15 @@ def _chunk_table(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tenso
 
 def _check_inputs(q, k, v, g, beta, state) -> None:
     op = "chunk_gated_delta_rule"
-    for name, t, layout in (("q", q, "[T, H, K]"), ("k", k, "[T, H, K]"), ("v", v, "[T, HV, V]")):
-        check_ndim(op, name, t, 3, layout)
-        check_dtype(op, name, t, INPUT_DTYPES)
-        if t.stride(2) != 1 or t.stride(1) != t.shape[2]:
-            raise ValueError(
-                f"{op}: {name} has strides {t.stride()}; expected the last two dims dense "
-                f"(stride(1) == {t.shape[2]}, stride(2) == 1): call .contiguous() first"
-            )
-    num_tokens, num_heads, head_k = q.shape
-    num_v_heads, head_v = v.shape[1:]
-    check_shape(op, "k", k, tuple(q.shape))
+    check_qkv(op, q, k, v, rows="T")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{op}: q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}; expected one")
-    if v.shape[0] != num_tokens or num_v_heads % num_heads:
-        raise ValueError(
-            f"{op}: v has shape {list(v.shape)} for q {list(q.shape)}; expected [T, HV, V] with "
-            "the same T and HV a multiple of H"
-        )
-    if head_k > 256 or head_v > 256:
-        raise ValueError(f"{op}: head dims K={head_k}, V={head_v}; expected at most 256")
     check_dtype(op, "g", g, (torch.float32,))
     check_dtype(op, "beta", beta, INPUT_DTYPES)
     for name, t in (("g", g), ("beta", beta)):
-        check_shape(op, name, t, (num_tokens, num_v_heads))
+        check_shape(op, name, t, tuple(v.shape[:2]))
         check_last_dim_contiguous(op, name, t)
-    check_dtype(op, "state", state, (torch.float32,))
-    check_ndim(op, "state", state, 4, "[num_slots, HV, K, V]")
-    check_shape(op, "state", state, (state.shape[0], num_v_heads, head_k, head_v))
-    check_contiguous(op, "state", state)
+    check_state_pool(op, state, v, q.shape[2])
 
 
 def chunk_gated_delta_rule(

@@ -7,14 +7,8 @@ writes it once; the l2norm of q and k, the gates and beta are fused in.
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import (
-    check_contiguous,
-    check_device,
-    check_dtype,
-    check_ndim,
-    check_shape,
-)
-from sparkinfer.kernels.gated_delta_rule.chunk import INPUT_DTYPES
+from sparkinfer.kernels._triton import check_contiguous, check_device, check_dtype, check_shape
+from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
 
 # V tile below / from 8 sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
@@ -67,30 +61,10 @@ def _fused_recurrent_kernel(
 
 def _check_inputs(q, k, v, state, state_slots) -> None:
     op = "fused_recurrent_gated_delta_rule"
-    for name, t, layout in (("q", q, "[B, H, K]"), ("k", k, "[B, H, K]"), ("v", v, "[B, HV, V]")):
-        check_ndim(op, name, t, 3, layout)
-        check_dtype(op, name, t, INPUT_DTYPES)
-        if t.stride(2) != 1 or t.stride(1) != t.shape[2]:
-            raise ValueError(
-                f"{op}: {name} has strides {t.stride()}; expected the last two dims dense "
-                f"(stride(1) == {t.shape[2]}, stride(2) == 1): call .contiguous() first"
-            )
-    num_seqs, num_heads, head_k = q.shape
-    num_v_heads, head_v = v.shape[1:]
-    check_shape(op, "k", k, tuple(q.shape))
-    if v.shape[0] != num_seqs or num_v_heads % num_heads:
-        raise ValueError(
-            f"{op}: v has shape {list(v.shape)} for q {list(q.shape)}; expected [B, HV, V] with "
-            "the same B and HV a multiple of H"
-        )
-    if head_k > 256 or head_v > 256:
-        raise ValueError(f"{op}: head dims K={head_k}, V={head_v}; expected at most 256")
-    check_dtype(op, "state", state, (torch.float32,))
-    check_ndim(op, "state", state, 4, "[num_slots, HV, K, V]")
-    check_shape(op, "state", state, (state.shape[0], num_v_heads, head_k, head_v))
-    check_contiguous(op, "state", state)
+    check_qkv(op, q, k, v, rows="B")
+    check_state_pool(op, state, v, q.shape[2])
     check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
-    check_shape(op, "state_slots", state_slots, (num_seqs,))
+    check_shape(op, "state_slots", state_slots, (q.shape[0],))
     check_contiguous(op, "state_slots", state_slots)
 
 
