@@ -1,3 +1,4 @@
+import asyncio
 import threading
 import time
 
@@ -164,3 +165,21 @@ def test_concurrent_clients(engine):
     for t in threads:
         t.join(10)
     assert sorted(results) == list(range(16)) and all(len(v) == 4 for v in results.values())
+
+
+def test_callback_raising_a_base_exception_leaves_the_loop_running(engine):
+    # asyncio.CancelledError is a BaseException: it went past the callback guard and killed the
+    # loop, ending every other live request with an error.
+    calls = []
+
+    def on_output(out):
+        calls.append(out)
+        raise asyncio.CancelledError
+
+    engine.add_request("cb", [1], SamplingParams(max_tokens=50), on_output=on_output)
+    assert engine.generate([1], SamplingParams(max_tokens=2), timeout=5)
+    assert engine.is_alive()
+    deadline = time.monotonic() + 5
+    while not (calls and calls[-1].is_finished) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert calls[-1].finish_reason is FinishReason.ABORT

@@ -242,7 +242,7 @@ class Engine:
             return
         try:
             req.on_output(out)
-        except Exception:
+        except BaseException:  # a client's error (asyncio.CancelledError too) never stops the loop
             logger.exception("on_output of request %s raised; aborting it", req.request_id)
             if not out.is_finished:
                 with self._cond:
@@ -264,7 +264,7 @@ class Engine:
         )
         try:
             item.on_output(out)
-        except Exception:
+        except BaseException:  # as in _emit: the client's problem, not the loop's
             logger.exception("on_output of request %s raised", item.request_id)
 
     def _end_all(self, reason: FinishReason) -> None:
