@@ -169,6 +169,11 @@ def test_rejections_are_typed():
         sched.add_request("a", [], GREEDY)
     with pytest.raises(InvalidRequest, match=r"\[0, 100\)"):
         sched.add_request("a", [100], GREEDY)
+    # The sampler indexes logits by these: a bad one failed the whole step, or wrapped around.
+    with pytest.raises(InvalidRequest, match=r"stop_token_ids holds -1; token ids must be in"):
+        sched.add_request("a", [1], SamplingParams(stop_token_ids=(-1,)))
+    with pytest.raises(InvalidRequest, match=r"logit_bias holds 100; token ids must be in"):
+        sched.add_request("a", [1], SamplingParams(logit_bias=((3, 1.0), (100, -1.0))))
     sched.add_request("a", [1], GREEDY)
     with pytest.raises(InvalidRequest, match="already running"):
         sched.add_request("a", [1], GREEDY)

@@ -110,16 +110,12 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def check_request(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> int:
-        """Validate a request against the context window and the cache; return its max length."""
+        """Validate a request against the vocabulary, the context window and the cache; return its
+        max length."""
         num_prompt = len(prompt_token_ids)
         if num_prompt == 0:
             raise InvalidRequest("prompt_token_ids is empty: send at least one token")
-        if self.vocab_size is not None:
-            bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-            if bad:
-                raise InvalidRequest(
-                    f"prompt_token_ids holds {bad[0]}; token ids must be in [0, {self.vocab_size})"
-                )
+        self._check_token_ids(prompt_token_ids, params)
         limit = self.config.max_model_len
         if num_prompt >= limit:
             raise ContextLengthExceeded(
@@ -274,6 +270,24 @@ class Scheduler:
             num_aborted=c["aborted"],
             num_failed=c["failed"],
         )
+
+    def _check_token_ids(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
+        # The sampler indexes logits rows by stop and bias ids: one out of range would fail the
+        # whole step it shares with other requests, and a negative one would silently wrap.
+        if self.vocab_size is None:
+            return
+        named = {
+            "prompt_token_ids": prompt_token_ids,
+            "stop_token_ids": params.stop_token_ids,
+            "logit_bias": [t for t, _ in params.logit_bias],
+        }
+        for name, ids in named.items():
+            bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+            if bad is not None:
+                raise InvalidRequest(
+                    f"{name} holds {bad}; token ids must be in [0, {self.vocab_size}): "
+                    "use ids of the served model's tokenizer"
+                )
 
     def _schedule_running(
         self, req: Request, num_wanted: int, scheduled: dict[str, ScheduledSeq]
