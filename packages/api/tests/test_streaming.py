@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
 import torch
 from sparkinfer.api.errors import Overloaded
-from sparkinfer.api.streaming import KEEP_ALIVE, sse_data, sse_error, with_keep_alive
+from sparkinfer.api.streaming import (
+    DONE,
+    KEEP_ALIVE,
+    sse_data,
+    sse_error,
+    sse_stream,
+    with_keep_alive,
+)
 
 from .conftest import RunningServer
 
@@ -71,3 +78,26 @@ def test_engine_failure_ends_the_stream_with_an_error_event(server: RunningServe
     assert "injected" not in err["message"]  # the cause goes to the log only
     ok = httpx.post(server.v1 + "/completions", json={**body, "prompt": [11, 12]}, timeout=60)
     assert ok.text.endswith("data: [DONE]\n\n") and "event: error" not in ok.text
+
+
+def test_sse_stream_ends_with_done_and_closes_its_chunks() -> None:
+    closed: list[str] = []
+
+    async def chunks(fail: bool) -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"data: 1\n\n"
+            if fail:
+                raise KeyError("secret")
+            yield b"data: 2\n\n"
+        finally:
+            closed.append("fail" if fail else "ok")
+
+    async def collect(fail: bool) -> list[bytes]:
+        stream = sse_stream(chunks(fail), "req-1", final=lambda: b"data: usage\n\n")
+        return [e async for e in stream]
+
+    assert asyncio.run(collect(False)) == [b"data: 1\n\n", b"data: 2\n\n", b"data: usage\n\n", DONE]
+    failed = asyncio.run(collect(True))
+    assert failed[0] == b"data: 1\n\n" and failed[-1] == DONE
+    assert failed[1].startswith(b"event: error\n") and b"secret" not in failed[1]
+    assert closed == ["ok", "fail"]

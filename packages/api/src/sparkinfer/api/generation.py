@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from sparkinfer.api.engine_client import EngineClient, RequestStream
@@ -68,9 +68,10 @@ async def run_choice(
     client: EngineClient,
     tokenizer: Tokenizer,
     job: ChoiceJob,
+    *,
     stream: RequestStream,
     result: ChoiceResult,
-) -> AsyncIterator[ChoiceEvent]:
+) -> AsyncGenerator[ChoiceEvent, None]:
     """Stream one choice; a stop string ends it early (trimmed) and aborts the engine request."""
     detok = IncrementalDetokenizer(tokenizer, skip_special=True)
     stops = StopStringMatcher(job.stops)
@@ -105,32 +106,58 @@ async def run_choice(
         client.abort_all([stream])  # no-op once finished; else the engine frees it now
 
 
-def start_choices(
-    client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]
-) -> tuple[AsyncIterator[ChoiceEvent], list[RequestStream], list[ChoiceResult]]:
-    """Queue every choice now (errors such as QueueFull surface before any response starts)."""
+@dataclass
+class Choices:
+    """A request's queued choices: their merged events and results, filled as events come."""
+
+    events: AsyncGenerator[ChoiceEvent, None]
+    results: list[ChoiceResult]
+    client: EngineClient
+    streams: list[RequestStream]
+
+    async def aclose(self) -> None:
+        """Stop reading and abort every unfinished choice, read from or not (client gone, error)."""
+        try:
+            await self.events.aclose()
+        finally:
+            self.client.abort_all(self.streams)
+
+
+def start_choices(client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]) -> Choices:
+    """Queue every choice now (errors such as QueueFull surface before any response starts).
+
+    The caller reads `events` inside `contextlib.aclosing(choices)`, so that whatever it leaves
+    unread, even before the first event, is aborted in the engine.
+    """
     streams = client.submit_all(
         [(j.request_id, j.prompt_token_ids, j.params, j.multimodal) for j in jobs]
     )
     results = [ChoiceResult() for _ in jobs]
     events = merge(
         [
-            run_choice(client, tokenizer, job, stream, result)
+            run_choice(client, tokenizer, job, stream=stream, result=result)
             for job, stream, result in zip(jobs, streams, results, strict=True)
         ]
     )
-    return events, streams, results
+    return Choices(events, results, client, streams)
 
 
-async def merge(streams: Sequence[AsyncIterator[ChoiceEvent]]) -> AsyncIterator[ChoiceEvent]:
-    """Interleave several choices' events as they come; an error in one ends all of them."""
+async def merge(
+    streams: Sequence[AsyncGenerator[ChoiceEvent, None]],
+) -> AsyncGenerator[ChoiceEvent, None]:
+    """Interleave several choices' events as they come; an error in one ends all of them.
+
+    Closing the merged generator closes every source now (their `finally` blocks abort them).
+    """
     if len(streams) == 1:
-        async for event in streams[0]:
-            yield event
+        async with contextlib.aclosing(streams[0]) as only:
+            async for event in only:
+                yield event
         return
     queue: asyncio.Queue[ChoiceEvent | BaseException | None] = asyncio.Queue()
 
     async def pump(it: AsyncIterator[ChoiceEvent]) -> None:
+        """Forward `it`'s events to the queue, then None (finished) or its exception."""
         try:
             async for event in it:
                 await queue.put(event)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -65,8 +65,39 @@ async def with_keep_alive(events: AsyncIterator[bytes], interval_s: float) -> As
             await close()
 
 
-def sse_response(events: AsyncIterator[bytes], *, keep_alive_s: float) -> StreamingResponse:
-    """A `text/event-stream` response of `events` with keep-alive comments."""
+async def sse_stream(
+    chunks: AsyncGenerator[bytes, None],
+    request_id: str,
+    *,
+    final: Callable[[], bytes] | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """`chunks`, then `final()` (e.g. the usage chunk), then `[DONE]`, which ends every stream.
+
+    A failure in `chunks` becomes an `error` event before `[DONE]`; `chunks` is closed in any
+    case (a client that went away cancels this generator).
+    """
+    try:
+        async for chunk in chunks:
+            yield chunk
+        if final is not None:
+            yield final()
+        yield DONE
+    except Exception as exc:
+        yield sse_error(exc, request_id)
+        yield DONE
+    finally:
+        await chunks.aclose()
+
+
+def sse_response(
+    chunks: AsyncGenerator[bytes, None],
+    request_id: str,
+    *,
+    keep_alive_s: float,
+    final: Callable[[], bytes] | None = None,
+) -> StreamingResponse:
+    """A `text/event-stream` response of `sse_stream(chunks, ...)` with keep-alive comments."""
+    events = sse_stream(chunks, request_id, final=final)
     return StreamingResponse(
         with_keep_alive(events, keep_alive_s), media_type="text/event-stream", headers=SSE_HEADERS
     )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.dependencies import ServerState, State, now
-from sparkinfer.api.generation import ChoiceEvent, ChoiceJob, ChoiceResult, start_choices
+from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
 from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params
@@ -23,7 +24,7 @@ from sparkinfer.api.schemas.chat import (
     ChunkChoice,
 )
 from sparkinfer.api.schemas.common import ChatLogprobs
-from sparkinfer.api.streaming import DONE, sse_data, sse_error, sse_response
+from sparkinfer.api.streaming import sse_data, sse_response
 from sparkinfer.api.tools import check_response_format_stops
 from sparkinfer.api.usage import make_usage
 
@@ -31,7 +32,10 @@ logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
 
 
-def _jobs(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat, rid: str):
+def _jobs(
+    body: ChatCompletionRequest, state: ServerState, prep: PreparedChat, rid: str
+) -> list[ChoiceJob]:
+    """One engine job per choice, each with its own seed offset and grammar matcher."""
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     jobs = []
     for c in range(body.n):
@@ -46,6 +50,7 @@ def _jobs(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat, r
 
 
 def _output(body: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
+    """A fresh output parser for one choice."""
     return ChatOutput(
         is_thinking=prep.thinking.is_enabled,
         is_reasoning_excluded=prep.thinking.is_excluded,
@@ -59,6 +64,7 @@ def _output(body: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
 async def create_chat_completion(
     body: ChatCompletionRequest, request: Request, state: State
 ) -> Response | ChatCompletionResponse:
+    """Check and render the messages, queue the choices, then stream them or answer whole."""
     state.check_model(body.model)
     rid = f"chatcmpl-{request_id(request)}"
     check_response_format_stops(body)
@@ -67,60 +73,85 @@ async def create_chat_completion(
     prep = prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
-    events, _, results = start_choices(state.engine, state.tokenizer, jobs)
+    choices = start_choices(state.engine, state.tokenizer, jobs)
     num_prompt = len(prep.prompt_token_ids)
     logger.info(
         "request %s: %d prompt tokens (%d media parts), %d choices",
         rid, num_prompt, len(media), len(jobs),
     )  # fmt: skip
-    if body.stream:
-        stream = _stream(body, state, rid, events, results, outputs, num_prompt)
-        return sse_response(stream, keep_alive_s=state.settings.keep_alive_s)
-    finish: list[str | None] = [None] * len(jobs)
-    logprobs = [ChatLogprobs(content=[]) if body.logprobs else None for _ in jobs]
-    try:
-        async for ev in events:
+    if not body.stream:
+        return await _whole(body, state, choices, outputs, rid=rid, num_prompt=num_prompt)
+    created = now()
+
+    def usage_chunk() -> bytes:
+        usage = make_usage(choices.results, [num_prompt])
+        chunk = ChatCompletionChunk(
+            id=rid, created=created, model=state.model_id, choices=[], usage=usage
+        )
+        return sse_data(chunk)
+
+    opts = body.stream_options
+    return sse_response(
+        _chunks(body, state, choices, outputs, rid=rid, created=created),
+        rid,
+        keep_alive_s=state.settings.keep_alive_s,
+        final=usage_chunk if opts is not None and opts.include_usage else None,
+    )
+
+
+async def _whole(
+    body: ChatCompletionRequest,
+    state: ServerState,
+    choices: Choices,
+    outputs: list[ChatOutput],
+    *,
+    rid: str,
+    num_prompt: int,
+) -> ChatCompletionResponse:
+    """Read every choice to its end and answer with the whole messages."""
+    finish: list[str | None] = [None] * len(outputs)
+    logprobs = [ChatLogprobs(content=[]) if body.logprobs else None for _ in outputs]
+    async with contextlib.aclosing(choices):
+        async for ev in choices.events:
             outputs[ev.index].feed(ev.text)
             finish[ev.index] = ev.finish_reason or finish[ev.index]
             if (lp := logprobs[ev.index]) is not None and lp.content is not None:
                 lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
-    choices = []
+    messages = []
     for i, out in enumerate(outputs):
         message, reason = out.final_message(finish[i])
-        choices.append(
+        messages.append(
             ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs[i])
         )
     return ChatCompletionResponse(
         id=rid,
         created=now(),
         model=state.model_id,
-        choices=choices,
-        usage=make_usage(results, [num_prompt]),
+        choices=messages,
+        usage=make_usage(choices.results, [num_prompt]),
     )
 
 
-async def _stream(
+async def _chunks(
     body: ChatCompletionRequest,
     state: ServerState,
-    rid: str,
-    events: AsyncIterator[ChoiceEvent],
-    results: list[ChoiceResult],
+    choices: Choices,
     outputs: list[ChatOutput],
-    num_prompt: int,
-) -> AsyncIterator[bytes]:
-    created = now()
+    *,
+    rid: str,
+    created: int,
+) -> AsyncGenerator[bytes, None]:
+    """The choices' chunks: the assistant role first, then reasoning, content and tool deltas."""
 
     def chunk(choice: ChunkChoice) -> bytes:
         return sse_data(
             ChatCompletionChunk(id=rid, created=created, model=state.model_id, choices=[choice])
         )
 
-    try:
+    async with contextlib.aclosing(choices):
         for i in range(len(outputs)):
             yield chunk(ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content="")))
-        async for ev in events:
+        async for ev in choices.events:
             out = outputs[ev.index]
             deltas = out.feed(ev.text)
             if ev.finish_reason is not None:
@@ -137,17 +168,3 @@ async def _stream(
                 yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), finish_reason=reason))
             elif not deltas and lp is not None:
                 yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), logprobs=lp))
-        opts = body.stream_options
-        if opts is not None and opts.include_usage:
-            usage = make_usage(results, [num_prompt])
-            yield sse_data(
-                ChatCompletionChunk(
-                    id=rid, created=created, model=state.model_id, choices=[], usage=usage
-                )
-            )
-        yield DONE
-    except Exception as exc:
-        yield sse_error(exc, rid)
-        yield DONE
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]

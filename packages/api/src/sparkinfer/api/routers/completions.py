@@ -6,15 +6,16 @@ prompt logprobs; the first token has none, as in OpenAI's API).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidRequest
-from sparkinfer.api.generation import ChoiceEvent, ChoiceJob, ChoiceResult, start_choices
+from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params, check_context
 from sparkinfer.api.schemas.completions import (
@@ -23,7 +24,7 @@ from sparkinfer.api.schemas.completions import (
     CompletionRequest,
     CompletionResponse,
 )
-from sparkinfer.api.streaming import DONE, sse_data, sse_error, sse_response
+from sparkinfer.api.streaming import sse_data, sse_response
 from sparkinfer.api.usage import make_usage
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
@@ -61,6 +62,7 @@ def echo_logprobs(
 
 
 def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
+    """Append `more`'s entries to `lp`."""
     for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         getattr(lp, name).extend(getattr(more, name))
 
@@ -88,7 +90,10 @@ def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[in
     return prompts
 
 
-def _jobs(body: CompletionRequest, state: ServerState, prompts: list[list[int]], rid: str):
+def _jobs(
+    body: CompletionRequest, state: ServerState, prompts: list[list[int]], rid: str
+) -> list[ChoiceJob]:
+    """n engine jobs per prompt, indexed prompt by prompt."""
     jobs: list[ChoiceJob] = []
     for p, ids in enumerate(prompts):
         for c in range(body.n):
@@ -107,24 +112,50 @@ def _jobs(body: CompletionRequest, state: ServerState, prompts: list[list[int]],
 async def create_completion(
     body: CompletionRequest, request: Request, state: State
 ) -> Response | CompletionResponse:
+    """Encode and check the prompts, queue n choices of each, then stream them or answer whole."""
     state.check_model(body.model)
     rid = f"cmpl-{request_id(request)}"
     prompts = _encode_prompts(body, state)
     jobs = _jobs(body, state, prompts, rid)
     prompt_lens = [len(p) for p in prompts]
     echoes = [state.tokenizer.decode(prompts[j.index // body.n]) if body.echo else "" for j in jobs]
-    events, _, results = start_choices(state.engine, state.tokenizer, jobs)
+    choices = start_choices(state.engine, state.tokenizer, jobs)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
-    if body.stream:
-        return sse_response(
-            _stream(body, state, rid, events, results, echoes, prompts),
-            keep_alive_s=state.settings.keep_alive_s,
+    if not body.stream:
+        return await _whole(body, state, choices, prompts, rid=rid, echoes=echoes)
+    created = now()
+
+    def usage_chunk() -> bytes:
+        usage = make_usage(choices.results, prompt_lens)
+        chunk = CompletionResponse(
+            id=rid, created=created, model=state.model_id, choices=[], usage=usage
         )
+        return sse_data(chunk)
+
+    opts = body.stream_options
+    return sse_response(
+        _chunks(body, state, choices, prompts, rid=rid, created=created, echoes=echoes),
+        rid,
+        keep_alive_s=state.settings.keep_alive_s,
+        final=usage_chunk if opts is not None and opts.include_usage else None,
+    )
+
+
+async def _whole(
+    body: CompletionRequest,
+    state: ServerState,
+    choices: Choices,
+    prompts: list[list[int]],
+    *,
+    rid: str,
+    echoes: list[str],
+) -> CompletionResponse:
+    """Read every choice to its end and answer with the whole texts."""
     texts = list(echoes)
-    finish: list[str | None] = [None] * len(jobs)
-    logprobs = [CompletionLogprobs() if body.logprobs is not None else None for _ in jobs]
-    try:
-        async for ev in events:
+    finish: list[str | None] = [None] * len(texts)
+    logprobs = [CompletionLogprobs() if body.logprobs is not None else None for _ in texts]
+    async with contextlib.aclosing(choices):
+        async for ev in choices.events:
             if (lp := logprobs[ev.index]) is not None:
                 if body.echo and not lp.tokens:
                     prompt = prompts[ev.index // body.n]
@@ -133,31 +164,29 @@ async def create_completion(
                 _extend(lp, more)
             texts[ev.index] += ev.text
             finish[ev.index] = ev.finish_reason or finish[ev.index]
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
-    choices = [
-        CompletionChoice(index=i, text=texts[i], finish_reason=finish[i], logprobs=logprobs[i])
-        for i in range(len(jobs))
-    ]
     return CompletionResponse(
         id=rid,
         created=now(),
         model=state.model_id,
-        choices=choices,
-        usage=make_usage(results, prompt_lens),
+        choices=[
+            CompletionChoice(index=i, text=text, finish_reason=finish[i], logprobs=logprobs[i])
+            for i, text in enumerate(texts)
+        ],
+        usage=make_usage(choices.results, [len(p) for p in prompts]),
     )
 
 
-async def _stream(
+async def _chunks(
     body: CompletionRequest,
     state: ServerState,
-    rid: str,
-    events: AsyncIterator[ChoiceEvent],
-    results: list[ChoiceResult],
-    echoes: list[str],
+    choices: Choices,
     prompts: list[list[int]],
-) -> AsyncIterator[bytes]:
-    created = now()
+    *,
+    rid: str,
+    created: int,
+    echoes: list[str],
+) -> AsyncGenerator[bytes, None]:
+    """The choices' chunks: each echo first (with its logprobs, if asked for), then the text."""
 
     def chunk(index: int, text: str, finish: str | None, lp: CompletionLogprobs | None) -> bytes:
         choice = CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=lp)
@@ -166,34 +195,21 @@ async def _stream(
         )
 
     offsets = [len(e) for e in echoes]
+    held = list(echoes)
     # With logprobs an echo waits for the first output, which carries the prompt's logprobs.
     is_echo_held = body.echo and body.logprobs is not None
-    try:
+    async with contextlib.aclosing(choices):
         for i, echo in enumerate(echoes):
             if echo and not is_echo_held:
                 yield chunk(i, echo, None, None)
-        async for ev in events:
+        async for ev in choices.events:
             lp = None
-            if is_echo_held and echoes[ev.index]:
+            if is_echo_held and held[ev.index]:
                 prompt = prompts[ev.index // body.n]
                 echo_lp = echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs)
-                yield chunk(ev.index, echoes[ev.index], None, echo_lp)
-                echoes[ev.index] = ""
+                yield chunk(ev.index, held[ev.index], None, echo_lp)
+                held[ev.index] = ""
             if body.logprobs is not None:
                 lp = completion_logprobs(state.tokenizer, ev.logprobs, offsets[ev.index])
             offsets[ev.index] += len(ev.text)
             yield chunk(ev.index, ev.text, ev.finish_reason, lp)
-        opts = body.stream_options
-        if opts is not None and opts.include_usage:
-            usage = make_usage(results, [len(p) for p in prompts])
-            yield sse_data(
-                CompletionResponse(
-                    id=rid, created=created, model=state.model_id, choices=[], usage=usage
-                )
-            )
-        yield DONE
-    except Exception as exc:
-        yield sse_error(exc, rid)
-        yield DONE
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
