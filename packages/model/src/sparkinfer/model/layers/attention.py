@@ -51,7 +51,7 @@ class GatedAttention(nn.Module):
         num_tokens = x.shape[0]
         q_gate = self.q_proj(x).view(num_tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
-        q, _ = self.q_norm(q.contiguous())
+        q, _ = self.q_norm(q)  # the norms read strided heads; the output is contiguous
         k, _ = self.k_norm(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = self.ops.apply_rotary(q, k, cos, sin)
