@@ -61,6 +61,7 @@ def segment_lengths(grid_thw: Sequence[tuple[int, int, int]]) -> list[int]:
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """cat(-x2, x1) of the two halves of the last dim: dim d pairs with d + D/2."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -110,6 +111,7 @@ class VisionAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg_lens: list[int]
     ) -> torch.Tensor:
+        """x [N, hidden], cos/sin [N, head_dim] fp32, segments summing to N -> [N, hidden]."""
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.num_heads, self.head_dim).unbind(1)  # [N, H, D]
         cos, sin = cos[:, None], sin[:, None]
@@ -132,6 +134,8 @@ class VisionAttention(nn.Module):
 
 
 class VisionMLP(nn.Module):
+    """linear_fc1 -> GELU (tanh approximation for gelu_pytorch_tanh) -> linear_fc2."""
+
     def __init__(self, config: VisionConfig) -> None:
         super().__init__()
         self.linear_fc1 = nn.Linear(config.hidden_size, config.intermediate_size, bias=True)
@@ -139,6 +143,7 @@ class VisionMLP(nn.Module):
         self.approximate = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] -> [N, hidden]."""
         return self.linear_fc2(F.gelu(self.linear_fc1(x), approximate=self.approximate))
 
 
@@ -155,6 +160,7 @@ class VisionBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg_lens: list[int]
     ) -> torch.Tensor:
+        """[N, hidden] -> [N, hidden]; attention stays inside each segment."""
         x = x + self.attn(self.norm1(x), cos, sin, seg_lens)
         return x + self.mlp(self.norm2(x))
 
@@ -170,6 +176,7 @@ class PatchMerger(nn.Module):
         self.linear_fc2 = nn.Linear(self.merged_size, config.out_hidden_size, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] patches in merge-block order -> [N / 4, out_hidden_size]."""
         x = self.norm(x).view(-1, self.merged_size)
         return self.linear_fc2(F.gelu(self.linear_fc1(x)))
 
