@@ -193,7 +193,10 @@ def _read_headers(files: Mapping[str, Path]) -> list[TensorRef]:
             present = set(f.keys())
             for name in names:
                 if name not in present:
-                    raise CheckpointError(f"tensor {name} is listed for {file.name} but absent")
+                    raise CheckpointError(
+                        f"tensor {name} is listed for {file.name} in {INDEX_FILE} but that file "
+                        "does not hold it: the index and the shards disagree; re-download them"
+                    )
                 info = f.get_slice(name)
                 refs.append(TensorRef(file, name, info.get_dtype(), tuple(info.get_shape())))
     return refs
