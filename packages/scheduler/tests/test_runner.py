@@ -5,7 +5,7 @@ import threading
 
 import pytest
 import torch
-from scheduler_testing import reference_greedy, reference_logits
+from scheduler_testing import reference_greedy, reference_logits, run_steps
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
@@ -130,6 +130,20 @@ def test_mixed_forward_without_determinism_matches_tokens(tiny_model, references
     finally:
         engine.shutdown()
     assert got == references[:8]
+
+
+def test_a_reused_state_slot_starts_from_zero_state(tiny_model, references):
+    """Every slot holds garbage, as a slot does after its previous request: a request's first
+    chunk (has_initial_state False) must not read it, whether it is admitted fresh, resumes after
+    a preemption or continues a chunked prompt."""
+    cfg = config(num_kv_blocks=4, num_state_slots=2, max_num_batched_tokens=7)
+    runner = Runner(tiny_model, cfg)
+    for cache in runner.caches.linear.values():
+        cache.conv.fill_(1e3)
+        cache.recurrent.fill_(-1e3)
+    prompts = [(p, None) for p in PROMPTS[:6]]
+    got = run_steps(runner, cfg, prompts, SamplingParams(temperature=0.0, max_tokens=NUM_NEW))
+    assert got == references[:6]
 
 
 def test_cpu_cache_sizing_from_budget(tiny_model):
