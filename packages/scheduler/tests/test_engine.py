@@ -131,6 +131,28 @@ def test_shutdown_aborts_live_requests_and_refuses_new_ones():
         eng.add_request("b", [1], SamplingParams(), on_output=None)
 
 
+def test_generate_cut_short_by_shutdown_raises():
+    # It returned the tokens so far as if the request had run to the end.
+    runner = SlowRunner()
+    eng = Engine(runner, SchedulerConfig(block_size=4, max_model_len=64))
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            eng.generate([1], SamplingParams(max_tokens=20), timeout=5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(0.05)
+    threading.Timer(0.05, runner.gate.set).start()
+    eng.shutdown()
+    thread.join(5)
+    assert len(errors) == 1 and isinstance(errors[0], EngineStopped), errors
+    assert "aborted after" in str(errors[0])
+
+
 class LoopKiller(BaseException):
     """Not an Exception: the loop does not survive it."""
 

@@ -134,7 +134,11 @@ class Engine:
     def generate(
         self, prompt_token_ids: Sequence[int], params: SamplingParams, *, timeout: float = 600.0
     ) -> list[int]:
-        """Run one request to the end and return its tokens (for tests and benchmarks)."""
+        """Run one request to the end and return its tokens (for tests and benchmarks).
+
+        Raises TimeoutError (the request is aborted), EngineStopped when the engine shut down
+        before the request finished, and RuntimeError when the engine failed it.
+        """
         done = threading.Event()
         tokens: list[int] = []
         finals: list[RequestOutput] = []
@@ -150,8 +154,14 @@ class Engine:
         if not done.wait(timeout):
             self.abort(request_id)
             raise TimeoutError(f"request {request_id} took over {timeout} s: raise timeout")
-        if finals[0].finish_reason is FinishReason.ERROR:
-            raise RuntimeError(finals[0].error)
+        final = finals[0]
+        if final.finish_reason is FinishReason.ERROR:
+            raise RuntimeError(final.error)
+        if final.finish_reason is FinishReason.ABORT:  # cut short: never pass it off as complete
+            raise EngineStopped(
+                f"request {request_id} was aborted after {final.num_output_tokens} tokens: "
+                "the engine shut down; start a new one"
+            )
         return tokens
 
     def stats(self) -> SchedulerStats:
