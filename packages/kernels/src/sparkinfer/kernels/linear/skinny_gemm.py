@@ -70,17 +70,22 @@ def _split_k_reduce_kernel(p_part, p_y, MN, SPLIT_K: tl.constexpr, BLOCK: tl.con
 def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(
-            f"x must be [M, K] and weight [N, K], got {tuple(x.shape)}, {tuple(weight.shape)}"
+            f"skinny_gemm: x must be [M, K] and weight [N, K], got {tuple(x.shape)}, "
+            f"{tuple(weight.shape)}"
         )
     if x.dtype not in _DTYPES or weight.dtype != x.dtype:
         raise TypeError(
-            f"x and weight must share bf16, fp16 or fp32, got {x.dtype} and {weight.dtype}"
+            f"skinny_gemm: x and weight must share bf16, fp16 or fp32, got {x.dtype} and "
+            f"{weight.dtype}"
         )
     if x.shape[1] != weight.shape[1]:
-        raise ValueError(f"x has K={x.shape[1]} but weight [N, K] has K={weight.shape[1]}")
+        raise ValueError(
+            f"skinny_gemm: x has K={x.shape[1]} but weight [N, K] has K={weight.shape[1]}"
+        )
     if x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError(
-            f"x and weight need unit stride along K, got {x.stride()} and {weight.stride()}"
+            f"skinny_gemm: x and weight need unit stride along K, got {x.stride()} and "
+            f"{weight.stride()}"
         )
     check_device("skinny_gemm", {"x": x, "weight": weight})
 

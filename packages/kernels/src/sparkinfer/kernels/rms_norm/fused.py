@@ -94,20 +94,21 @@ def _check(
     op: str, x: torch.Tensor, weight: torch.Tensor, name: str, other: torch.Tensor | None
 ) -> None:
     if x.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"x must be float32, float16 or bfloat16, got {x.dtype}")
+        raise TypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
     if weight.dtype not in (x.dtype, torch.float32):
-        raise TypeError(f"weight must be {x.dtype} or float32, got {weight.dtype}")
+        raise TypeError(f"{op}: weight must be {x.dtype} or float32, got {weight.dtype}")
     if weight.shape != (x.shape[-1],) or weight.stride(0) != 1:
         raise ValueError(
-            f"weight must be contiguous [{x.shape[-1]}] (x's last dim), got {tuple(weight.shape)}"
+            f"{op}: weight must be contiguous [{x.shape[-1]}] (x's last dim), got "
+            f"{tuple(weight.shape)}"
         )
     if x.shape[-1] > _MAX_N:
-        raise ValueError(f"last dim {x.shape[-1]} exceeds the kernel limit {_MAX_N}")
+        raise ValueError(f"{op}: last dim {x.shape[-1]} exceeds the kernel limit {_MAX_N}")
     tensors = {"x": x, "weight": weight} | ({name: other} if other is not None else {})
     check_device(op, tensors)
     if other is not None and (other.shape != x.shape or other.dtype != x.dtype):
         raise ValueError(
-            f"{name} must match x: expected {tuple(x.shape)} {x.dtype}, "
+            f"{op}: {name} must match x: expected {tuple(x.shape)} {x.dtype}, "
             f"got {tuple(other.shape)} {other.dtype}"
         )
 

@@ -57,24 +57,32 @@ def _apply_rotary_kernel(
 
 def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     if q.dim() != 3 or k.dim() != 3:
-        raise ValueError(f"q and k must be [T, H, D], got {tuple(q.shape)} and {tuple(k.shape)}")
+        raise ValueError(
+            f"apply_rotary: q and k must be [T, H, D], got {tuple(q.shape)} and {tuple(k.shape)}"
+        )
     if q.dtype not in _FLOAT_DTYPES or k.dtype != q.dtype:
-        raise TypeError(f"q and k must share a float dtype, got {q.dtype} and {k.dtype}")
+        raise TypeError(
+            f"apply_rotary: q and k must share a float dtype, got {q.dtype} and {k.dtype}"
+        )
     if cos.dtype != torch.float32 or sin.dtype != torch.float32:
-        raise TypeError(f"cos and sin must be float32, got {cos.dtype} and {sin.dtype}")
+        raise TypeError(
+            f"apply_rotary: cos and sin must be float32, got {cos.dtype} and {sin.dtype}"
+        )
     t, d = q.shape[0], q.shape[2]
     if k.shape[0] != t or k.shape[2] != d:
-        raise ValueError(f"k must be [{t}, HKV, {d}] like q, got {tuple(k.shape)}")
+        raise ValueError(f"apply_rotary: k must be [{t}, HKV, {d}] like q, got {tuple(k.shape)}")
     r = cos.shape[-1] if cos.dim() == 2 else -1
     if cos.shape != (t, r) or sin.shape != (t, r) or r % 2 or r > d or r <= 0:
         raise ValueError(
-            f"cos and sin must be [T={t}, R] with R even and <= D={d}, "
+            f"apply_rotary: cos and sin must be [T={t}, R] with R even and <= D={d}, "
             f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
         )
     check_device("apply_rotary", {"q": q, "k": k, "cos": cos, "sin": sin})
     for name, x in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
         if x.stride(-1) != 1:
-            raise ValueError(f"{name} must have unit stride in its last dim, got {x.stride()}")
+            raise ValueError(
+                f"apply_rotary: {name} must have unit stride in its last dim, got {x.stride()}"
+            )
 
 
 def apply_rotary(
