@@ -260,3 +260,19 @@ def test_client_disconnect_aborts_the_request(server: RunningServer, model: str)
             break
         asyncio.run(asyncio.sleep(0.05))
     assert stats.num_aborted >= 1 and stats.num_running == 0
+
+
+def test_client_disconnect_aborts_a_whole_response_request(
+    server: RunningServer, model: str
+) -> None:
+    state = server.app.state.server  # type: ignore[attr-defined]
+    num_aborted = state.engine.engine.stats().num_aborted
+    body = {"model": model, "messages": USER, "max_tokens": 500, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up before the answer is whole
+        httpx.post(server.v1 + "/chat/completions", json=body, timeout=2)
+    for _ in range(200):
+        stats = state.engine.engine.stats()
+        if stats.num_aborted > num_aborted and stats.num_running == 0:
+            break
+        asyncio.run(asyncio.sleep(0.05))
+    assert stats.num_aborted > num_aborted and stats.num_running == 0

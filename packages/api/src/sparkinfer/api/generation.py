@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+from fastapi import Request
 from sparkinfer.api.engine_client import EngineClient, RequestStream
 from sparkinfer.api.errors import InternalError
+from sparkinfer.api.request_ids import request_id
 from sparkinfer.api.stops import StopStringMatcher
 from sparkinfer.model.tokenizer import IncrementalDetokenizer, Tokenizer
 from sparkinfer.scheduler.request import (
@@ -21,6 +24,8 @@ from sparkinfer.scheduler.request import (
 )
 
 logger = logging.getLogger("sparkinfer.api")
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499  # the status logged for a client that left (nobody receives it)
 
 
 class EngineFailure(InternalError):
@@ -182,3 +187,31 @@ async def merge(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """Await `work`, or cancel it and return None once the client disconnects.
+
+    A whole (non-streamed) response is only sent at the end, so without this a client that
+    gave up would keep its choices generating; cancelling `work` closes its `Choices`.
+    """
+    task = asyncio.ensure_future(work)
+    listener = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (listener, task):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+    if task.cancelled():
+        logger.info("request %s: the client disconnected before the answer", request_id(request))
+        return None
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body has been read: nothing else comes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -11,7 +11,13 @@ from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.dependencies import ServerState, State, now
-from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
+from sparkinfer.api.generation import (
+    CLIENT_CLOSED_REQUEST,
+    ChoiceJob,
+    Choices,
+    start_choices,
+    unless_disconnected,
+)
 from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params
@@ -80,7 +86,11 @@ async def create_chat_completion(
         rid, num_prompt, len(media), len(jobs),
     )  # fmt: skip
     if not body.stream:
-        return await _whole(body, state, choices, outputs, rid=rid, num_prompt=num_prompt)
+        async with contextlib.aclosing(choices):
+            whole = await unless_disconnected(
+                request, _whole(body, state, choices, outputs, rid=rid, num_prompt=num_prompt)
+            )
+        return whole or Response(status_code=CLIENT_CLOSED_REQUEST)
     created = now()
 
     def usage_chunk() -> bytes:
@@ -108,15 +118,14 @@ async def _whole(
     rid: str,
     num_prompt: int,
 ) -> ChatCompletionResponse:
-    """Read every choice to its end and answer with the whole messages."""
+    """Read every choice to its end and answer with the whole messages (the caller closes)."""
     finish: list[str | None] = [None] * len(outputs)
     logprobs = [ChatLogprobs(content=[]) if body.logprobs else None for _ in outputs]
-    async with contextlib.aclosing(choices):
-        async for ev in choices.events:
-            outputs[ev.index].feed(ev.text)
-            finish[ev.index] = ev.finish_reason or finish[ev.index]
-            if (lp := logprobs[ev.index]) is not None and lp.content is not None:
-                lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
+    async for ev in choices.events:
+        outputs[ev.index].feed(ev.text)
+        finish[ev.index] = ev.finish_reason or finish[ev.index]
+        if (lp := logprobs[ev.index]) is not None and lp.content is not None:
+            lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
     messages = []
     for i, out in enumerate(outputs):
         message, reason = out.final_message(finish[i])

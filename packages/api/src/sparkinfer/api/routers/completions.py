@@ -15,7 +15,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidRequest
-from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
+from sparkinfer.api.generation import (
+    CLIENT_CLOSED_REQUEST,
+    ChoiceJob,
+    Choices,
+    start_choices,
+    unless_disconnected,
+)
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params, check_context
 from sparkinfer.api.schemas.completions import (
@@ -122,7 +128,11 @@ async def create_completion(
     choices = start_choices(state.engine, state.tokenizer, jobs)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if not body.stream:
-        return await _whole(body, state, choices, prompts, rid=rid, echoes=echoes)
+        async with contextlib.aclosing(choices):
+            whole = await unless_disconnected(
+                request, _whole(body, state, choices, prompts, rid=rid, echoes=echoes)
+            )
+        return whole or Response(status_code=CLIENT_CLOSED_REQUEST)
     created = now()
 
     def usage_chunk() -> bytes:
@@ -150,20 +160,19 @@ async def _whole(
     rid: str,
     echoes: list[str],
 ) -> CompletionResponse:
-    """Read every choice to its end and answer with the whole texts."""
+    """Read every choice to its end and answer with the whole texts (the caller closes)."""
     texts = list(echoes)
     finish: list[str | None] = [None] * len(texts)
     logprobs = [CompletionLogprobs() if body.logprobs is not None else None for _ in texts]
-    async with contextlib.aclosing(choices):
-        async for ev in choices.events:
-            if (lp := logprobs[ev.index]) is not None:
-                if body.echo and not lp.tokens:
-                    prompt = prompts[ev.index // body.n]
-                    _extend(lp, echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs))
-                more = completion_logprobs(state.tokenizer, ev.logprobs, len(texts[ev.index]))
-                _extend(lp, more)
-            texts[ev.index] += ev.text
-            finish[ev.index] = ev.finish_reason or finish[ev.index]
+    async for ev in choices.events:
+        if (lp := logprobs[ev.index]) is not None:
+            if body.echo and not lp.tokens:
+                prompt = prompts[ev.index // body.n]
+                _extend(lp, echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs))
+            more = completion_logprobs(state.tokenizer, ev.logprobs, len(texts[ev.index]))
+            _extend(lp, more)
+        texts[ev.index] += ev.text
+        finish[ev.index] = ev.finish_reason or finish[ev.index]
     return CompletionResponse(
         id=rid,
         created=now(),
