@@ -216,8 +216,26 @@ class RowSnapshot:
         return self.num_new_tokens == 1 and 0 < self.num_cached_tokens < self.num_prompt_tokens - 1
 
 
-def use_cpu_graph_standins(monkeypatch: pytest.MonkeyPatch, caller: CpuStream) -> None:
-    """Let `DecodeGraphs` capture on the CPU: `caller` is the stream that fills its buffers."""
+class CpuEvent:
+    """Stands in for torch.cuda.Event: appends "record" and "synchronize" to `log`."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def record(self, stream: CpuStream | None = None) -> None:
+        self.log.append("record")
+
+    def synchronize(self) -> None:
+        self.log.append("synchronize")
+
+
+def use_cpu_graph_standins(
+    monkeypatch: pytest.MonkeyPatch, caller: CpuStream, events: list[str] | None = None
+) -> None:
+    """Let `DecodeGraphs` capture on the CPU: `caller` is the stream that fills its buffers;
+    `events` collects what is done with its CUDA events."""
+    log = [] if events is None else events
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **kw: CpuEvent(log))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)
     monkeypatch.setattr(torch.cuda, "graph", lambda *a, **kw: contextlib.nullcontext())

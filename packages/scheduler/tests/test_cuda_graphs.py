@@ -14,10 +14,11 @@ from scheduler_testing import (
     use_cpu_graph_standins,
 )
 from sparkinfer.model.cache_spec import allocate_caches
+from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
 
 PROMPTS = [[(7 * i + j) % 250 for j in range(3 + 5 * i)] for i in range(6)]
@@ -114,3 +115,33 @@ def test_one_token_prompt_chunks_beside_decodes_stay_off_the_graph(monkeypatch, 
     assert replayed, "no step ran on the graph"
     for rows in replayed:  # each row feeds a generated token and samples the next
         assert all(row.is_generated_last_token for row in rows), rows
+
+
+def test_staging_buffers_are_refilled_only_after_the_last_copy(monkeypatch, tiny_model):
+    """run() copies its rows to the device from pinned host buffers without blocking. The next
+    run refilled them at once; the sampler's sync usually made that safe, but after a failed
+    step the queued copy could read the next step's rows (replayed twice: state updated twice).
+    Each run now waits on an event recorded after its copies before writing the buffers."""
+    events: list[str] = []
+    use_cpu_graph_standins(monkeypatch, CpuStream(), events)
+    caches = allocate_caches(
+        tiny_model.cache_spec(), num_blocks=2, block_size=16, num_slots=2, device="cpu"
+    )
+    graphs = DecodeGraphs(
+        tiny_model,
+        caches,
+        batch_sizes=(1, 2),
+        max_blocks_per_seq=2,
+        block_size=16,
+        stream=CpuStream(),  # type: ignore[arg-type]
+    )
+    with torch.inference_mode():
+        graphs.capture()
+    req = Request("a", [1, 2, 3], SamplingParams(), max_len=32)
+    req.token_ids.append(4)
+    req.block_ids, req.state_slot = [0], 0
+    seq = ScheduledSeq(req, num_cached_tokens=3, num_new_tokens=1)
+    with torch.inference_mode():
+        for _ in range(3):
+            graphs.run([seq], 1)
+    assert events == ["synchronize", "record"] * 3

@@ -1,7 +1,8 @@
 """Decode under CUDA graphs: one graph per batch-size bucket, captured once, replayed every step.
 
 Every per-request index lives in a static device buffer sized for the largest bucket. A step
-copies its rows in (from pinned host buffers), pads the bucket with rows that touch nothing
+copies its rows in (from pinned host buffers, refilled only once the last copy out of them is
+done), pads the bucket with rows that touch nothing
 (state slot -1, context length 0, KV slot -1) and replays. Graphs are never rebuilt; a batch
 larger than the largest bucket runs eagerly. The buffers are filled on the caller's stream, so
 `capture` orders the graph stream after it before the first forward reads them.
@@ -65,6 +66,10 @@ class DecodeGraphs:
         # Host staging: [ids, positions, slot mapping, cached, context, state slot] per row.
         self._rows_cpu = torch.zeros(6, n, dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        # Recorded after the copies out of the staging buffers. They are non-blocking, so a run
+        # refilling the buffers first waits on it: else a copy still queued behind a failed step
+        # reads the next step's rows and replays them twice (state updated twice).
+        self._staging_read = torch.cuda.Event()
         self._graphs: dict[int, _Captured] = {}
 
     def capture(self) -> None:
@@ -99,6 +104,7 @@ class DecodeGraphs:
         """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32."""
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
+        self._staging_read.synchronize()  # unrecorded: returns at once
         rows = self._rows_cpu
         rows[:, :bucket] = 0
         rows[2, :bucket] = -1  # padding rows write no KV
@@ -122,6 +128,7 @@ class DecodeGraphs:
             self.context_lens[:bucket].copy_(dev[4])
             self.state_slots[:bucket].copy_(dev[5])
             self.block_tables[:bucket].copy_(self._tables_cpu[:bucket], non_blocking=True)
+            self._staging_read.record(self.stream)
             captured = self._graphs[bucket]
             captured.graph.replay()
             return captured.logits[: len(seqs)]
