@@ -75,23 +75,28 @@ def _declared(pyproject: pathlib.Path) -> set[str]:
     return names
 
 
-def _third_party_imports(src: pathlib.Path) -> dict[str, str]:
+def _third_party_imports_of(path: pathlib.Path) -> set[str]:
+    """Top-level third-party modules one file imports (at any depth of its code)."""
     import ast
 
     stdlib = set(sys.stdlib_module_names)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mods = [node.module]
+        else:
+            continue
+        found |= {m.split(".")[0] for m in mods}
+    return found - stdlib - {"sparkinfer", "__future__"}
+
+
+def _third_party_imports(src: pathlib.Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                mods = [node.module]
-            else:
-                continue
-            for mod in mods:
-                top = mod.split(".")[0]
-                if top not in stdlib and top != "sparkinfer" and top != "__future__":
-                    found.setdefault(top, str(path.relative_to(ROOT)))
+        for top in _third_party_imports_of(path):
+            found.setdefault(top, str(path.relative_to(ROOT)))
     return found
 
 
@@ -120,3 +125,13 @@ def test_ruff_lint_and_format_are_clean():
             cwd=ROOT,
         )
         assert result.returncode == 0, f"ruff {' '.join(args)}:\n{result.stdout}{result.stderr}"
+
+
+def test_engine_bookkeeping_is_plain_python():
+    # STYLE.md: the scheduler, block manager, state slots and prefix cache never import torch.
+    src = ROOT / "packages" / "scheduler" / "src" / "sparkinfer" / "scheduler"
+    for name in ("scheduler.py", "block_manager.py", "state_slots.py", "prefix_cache.py"):
+        path = src / name
+        if path.exists():
+            imports = _third_party_imports_of(path)
+            assert "torch" not in imports, f"{path.relative_to(ROOT)} imports torch"
