@@ -63,3 +63,14 @@ def test_usage_with_several_prompts_and_choices(client: openai.OpenAI, model: st
     r = client.completions.create(model=model, prompt=[[1, 2, 3], [4, 5]], n=2, max_tokens=2)
     assert len(r.choices) == 4 and r.usage is not None
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (5, 8, 13)
+
+
+@pytest.mark.parametrize("prompt", [[[1, -5]], [[1, 2], [3, 10**9]]])
+def test_out_of_vocab_token_ids_are_400_naming_the_prompt(
+    server: RunningServer, prompt: list[list[int]]
+) -> None:
+    resp = httpx.post(server.v1 + "/completions", json={"prompt": prompt, "max_tokens": 1})
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    want = "prompt" if len(prompt) == 1 else "prompt[1]"
+    assert (err["code"], err["param"]) == ("invalid_value", want)

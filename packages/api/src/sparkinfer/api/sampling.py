@@ -27,6 +27,19 @@ def check_context(
         )
 
 
+def check_prompt_ids(ids: list[int], param: str, vocab_size: int) -> list[int]:
+    """`ids` unchanged; 400 naming `param` when they are empty or hold an id outside the vocab."""
+    if not ids:
+        raise InvalidRequest(f"{param} encodes to no tokens: send some text", param=param)
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidRequest(
+            f"{param} holds token id {bad[0]}; ids are in [0, {vocab_size}): fix the prompt",
+            param=param,
+        )
+    return ids
+
+
 def _logit_bias(req: SamplingFields, vocab_size: int) -> tuple[tuple[int, float], ...]:
     out: list[tuple[int, float]] = []
     for key, bias in (req.logit_bias or {}).items():

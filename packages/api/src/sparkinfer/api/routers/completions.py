@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, Sequence
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
-from sparkinfer.api.errors import InvalidRequest
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
     ChoiceJob,
@@ -23,7 +22,7 @@ from sparkinfer.api.generation import (
     unless_disconnected,
 )
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import build_params, check_context
+from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids
 from sparkinfer.api.schemas.completions import (
     CompletionChoice,
     CompletionLogprobs,
@@ -74,26 +73,21 @@ def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
 
 
 def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[int]]:
-    prompts: list[list[int]] = []
-    for i, prompt in enumerate(body.prompts()):
-        param = "prompt" if len(body.prompts()) == 1 else f"prompt[{i}]"
+    """Each prompt as token ids, checked against the vocabulary and the context window."""
+    prompts = body.prompts()
+    encoded: list[list[int]] = []
+    for i, prompt in enumerate(prompts):
+        param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
         # The raw prompt is the client's own text: control tokens in it are meant as such.
         ids = (
             state.tokenizer.encode(prompt, allow_special=True)
             if isinstance(prompt, str)
             else prompt
         )
-        if not ids:
-            raise InvalidRequest(f"{param} encodes to no tokens: send some text", param=param)
-        bad = [t for t in ids if t >= state.model_vocab_size]
-        if bad:
-            raise InvalidRequest(
-                f"{param} holds token id {bad[0]}; ids are below {state.model_vocab_size}",
-                param=param,
-            )
+        check_prompt_ids(ids, param, state.model_vocab_size)
         check_context(len(ids), body.max_tokens, state.max_model_len, prompt_param=param)
-        prompts.append(ids)
-    return prompts
+        encoded.append(ids)
+    return encoded
 
 
 def _jobs(

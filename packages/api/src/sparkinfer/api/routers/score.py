@@ -11,10 +11,10 @@ import logging
 
 from fastapi import APIRouter, Request
 from sparkinfer.api.dependencies import ServerState, State, now
-from sparkinfer.api.errors import InvalidMedia, InvalidRequest
+from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import EngineFailure
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import check_context
+from sparkinfer.api.sampling import check_context, check_prompt_ids
 from sparkinfer.api.schemas.common import Usage
 from sparkinfer.api.schemas.score import ScoreRequest, ScoreResponse
 from sparkinfer.model.chat_template import ChatOptions
@@ -50,17 +50,6 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
     )
 
 
-def _checked(ids: list[int], param: str, state: ServerState) -> list[int]:
-    if not ids:
-        raise InvalidRequest(f"{param} encodes to no tokens: send some text", param=param)
-    bad = [t for t in ids if t >= state.model_vocab_size]
-    if bad:
-        raise InvalidRequest(
-            f"{param} holds token id {bad[0]}; ids are below {state.model_vocab_size}", param=param
-        )
-    return ids
-
-
 async def _prompt_logprobs(
     state: ServerState, engine_id: str, ids: list[int], num_top: int
 ) -> tuple[tuple[TokenLogprob, ...], RequestOutput]:
@@ -90,11 +79,11 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
     state.check_model(body.model)
     rid = f"score-{request_id(request)}"
     param = "prompt" if body.messages is None else "messages"
-    context = _checked(_context_ids(body, state), param, state)
+    context = check_prompt_ids(_context_ids(body, state), param, state.model_vocab_size)
     completion = body.completion
     if isinstance(completion, str):
         completion = state.tokenizer.encode(completion, allow_special=True)
-    completion = _checked(completion, "completion", state)
+    completion = check_prompt_ids(completion, "completion", state.model_vocab_size)
     ids = context + completion
     check_context(len(ids), 1, state.max_model_len, prompt_param=f"{param} plus completion")
     logger.info("request %s: %d completion tokens after %d", rid, len(completion), len(context))
