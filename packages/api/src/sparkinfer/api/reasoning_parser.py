@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from sparkinfer.api.stops import partial_tag_len
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
@@ -89,7 +91,7 @@ class StreamingReasoningParser:
         tags = (THINK_END, TOOL_CALL_START)
         ends = [(i, tag) for tag in tags if (i := self._buffer.find(tag)) >= 0]
         if not ends:
-            keep = 0 if is_final else max(_partial_tag_len(self._buffer, t) for t in tags)
+            keep = 0 if is_final else max(partial_tag_len(self._buffer, t) for t in tags)
             text = self._reasoning_text(self._buffer[: len(self._buffer) - keep])
             self._buffer = self._buffer[len(self._buffer) - keep :]
             return text
@@ -123,7 +125,7 @@ class StreamingReasoningParser:
                 self._buffer = self._buffer[:idx] + self._buffer[idx + len(THINK_END) :]
                 self._drop_think_end = False
             else:
-                keep = 0 if is_final else _partial_tag_len(self._buffer, THINK_END)
+                keep = 0 if is_final else partial_tag_len(self._buffer, THINK_END)
                 text = self._buffer[: len(self._buffer) - keep]
                 self._buffer = self._buffer[len(self._buffer) - keep :]
                 return self._content_text(text)
@@ -143,11 +145,3 @@ def split_reasoning(text: str, *, thinking: bool) -> ReasoningSplit:
     first, last = parser.feed(text), parser.finish()
     reasoning = first.reasoning + last.reasoning
     return ReasoningSplit(reasoning if thinking else None, first.content + last.content)
-
-
-def _partial_tag_len(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

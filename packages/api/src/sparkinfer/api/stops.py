@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def partial_tag_len(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag` (may become it)."""
+    for n in range(min(len(text), len(tag) - 1), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
 class StopStringMatcher:
     """Holds back the tail that could still start a stop string; `feed` returns the safe text.
 
@@ -14,7 +22,6 @@ class StopStringMatcher:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = [s for s in stops if s]
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._pending = ""
         self.is_stopped = False
         self.matched: str | None = None
@@ -31,7 +38,7 @@ class StopStringMatcher:
             idx, stop = first
             self.is_stopped, self.matched, self._pending = True, stop, ""
             return buf[:idx]
-        keep = self._held_tail_len(buf)
+        keep = max(partial_tag_len(buf, stop) for stop in self._stops)
         self._pending = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep]
 
@@ -47,11 +54,3 @@ class StopStringMatcher:
             if idx >= 0 and (best is None or idx < best[0]):
                 best = (idx, stop)
         return best
-
-    def _held_tail_len(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of some stop string."""
-        for n in range(min(self._hold, len(buf)), 0, -1):
-            tail = buf[-n:]
-            if any(stop.startswith(tail) for stop in self._stops):
-                return n
-        return 0

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sparkinfer.api.stops import partial_tag_len
+
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 _PARAM_OPEN = re.compile(r"\s*<parameter=([^>\n]+)>")
@@ -182,7 +184,7 @@ class StreamingToolCallParser:
             if not self._in_call:
                 idx = self._buffer.find(TOOL_CALL_START)
                 if idx < 0:
-                    keep = 0 if is_final else _partial_tag_len(self._buffer, TOOL_CALL_START)
+                    keep = 0 if is_final else partial_tag_len(self._buffer, TOOL_CALL_START)
                     content.append(self._text(self._buffer[: len(self._buffer) - keep]))
                     self._buffer = self._buffer[len(self._buffer) - keep :]
                     if is_final:
@@ -254,14 +256,6 @@ def _schemas_by_name(
             params = function.get("parameters")
             schemas[function["name"]] = params if isinstance(params, Mapping) else {}
     return schemas
-
-
-def _partial_tag_len(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 def _parse_parameters(body: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
