@@ -81,7 +81,7 @@ class PreparedChat:
     multimodal: MultimodalInputs | None = None  # the prompt's images and videos
 
 
-def prepare_chat(
+async def prepare_chat(
     req: ChatCompletionRequest, state: ServerState, media: list[ProcessedMedia] | None = None
 ) -> PreparedChat:
     """Edge checks and rendering, all before anything is queued.
@@ -111,12 +111,12 @@ def prepare_chat(
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar, budget = _grammar(req, state, tools if forced else None, schema, thinking)
+    grammar, budget = await _grammar(req, state, tools if forced else None, schema, thinking)
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
 
-def _grammar(
+async def _grammar(
     req: ChatCompletionRequest,
     state: ServerState,
     forced_tools: ToolSet | None,
@@ -137,18 +137,19 @@ def _grammar(
             is_thinking=thinking.is_enabled,
             reasoning_budget=budget,
         )
-        return _compile(state, tag, "tools", InvalidToolSchema), budget
+        return await _compile(state, tag, "tools", InvalidToolSchema), budget
     if schema is not None:
         budget = _forced_budget(thinking, req.output_limit)
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
         param = "response_format.json_schema.schema"
-        return _compile(state, tag, param, InvalidRequest), budget
+        return await _compile(state, tag, param, InvalidRequest), budget
     if thinking.is_enabled and thinking.budget is not None:
-        return state.grammars.compile(reasoning_grammar(thinking.budget)), thinking.budget
+        grammar = await state.grammars.compile_in_thread(reasoning_grammar(thinking.budget))
+        return grammar, thinking.budget
     return None, thinking.budget
 
 
-def _compile(
+async def _compile(
     state: ServerState,
     tag: StructuralTag,
     param: str,
@@ -156,7 +157,7 @@ def _compile(
 ) -> Any:
     """Compile a grammar built from the client's schema; one xgrammar refuses is `param`'s fault."""
     try:
-        return state.grammars.compile(tag)
+        return await state.grammars.compile_in_thread(tag)
     except UnsupportedSchema as exc:
         raise error(
             f"{param} cannot be enforced as a grammar ({exc}): fix or simplify the schema",

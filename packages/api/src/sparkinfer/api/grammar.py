@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import xgrammar as xgr
 from sparkinfer.model.tokenizer import Tokenizer
+from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import (
     AnyTextFormat,
     ConstStringFormat,
@@ -38,9 +40,17 @@ class UnsupportedSchema(ValueError):
 
 
 class GrammarCompiler:
-    """Compiles grammars for one tokenizer and model vocabulary (thread-safe, cached)."""
+    """Compiles grammars for one tokenizer and model vocabulary (thread-safe, cached).
 
-    def __init__(self, tokenizer: Tokenizer, *, model_vocab_size: int) -> None:
+    Identical tool sets and response formats repeat across requests, and an xgrammar compile is
+    expensive, so the last `cache_size` compiled grammars are kept, keyed by the tag's JSON.
+    """
+
+    def __init__(
+        self, tokenizer: Tokenizer, *, model_vocab_size: int, cache_size: int = 64
+    ) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size is {cache_size}; it must be at least 1")
         vocab: list[bytes] = []
         for i in range(tokenizer.vocab_size):
             try:
@@ -55,16 +65,45 @@ class GrammarCompiler:
             stop_token_ids=list(tokenizer.eos_token_ids),
         )
         self._compiler = xgr.GrammarCompiler(info, max_threads=2)
-        self._lock = threading.Lock()
+        self._compile_lock = threading.Lock()  # one compile at a time
+        self._cache_lock = threading.Lock()  # guards _cache only, so hits never wait on a compile
+        self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
+        self._cache_size = cache_size
 
     def compile(self, tag: StructuralTag) -> xgr.CompiledGrammar:
-        """Compile `tag`; `UnsupportedSchema` with xgrammar's reason when a schema in it fails."""
-        with self._lock:
+        """Compile `tag`, or reuse the grammar of an identical earlier tag (least recently used go).
+
+        Raises `UnsupportedSchema` with xgrammar's reason when a schema in `tag` fails. Blocks for
+        as long as the compile takes: from async code use `compile_in_thread`.
+        """
+        key = tag.model_dump_json()
+        if (grammar := self._cached(key)) is not None:
+            return grammar
+        with self._compile_lock:
+            # An identical tag may have been compiled while this one waited for the lock.
+            if (grammar := self._cached(key)) is not None:
+                return grammar
             try:
-                return self._compiler.compile_structural_tag(tag)
+                grammar = self._compiler.compile_structural_tag(tag)
             except RuntimeError as exc:
                 reason = _SOURCE_LOCATION.sub("", str(exc).strip().splitlines()[-1])
                 raise UnsupportedSchema(reason) from exc
+        with self._cache_lock:
+            self._cache[key] = grammar
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return grammar
+
+    async def compile_in_thread(self, tag: StructuralTag) -> xgr.CompiledGrammar:
+        """`compile` in a worker thread: a large schema does not stall the event loop."""
+        return await run_in_threadpool(self.compile, tag)
+
+    def _cached(self, key: str) -> xgr.CompiledGrammar | None:
+        with self._cache_lock:
+            grammar = self._cache.get(key)
+            if grammar is not None:
+                self._cache.move_to_end(key)
+            return grammar
 
     def processor(self, grammar: xgr.CompiledGrammar) -> GrammarLogitsProcessor:
         """A fresh logits processor (its own matcher) for one sequence."""

@@ -76,7 +76,7 @@ async def create_chat_completion(
     check_response_format_stops(body)
     parts = media_parts(body.messages, has_vision=state.media is not None)
     media = await load_media(parts, state.media) if parts and state.media else []
-    prep = prepare_chat(body, state, media)
+    prep = await prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
     choices = start_choices(state.engine, state.tokenizer, jobs)
