@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -9,7 +11,7 @@ import torch
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 
-from .conftest import RunningServer
+from .conftest import RunningServer, serve
 
 PROMPT = "The capital of France is"
 COMPLETION = " Paris, of course."
@@ -114,3 +116,25 @@ def test_echo_with_logprobs_scores_the_prompt(server: RunningServer, model: str)
     assert first.text == tok.decode(ids) and first.logprobs is not None
     assert first.logprobs.token_logprobs is not None
     assert first.logprobs.token_logprobs[1:] == pytest.approx(scored["token_logprobs"], abs=1e-4)
+
+
+def test_client_disconnect_aborts_the_score_request() -> None:
+    with serve(max_num_seqs=1) as small:
+        stats = small.app.state.server.engine.engine.stats  # type: ignore[attr-defined]
+        model = httpx.get(small.v1 + "/models").json()["data"][0]["id"]
+        # A streamed completion holds the only sequence, so the score request has to wait.
+        blocker = {"model": model, "prompt": "a", "max_tokens": 900, "ignore_eos": True}
+        with httpx.stream(
+            "POST", small.v1 + "/completions", json={**blocker, "stream": True}, timeout=60
+        ) as resp:
+            lines = resp.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)
+            body = {"model": model, "prompt": PROMPT, "completion": COMPLETION}
+            with pytest.raises(httpx.ReadTimeout):  # the client gives up while it waits
+                httpx.post(small.v1 + "/score", json=body, timeout=1)
+            for _ in range(200):
+                now = stats()
+                if now.num_aborted == 1 and now.num_waiting == 0:
+                    break
+                time.sleep(0.05)
+            assert (now.num_aborted, now.num_waiting, now.num_running) == (1, 0, 1)

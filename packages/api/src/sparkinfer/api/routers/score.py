@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidMedia
-from sparkinfer.api.generation import EngineFailure
+from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import check_context, check_prompt_ids
 from sparkinfer.api.schemas.common import Usage
@@ -50,6 +51,19 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
     )
 
 
+def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], list[int]]:
+    """The context and completion ids, checked against the vocabulary and the context window."""
+    param = "prompt" if body.messages is None else "messages"
+    context = check_prompt_ids(_context_ids(body, state), param, state.model_vocab_size)
+    completion = body.completion
+    if isinstance(completion, str):
+        completion = state.tokenizer.encode(completion, allow_special=True)
+    completion = check_prompt_ids(completion, "completion", state.model_vocab_size)
+    num_ids = len(context) + len(completion)
+    check_context(num_ids, 1, state.max_model_len, prompt_param=f"{param} plus completion")
+    return context, completion
+
+
 async def _prompt_logprobs(
     state: ServerState, engine_id: str, ids: list[int], num_top: int
 ) -> tuple[tuple[TokenLogprob, ...], RequestOutput]:
@@ -73,22 +87,23 @@ async def _prompt_logprobs(
     raise AssertionError("a request stream ends with a finished output")
 
 
-@router.post("/v1/score")
-async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResponse:
-    """Per-token logprobs of `completion`, their sum and whether each token was the top one."""
+@router.post("/v1/score", response_model=ScoreResponse)
+async def score(body: ScoreRequest, request: Request, state: State) -> Response | ScoreResponse:
+    """Per-token logprobs of `completion`, their sum and whether each token was the top one.
+
+    A client that disconnects first aborts the engine request (it answers nobody).
+    """
     state.check_model(body.model)
     rid = f"score-{request_id(request)}"
-    param = "prompt" if body.messages is None else "messages"
-    context = check_prompt_ids(_context_ids(body, state), param, state.model_vocab_size)
-    completion = body.completion
-    if isinstance(completion, str):
-        completion = state.tokenizer.encode(completion, allow_special=True)
-    completion = check_prompt_ids(completion, "completion", state.model_vocab_size)
+    context, completion = _checked_ids(body, state)
     ids = context + completion
-    check_context(len(ids), 1, state.max_model_len, prompt_param=f"{param} plus completion")
     logger.info("request %s: %d completion tokens after %d", rid, len(completion), len(context))
     num_top = body.top_logprobs or 0
-    entries, final = await _prompt_logprobs(state, engine_request_id(rid, 0), ids, max(1, num_top))
+    work = _prompt_logprobs(state, engine_request_id(rid, 0), ids, max(1, num_top))
+    result = await unless_disconnected(request, work)
+    if result is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    entries, final = result
     scored = entries[len(context) - 1 :]  # entry i scores token i + 1
     decode = state.tokenizer.decode
     top = None
