@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -89,52 +90,76 @@ def _media_config(
     )
 
 
+@dataclass(frozen=True)
+class _LoadedModel:
+    """What start-up read from the checkpoint, or built for the embedded model."""
+
+    served: str  # the model id the API answers to
+    config: ModelConfig
+    gen: GenerationDefaults
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate
+    model: torch.nn.Module
+    media: MediaConfig | None
+
+
 def build_state(settings: Settings) -> ServerState:
     """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
     device = _device(settings)
     dtype = _dtype(settings, device)
     if settings.model is None:
-        logger.warning(
-            "no --model given: serving the embedded %s with RANDOM WEIGHTS (its output is "
-            "noise; it is for trying the API). Serve a real checkpoint with "
-            "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",
-            embedded.EMBEDDED_MODEL_ID,
-        )
-        tokenizer = Tokenizer.embedded()
-        chat_template = ChatTemplate.builtin(tokenizer)
-        model = embedded.build_embedded_model(device=device, dtype=dtype)
-        config: ModelConfig = model.config
-        gen = embedded.EMBEDDED_GENERATION_DEFAULTS
-        served = settings.served_model_name or embedded.EMBEDDED_MODEL_ID
-        media = _media_config(settings, model, None)
+        loaded = _build_embedded(settings, device, dtype)
     else:
-        configs = read_checkpoint_configs(settings.model)
-        tokenizer = Tokenizer.from_checkpoint(configs.path)
-        chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
-        logger.info("loading %s on %s as %s", settings.model, device, dtype)
-        model = load_model(
-            configs.path, device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size
-        )
-        config, gen = configs.model, configs.generation
-        served = settings.served_model_name or settings.model
-        media = _media_config(settings, model, configs.path)
-    return _start(settings, served, config, gen, tokenizer, chat_template, model, device, media)
+        loaded = _load_checkpoint(settings, device, dtype)
+    return _start(settings, loaded, device)
 
 
-def _start(
-    settings: Settings,
-    served: str,
-    config: ModelConfig,
-    gen: GenerationDefaults,
-    tokenizer: Tokenizer,
-    chat_template: ChatTemplate,
-    model: torch.nn.Module,
-    device: torch.device,
-    media: MediaConfig | None,
-) -> ServerState:
-    max_model_len = _max_model_len(settings, config)
-    eos = tuple(dict.fromkeys((*gen.eos_token_ids, *tokenizer.eos_token_ids)))
-    sched = SchedulerConfig(
+def _build_embedded(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
+    logger.warning(
+        "no --model given: serving the embedded %s with RANDOM WEIGHTS (its output is "
+        "noise; it is for trying the API). Serve a real checkpoint with "
+        "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",
+        embedded.EMBEDDED_MODEL_ID,
+    )
+    tokenizer = Tokenizer.embedded()
+    model = embedded.build_embedded_model(device=device, dtype=dtype)
+    return _LoadedModel(
+        served=settings.served_model_name or embedded.EMBEDDED_MODEL_ID,
+        config=model.config,
+        gen=embedded.EMBEDDED_GENERATION_DEFAULTS,
+        tokenizer=tokenizer,
+        chat_template=ChatTemplate.builtin(tokenizer),
+        model=model,
+        media=_media_config(settings, model, None),
+    )
+
+
+def _load_checkpoint(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
+    assert settings.model is not None
+    configs = read_checkpoint_configs(settings.model)
+    tokenizer = Tokenizer.from_checkpoint(configs.path)
+    chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
+    logger.info("loading %s on %s as %s", settings.model, device, dtype)
+    model = load_model(
+        configs.path, device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size
+    )
+    return _LoadedModel(
+        served=settings.served_model_name or settings.model,
+        config=configs.model,
+        gen=configs.generation,
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+        model=model,
+        media=_media_config(settings, model, configs.path),
+    )
+
+
+def _scheduler_config(
+    settings: Settings, loaded: _LoadedModel, max_model_len: int
+) -> SchedulerConfig:
+    """Settings → SchedulerConfig; the generation config's and the tokenizer's EOS ids both stop."""
+    eos = (*loaded.gen.eos_token_ids, *loaded.tokenizer.eos_token_ids)
+    return SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
         max_model_len=max_model_len,
         max_num_batched_tokens=settings.max_num_batched_tokens,
@@ -143,25 +168,32 @@ def _start(
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.enforce_eager,
         deterministic=settings.deterministic,
-        eos_token_ids=eos,
+        eos_token_ids=tuple(dict.fromkeys(eos)),
     )
-    engine = Engine.from_model(model, sched, device=device)
+
+
+def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> ServerState:
+    """Start the engine on the loaded model and gather what the routes share."""
+    max_model_len = _max_model_len(settings, loaded.config)
+    sched = _scheduler_config(settings, loaded, max_model_len)
+    engine = Engine.from_model(loaded.model, sched, device=device)
     metrics = ServerMetrics(engine.stats)
-    logger.info("serving %r: max_model_len %d on %s", served, max_model_len, device)
+    logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)
+    gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
     return ServerState(
         settings=settings,
-        model_id=served,
+        model_id=loaded.served,
         max_model_len=max_model_len,
-        model_vocab_size=config.text.vocab_size,
-        has_vision=media is not None,
-        tokenizer=tokenizer,
-        chat_template=chat_template,
+        model_vocab_size=vocab_size,
+        has_vision=loaded.media is not None,
+        tokenizer=loaded.tokenizer,
+        chat_template=loaded.chat_template,
         defaults=SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
         engine=EngineClient(engine, metrics),
         metrics=metrics,
-        grammars=GrammarCompiler(tokenizer, model_vocab_size=config.text.vocab_size),
+        grammars=GrammarCompiler(loaded.tokenizer, model_vocab_size=vocab_size),
         created=int(time.time()),
-        media=media,
+        media=loaded.media,
     )
 
 
