@@ -1,6 +1,11 @@
+import importlib
+import sys
+
+import pytest
 import torch
 from sparkinfer.bench.__main__ import main
 from sparkinfer.bench.kernels import KernelBenchArgs, KernelSkipped, bench, discover, load
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 
 
 def _fast(args):
@@ -44,3 +49,23 @@ def test_kernels_without_cuda_exits_2(tmp_path, capsys):
 def test_unknown_kernel_name_exits_2(tmp_path, capsys):
     assert main(["kernels", "--device", "cpu", "--only", "nope", "--out", str(tmp_path)]) == 2
     assert "--only names ['nope']" in capsys.readouterr().err
+
+
+def test_run_alone_prints_one_table_titled_by_the_doc(capsys):
+    cli = standalone_parser("Demo benchmark.\n\nDetails.", warmup=3, iters=7).parse_args([])
+    assert (cli.warmup, cli.iters, cli.quick) == (3, 7, False)
+    run_alone(_fast, cli, "Demo benchmark.\n\nDetails.")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Demo benchmark."
+    assert lines[2].split() == ["op", "impl", "shape", "median_ms", "GB/s"]
+
+
+def test_every_kernel_module_takes_the_shared_flags(monkeypatch, capsys):
+    for name in discover():
+        module = importlib.import_module(f"sparkinfer.bench.kernels.{name}")
+        monkeypatch.setattr(sys, "argv", [name, "--help"])
+        with pytest.raises(SystemExit) as info:
+            module.main()
+        assert info.value.code == 0
+        usage = capsys.readouterr().out
+        assert all(flag in usage for flag in ("--quick", "--warmup", "--iters")), name

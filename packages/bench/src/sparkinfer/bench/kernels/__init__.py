@@ -12,6 +12,8 @@ Protocol for `sparkinfer/bench/kernels/<op>.py`:
 - Time with `sparkinfer.bench.timing.time_cuda(fn, warmup=args.warmup, iters=args.iters)` and put
   the fast op beside its reference (STYLE.md, Benchmarks). With `args.is_quick`, use small shapes.
 - Raise `KernelSkipped("reason")` when the op cannot run here (e.g. a baseline library is absent).
+- To run alone (`python -m sparkinfer.bench.kernels.<op>`), `main()` parses flags with
+  `_cli.standalone_parser` and prints through `_cli.run_alone`.
 """
 
 from __future__ import annotations
@@ -83,9 +85,14 @@ def bench(
             tables.append(Table(name, ["status"], [[f"failed: {type(e).__name__}: {e}"]]))
             failed.append(name)
             continue
-        columns = list(dict.fromkeys(k for row in rows for k in row))
-        tables.append(Table(name, columns, [[row.get(c) for c in columns] for row in rows]))
+        tables.append(rows_table(name, rows))
     return tables, failed
+
+
+def rows_table(title: str, rows: list[dict[str, object]]) -> Table:
+    """One table of benchmark rows; its columns are the rows' keys in first-seen order."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    return Table(title, columns, [[row.get(c) for c in columns] for row in rows])
 
 
 def run(cli: argparse.Namespace, info: RunInfo) -> Report:

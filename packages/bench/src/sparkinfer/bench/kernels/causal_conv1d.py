@@ -7,11 +7,11 @@ bytes that must move (prefill: x in, y out; decode: window read + write, x in, y
 
 from __future__ import annotations
 
-import argparse
 from functools import partial
 from typing import Any
 
 import torch
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.causal_conv1d import (
     causal_conv1d,
@@ -28,7 +28,7 @@ DECODE_BATCHES = (1, 32, 64)
 Row = dict[str, Any]
 
 
-def _rows(op: str, shape: str, fast, ref, num_bytes: int) -> list[Row]:
+def _rows(op: str, shape: str, fast, ref, *, num_bytes: int) -> list[Row]:
     roof_ms = num_bytes / (COPY_TB_S * 1e9)
     return [
         {
@@ -55,7 +55,8 @@ def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: s
         }
         fast = time_cuda(partial(causal_conv1d, x, weight, state, **kw), warmup=warmup, iters=iters)
         ref = time_cuda(partial(causal_conv1d_ref, x, weight, state, **kw), warmup=1, iters=3)
-        rows += _rows("prefill", f"T={num_tokens} C={CHANNELS}", fast, ref, 2 * x.numel() * 2)
+        shape = f"T={num_tokens} C={CHANNELS}"
+        rows += _rows("prefill", shape, fast, ref, num_bytes=2 * x.numel() * 2)
     for batch in DECODE_BATCHES:
         x = torch.randn(batch, CHANNELS, device=device, generator=gen, dtype=torch.bfloat16)
         state = torch.zeros(batch, WIDTH - 1, CHANNELS, device=device, dtype=torch.bfloat16)
@@ -70,7 +71,7 @@ def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: s
             iters=3,
         )
         num_bytes = 2 * state.numel() * 2 + 2 * x.numel() * 2
-        rows += _rows("decode update", f"B={batch} C={CHANNELS}", fast, ref, num_bytes)
+        rows += _rows("decode update", f"B={batch} C={CHANNELS}", fast, ref, num_bytes=num_bytes)
     return rows
 
 
@@ -81,25 +82,8 @@ def run(args: Any) -> list[Row]:
     )
 
 
-def render(rows: list[Row]) -> str:
-    """Plain-text table (for running this module alone)."""
-
-    def cell(v: object) -> str:
-        return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    columns = list(rows[0])
-    cells = [columns] + [[cell(row[c]) for c in columns] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=50)
-    args = parser.parse_args()
-    print(render(measure(warmup=args.warmup, iters=args.iters, quick=args.quick)))
+    run_alone(run, standalone_parser(__doc__, warmup=10, iters=50).parse_args(), __doc__)
 
 
 if __name__ == "__main__":

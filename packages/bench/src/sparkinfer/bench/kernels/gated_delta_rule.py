@@ -8,12 +8,12 @@ with the copy bandwidth on its state read + write. Run alone:
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -174,25 +174,8 @@ def run(args: Any) -> list[Row]:
     )
 
 
-def render(rows: list[Row]) -> str:
-    """Plain-text table (for running this module alone)."""
-
-    def cell(v: object) -> str:
-        return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    columns = list(rows[0])
-    cells = [columns] + [[cell(row[c]) for c in columns] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=50)
-    args = parser.parse_args()
-    print(render(measure(warmup=args.warmup, iters=args.iters, quick=args.quick)))
+    run_alone(run, standalone_parser(__doc__, warmup=10, iters=50).parse_args(), __doc__)
 
 
 if __name__ == "__main__":

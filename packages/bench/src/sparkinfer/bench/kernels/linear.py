@@ -8,13 +8,13 @@ writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`). Ru
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 from typing import Any
 
 import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.kernels.linear import SkinnyGemmConfig, linear, linear_ref, skinny_gemm
 
@@ -129,20 +129,16 @@ def run(args: KernelBenchArgs) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser = standalone_parser(__doc__, warmup=5, iters=20)
     parser.add_argument("--tune", metavar="OUT_JSON", help="sweep tiles and write the shape table")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
     cli = parser.parse_args()
-    device = torch.device("cuda")
-    if cli.tune:
-        table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
-        with open(cli.tune, "w") as f:
-            json.dump(table, f, indent=1)
+    if not cli.tune:
+        run_alone(run, cli, __doc__)
         return
-    for row in bench(device, warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+    device = torch.device("cuda")
+    table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
+    with open(cli.tune, "w") as f:
+        json.dump(table, f, indent=1)
 
 
 if __name__ == "__main__":

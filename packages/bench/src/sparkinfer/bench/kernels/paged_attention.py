@@ -8,13 +8,13 @@ tile configs. Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [-
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.paged_attention import (
@@ -134,7 +134,7 @@ def _sdpa_decode(batch: int, context: int, device: torch.device):
     return lambda: F.scaled_dot_product_attention(q, k, v, scale=SCALE, enable_gqa=True)
 
 
-def bench_decode(device, batches, contexts, warmup: int, iters: int) -> list[Row]:
+def bench_decode(device, batches, contexts, *, warmup: int, iters: int) -> list[Row]:
     copy = copy_bandwidth(device)
     rows = []
     for batch, context in itertools.product(batches, contexts):
@@ -206,9 +206,8 @@ def tune(device: torch.device) -> None:
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
     lengths = (2048,) if is_quick else PREFILL_LENGTHS
     contexts = (4096,) if is_quick else DECODE_CONTEXTS
-    return bench_prefill(device, lengths, warmup, iters) + bench_decode(
-        device, DECODE_BATCHES, contexts, warmup, iters
-    )
+    prefill = bench_prefill(device, lengths, warmup, iters)
+    return prefill + bench_decode(device, DECODE_BATCHES, contexts, warmup=warmup, iters=iters)
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
@@ -217,18 +216,13 @@ def run(args: KernelBenchArgs) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser = standalone_parser(__doc__, warmup=3, iters=10)
     parser.add_argument("--tune", action="store_true", help="print candidate tile timings")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=10)
     cli = parser.parse_args()
-    device = torch.device("cuda")
     if cli.tune:
-        tune(device)
+        tune(torch.device("cuda"))
         return
-    for row in bench(device, warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+    run_alone(run, cli, __doc__)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,11 @@ Memory-bound: rows report the fraction of this run's copy bandwidth. Run alone:
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.kernels.rms_norm import gated_rms_norm, gated_rms_norm_ref, rms_norm, rms_norm_ref
 
@@ -33,8 +33,8 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         for impl, fn in (("fast", rms_norm), ("torch_eager", rms_norm_ref)):
             calls = [lambda x=x, fn=fn: fn(x[0], w, EPS, residual=x[1]) for x in xs]
             t = time_graph(calls, warmup=warmup, iters=iters)
-            rows.append(_row("rms_norm+residual", impl, f"rows={num_rows} N={HIDDEN}", t, nbytes,
-                             copy))  # fmt: skip
+            shape = f"rows={num_rows} N={HIDDEN}"
+            rows.append(_row("rms_norm+residual", impl, shape, t, nbytes=nbytes, copy=copy))
         # Gated norm of the GDN output per value head: reads x and z, writes y.
         gated_bytes = 3 * num_rows * V_HEADS * V_DIM * 2
         xzs = [torch.randn(2, num_rows, V_HEADS, V_DIM, device=device, dtype=torch.bfloat16)
@@ -42,13 +42,13 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         for impl, fn in (("fast", gated_rms_norm), ("torch_eager", gated_rms_norm_ref)):
             calls = [lambda xz=xz, fn=fn: fn(xz[0], xz[1], wg, EPS) for xz in xzs]
             t = time_graph(calls, warmup=warmup, iters=iters)
-            rows.append(_row("gated_rms_norm", impl, f"rows={num_rows} HV={V_HEADS} V={V_DIM}",
-                             t, gated_bytes, copy))  # fmt: skip
+            shape = f"rows={num_rows} HV={V_HEADS} V={V_DIM}"
+            rows.append(_row("gated_rms_norm", impl, shape, t, nbytes=gated_bytes, copy=copy))
         del xs, xzs
     return rows
 
 
-def _row(op: str, impl: str, shape: str, t, nbytes: int, copy: float) -> Row:
+def _row(op: str, impl: str, shape: str, t, *, nbytes: int, copy: float) -> Row:
     return {
         "op": op, "impl": impl, "shape": shape, "dtype": "bf16",
         "median_ms": t.median_ms, "p90_ms": t.p90_ms, "GB/s": nbytes / t.median_ms / 1e6,
@@ -62,13 +62,7 @@ def run(args: KernelBenchArgs) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
-    cli = parser.parse_args()
-    for row in bench(torch.device("cuda"), warmup=cli.warmup, iters=cli.iters, is_quick=cli.quick):
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+    run_alone(run, standalone_parser(__doc__, warmup=5, iters=20).parse_args(), __doc__)
 
 
 if __name__ == "__main__":
