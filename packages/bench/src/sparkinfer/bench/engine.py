@@ -20,8 +20,9 @@ from sparkinfer.bench import offline_report, roofline
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.offline_report import DecodeRow, PrefillRow
 from sparkinfer.bench.provenance import RunInfo
-from sparkinfer.bench.report import Plot, Report, log
+from sparkinfer.bench.report import Report, log
 from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION, ModelConfig, TextConfig
+from sparkinfer.scheduler.config import SchedulerConfig
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
 
@@ -177,7 +178,6 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     """The `offline` mode: peaks, engine decode and prefill, then the transformers peer."""
     device = require_cuda()
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-    from sparkinfer.scheduler.config import SchedulerConfig
     from sparkinfer.scheduler.engine import Engine
 
     cfg = full_size_config(args.num_layers)
@@ -189,36 +189,11 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     )
     fill_random(model, seed=0)
     weights_gib = torch.cuda.memory_allocated() / 2**30
-    sched = SchedulerConfig(
-        max_num_seqs=max(args.concurrency),
-        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.new_tokens),
-        max_num_batched_tokens=args.max_batched_tokens,
-        enforce_eager=args.enforce_eager,
-    )
+    sched = _scheduler_config(args)
     log("offline: starting the engine (caches, CUDA graphs)")
     engine = Engine.from_model(model, sched, device=device)
     try:
-        _run(engine, _prompts(2, 512, 1), 8, "warmup")
-        decode = []
-        for b in args.concurrency:
-            log(f"offline: decode, {b} stream(s) at {args.context} context")
-            decode.append(
-                measure_decode(
-                    engine,
-                    cfg.text,
-                    peaks,
-                    batch=b,
-                    context=args.context,
-                    new_tokens=args.new_tokens,
-                    seed=b,
-                )
-            )
-        prefill = []
-        for n in args.prefill_lengths:
-            log(f"offline: prefill {n} tokens x {args.iters}")
-            prefill.append(
-                measure_prefill(engine, cfg.text, peaks, prompt_len=n, iters=args.iters, seed=n)
-            )
+        decode, prefill = _measure(engine, cfg.text, peaks, args)
     finally:
         engine.shutdown()
         engine.runner.close()
@@ -226,39 +201,6 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     gc.collect()
     torch.cuda.empty_cache()
     peer = [] if args.skip_hf else _hf_rows(cfg.text, args)
-    t = cfg.text
-    context = {
-        "model": f"Qwen3.8-27B text shapes, {t.num_hidden_layers} layers "
-        f"({len(t.full_attention_layers)} full attention), hidden {t.hidden_size}, "
-        f"vocab {t.vocab_size}, bf16, random weights ({weights_gib:.1f} GiB)",
-        "scheduler": str(sched),
-    }
-    plots = [
-        Plot(
-            "offline-decode.png",
-            "Aggregate decode vs concurrency",
-            "concurrent requests",
-            "tok/s",
-            [r.batch for r in decode],
-            {
-                "sparkinfer": [r.aggregate_tok_s for r in decode],
-                "roofline": [r.roofline_tok_s for r in decode],
-            },
-            is_log_x=True,
-        ),
-        Plot(
-            "offline-prefill.png",
-            "Prefill throughput",
-            "prompt tokens",
-            "tok/s",
-            [r.prompt_len for r in prefill],
-            {
-                "sparkinfer": [r.tok_s for r in prefill],
-                "roofline": [r.roofline_tok_s for r in prefill],
-            },
-            is_log_x=True,
-        ),
-    ]
     raw = {
         "peaks": asdict(peaks),
         "decode": [asdict(r) for r in decode],
@@ -268,12 +210,58 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     return Report(
         "offline",
         info,
-        context,
+        _context(cfg.text, weights_gib, sched),
         offline_report.tables(peaks, decode, prefill, peer),
-        plots,
+        offline_report.plots(decode, prefill),
         raw,
         offline_report.gates(decode, prefill, args.gate_goals),
     )
+
+
+def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    """Room for the widest decode batch and the longest prompt or decoded context."""
+    return SchedulerConfig(
+        max_num_seqs=max(args.concurrency),
+        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.new_tokens),
+        max_num_batched_tokens=args.max_batched_tokens,
+        enforce_eager=args.enforce_eager,
+    )
+
+
+def _measure(
+    engine, cfg: TextConfig, peaks: roofline.Peaks, args: argparse.Namespace
+) -> tuple[list[DecodeRow], list[PrefillRow]]:
+    """A warm-up, then decode at each concurrency and prefill at each prompt length."""
+    _run(engine, _prompts(2, 512, 1), 8, "warmup")
+    decode = []
+    for b in args.concurrency:
+        log(f"offline: decode, {b} stream(s) at {args.context} context")
+        decode.append(
+            measure_decode(
+                engine,
+                cfg,
+                peaks,
+                batch=b,
+                context=args.context,
+                new_tokens=args.new_tokens,
+                seed=b,
+            )
+        )
+    prefill = []
+    for n in args.prefill_lengths:
+        log(f"offline: prefill {n} tokens x {args.iters}")
+        prefill.append(measure_prefill(engine, cfg, peaks, prompt_len=n, iters=args.iters, seed=n))
+    return decode, prefill
+
+
+def _context(t: TextConfig, weights_gib: float, sched: SchedulerConfig) -> dict[str, str]:
+    """The report header's model and scheduler lines."""
+    return {
+        "model": f"Qwen3.8-27B text shapes, {t.num_hidden_layers} layers "
+        f"({len(t.full_attention_layers)} full attention), hidden {t.hidden_size}, "
+        f"vocab {t.vocab_size}, bf16, random weights ({weights_gib:.1f} GiB)",
+        "scheduler": str(sched),
+    }
 
 
 def _hf_rows(cfg: TextConfig, args: argparse.Namespace) -> list:

@@ -1,11 +1,11 @@
-"""The offline benchmark's rows, release goals, tables and gates."""
+"""The offline benchmark's rows, release goals, tables, plots and gates."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from sparkinfer.bench import roofline
-from sparkinfer.bench.report import Gate, Table
+from sparkinfer.bench.report import Gate, Plot, Table
 
 # Targets on an H200 (release goals, as ratios they match the 0.5.5 figures on an RTX 5090).
 GOAL_DECODE_1 = 76.0  # single stream at 4K context, tok/s
@@ -49,108 +49,103 @@ def _goal_prefill(row: PrefillRow) -> float | None:
     return GOAL_PREFILL.get(row.prompt_len) if row.has_goal else None
 
 
+def _met(value: float, goal: float | None) -> str | None:
+    return None if goal is None else ("met" if value >= goal else "MISSED")
+
+
 def tables(
     peaks: roofline.Peaks, decode: list[DecodeRow], prefill: list[PrefillRow], peer: list
 ) -> list[Table]:
-    def met(value: float, goal: float | None) -> str | None:
-        return None if goal is None else ("met" if value >= goal else "MISSED")
+    """Peaks, decode and prefill tables, then the transformers peer when it ran."""
+    peaks_table = Table(
+        "measured peaks",
+        ["copy GB/s (read+write)", "bf16 matmul TFLOP/s"],
+        [[peaks.copy_bytes_s / 1e9, peaks.matmul_flop_s / 1e12]],
+    )
+    out = [peaks_table, _decode_table(decode), _prefill_table(prefill)]
+    if peer:
+        out.append(_peer_table(peer, decode, prefill))
+    return out
 
-    tables = [
-        Table(
-            "measured peaks",
-            ["copy GB/s (read+write)", "bf16 matmul TFLOP/s"],
-            [[peaks.copy_bytes_s / 1e9, peaks.matmul_flop_s / 1e12]],
-        )
-    ]
+
+def _decode_table(decode: list[DecodeRow]) -> Table:
     rows = []
     for r in decode:
         goal = _goal_decode(r)
         value = r.stream_tok_s if r.batch == 1 else r.aggregate_tok_s
-        rows.append(
-            [
-                r.batch,
-                r.context,
-                r.stream_tok_s,
-                r.aggregate_tok_s,
-                r.e2e_tok_s,
-                r.roofline_tok_s,
-                value / r.roofline_tok_s,
-                goal,
-                met(value, goal),
-                r.peak_gib,
-                r.errors,
-            ]
-        )
-    tables.append(
-        Table(
-            "decode (greedy, fixed output length)",
-            [
-                "batch",
-                "context",
-                "per-stream tok/s",
-                "aggregate tok/s",
-                "e2e tok/s",
-                "roofline tok/s",
-                "of roofline",
-                "goal",
-                "",
-                "peak GiB",
-                "errors",
-            ],
-            rows,
-            ["aggregate: tokens decoded once every stream is past prefill, over that time"],
-        )
+        rows.append([
+            r.batch, r.context, r.stream_tok_s, r.aggregate_tok_s, r.e2e_tok_s, r.roofline_tok_s,
+            value / r.roofline_tok_s, goal, _met(value, goal), r.peak_gib, r.errors,
+        ])  # fmt: skip
+    columns = [
+        "batch", "context", "per-stream tok/s", "aggregate tok/s", "e2e tok/s", "roofline tok/s",
+        "of roofline", "goal", "", "peak GiB", "errors",
+    ]  # fmt: skip
+    note = "aggregate: tokens decoded once every stream is past prefill, over that time"
+    return Table("decode (greedy, fixed output length)", columns, rows, [note])
+
+
+def _prefill_table(prefill: list[PrefillRow]) -> Table:
+    columns = [
+        "prompt tokens", "TTFT p50 ms", "TTFT p90 ms", "tok/s", "roofline tok/s", "of roofline",
+        "goal", "", "peak GiB",
+    ]  # fmt: skip
+    rows = [
+        [
+            r.prompt_len, r.ttft_ms, r.ttft_p90_ms, r.tok_s, r.roofline_tok_s,
+            r.tok_s / r.roofline_tok_s, _goal_prefill(r), _met(r.tok_s, _goal_prefill(r)),
+            r.peak_gib,
+        ]
+        for r in prefill
+    ]  # fmt: skip
+    return Table("prefill (one request, max_tokens 1)", columns, rows)
+
+
+def _peer_table(peer: list, decode: list[DecodeRow], prefill: list[PrefillRow]) -> Table:
+    """transformers beside sparkinfer, phase by phase (decode: single stream)."""
+    ours = {f"prefill {r.prompt_len}": r.tok_s for r in prefill}
+    ours |= {f"decode @{r.context}": r.stream_tok_s for r in decode if r.batch == 1}
+    rows = [
+        [
+            p.phase,
+            p.tok_s,
+            ours.get(p.phase),
+            ours[p.phase] / p.tok_s if p.tok_s and ours.get(p.phase) else None,
+            p.note,
+        ]
+        for p in peer
+    ]
+    return Table(
+        "transformers peer (same shapes, same GPU)",
+        ["phase", "transformers tok/s", "sparkinfer tok/s", "speedup", "note"],
+        rows,
     )
-    tables.append(
-        Table(
-            "prefill (one request, max_tokens 1)",
-            [
-                "prompt tokens",
-                "TTFT p50 ms",
-                "TTFT p90 ms",
-                "tok/s",
-                "roofline tok/s",
-                "of roofline",
-                "goal",
-                "",
-                "peak GiB",
-            ],
-            [
-                [
-                    r.prompt_len,
-                    r.ttft_ms,
-                    r.ttft_p90_ms,
-                    r.tok_s,
-                    r.roofline_tok_s,
-                    r.tok_s / r.roofline_tok_s,
-                    _goal_prefill(r),
-                    met(r.tok_s, _goal_prefill(r)),
-                    r.peak_gib,
-                ]
-                for r in prefill
-            ],
-        )
+
+
+def plots(decode: list[DecodeRow], prefill: list[PrefillRow]) -> list[Plot]:
+    """Aggregate decode against concurrency and prefill against prompt length, with rooflines."""
+    decode_plot = Plot(
+        "offline-decode.png",
+        "Aggregate decode vs concurrency",
+        "concurrent requests",
+        "tok/s",
+        [r.batch for r in decode],
+        {
+            "sparkinfer": [r.aggregate_tok_s for r in decode],
+            "roofline": [r.roofline_tok_s for r in decode],
+        },
+        is_log_x=True,
     )
-    if peer:
-        ours = {f"prefill {r.prompt_len}": r.tok_s for r in prefill}
-        ours |= {f"decode @{r.context}": r.stream_tok_s for r in decode if r.batch == 1}
-        tables.append(
-            Table(
-                "transformers peer (same shapes, same GPU)",
-                ["phase", "transformers tok/s", "sparkinfer tok/s", "speedup", "note"],
-                [
-                    [
-                        p.phase,
-                        p.tok_s,
-                        ours.get(p.phase),
-                        ours[p.phase] / p.tok_s if p.tok_s and ours.get(p.phase) else None,
-                        p.note,
-                    ]
-                    for p in peer
-                ],
-            )
-        )
-    return tables
+    prefill_plot = Plot(
+        "offline-prefill.png",
+        "Prefill throughput",
+        "prompt tokens",
+        "tok/s",
+        [r.prompt_len for r in prefill],
+        {"sparkinfer": [r.tok_s for r in prefill], "roofline": [r.roofline_tok_s for r in prefill]},
+        is_log_x=True,
+    )
+    return [decode_plot, prefill_plot]
 
 
 def gates(decode: list[DecodeRow], prefill: list[PrefillRow], use_goals: bool) -> list[Gate]:
