@@ -60,8 +60,19 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """One subcommand per mode, each with the common output flags."""
     parser = argparse.ArgumentParser(prog="sparkinfer-bench", description=__doc__)
     sub = parser.add_subparsers(dest="mode", required=True)
+    _add_load_modes(sub)
+    _add_eval_modes(sub)
+    _add_device_modes(sub)
+    for p in sub.choices.values():
+        _common_flags(p)
+    return parser
+
+
+def _add_load_modes(sub: argparse._SubParsersAction) -> None:
+    """The HTTP speed modes: serve, diagnose-concurrency, prefill."""
     p = sub.add_parser("serve", help="concurrency sweep against an OpenAI-compatible server")
     _http_flags(p, "completions")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -84,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     _http_flags(p, "completions")
     p.add_argument("--lengths", type=int_list, default=prefill.DEFAULT_LENGTHS)
     p.add_argument("--iters", type=int, default=3)
+
+
+def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
+    """The HTTP behaviour modes: workloads, determinism, prefix-cache."""
     p = sub.add_parser("workloads", help="chat/code/math/json/repetition decode speed")
     _http_flags(p, "chat")
     p.add_argument("--workloads", help="comma-separated subset (default: all)")
@@ -106,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-tokens", type=int, default=32768)
     p.add_argument("--requests", type=int, default=3, help="requests sharing the prefix")
     p.add_argument("--max-tokens", type=int, default=16)
+
+
+def _add_device_modes(sub: argparse._SubParsersAction) -> None:
+    """The modes that run the model or kernels in this process: offline, vision, kernels."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -133,9 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--quick", action="store_true", help="small shapes only")
-    for p in sub.choices.values():
-        _common_flags(p)
-    return parser
 
 
 def _check(args: argparse.Namespace) -> None:
