@@ -53,13 +53,13 @@ class DecoderLayer(nn.Module):
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, residual) -> (mlp output, residual stream); the add is fused into the next norm."""
-        h, residual = self.input_layernorm(x, residual)
+        h, stream = self.input_layernorm(x, residual)
         if self.is_linear:  # noqa: SIM108 (one visible branch per mixer kind)
             h = self.linear_attn(h, batch)
         else:
             h = self.self_attn(h, *rope, batch)
-        h, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(h), residual
+        h, stream = self.post_attention_layernorm(h, stream)
+        return self.mlp(h), stream
 
 
 class TextModel(nn.Module):
@@ -154,7 +154,8 @@ class Qwen3_8ForCausalLM(nn.Module):
             self.ops = select_ops(use_triton=use_triton)
             for module in self.modules():
                 if module is not self and hasattr(module, "ops"):
-                    module.ops = self.ops
+                    # torch types Module attributes as Tensor | Module; ops is neither.
+                    setattr(module, "ops", self.ops)  # noqa: B010
         return self
 
     @property

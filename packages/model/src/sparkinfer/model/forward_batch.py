@@ -110,7 +110,9 @@ class ForwardBatch:
         context = [c + n for c, n in zip(cached_lens, num_new_tokens, strict=True)]
         last = [c - 1 for c in cu[1:]] if logits_indices is None else list(logits_indices)
 
-        def ints(values: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        def ints(
+            values: Sequence[int] | Sequence[Sequence[int]], dtype: torch.dtype
+        ) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
 
         return cls(

@@ -69,6 +69,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class VisionRotary(nn.Module):
     """2-D rotary over the whole head dim: angles [row * f, col * f], duplicated (SPEC §9)."""
 
+    inv_freq: torch.Tensor  # [head_dim / 4] fp32 buffer
+
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
         spatial_dim = head_dim // 2
@@ -217,7 +219,7 @@ class VisionModel(nn.Module):
         Returns:
             [N / merge_size**2, out_hidden_size] in the tower's dtype, one row per pad token.
         """
-        grids = [tuple(int(v) for v in g) for g in grid_thw]
+        grids = [(int(t), int(h), int(w)) for t, h, w in grid_thw]
         self._check_input(pixel_values, grids)
         device = self.pos_embed.weight.device
         x = self.patch_embed(pixel_values.to(device))
@@ -230,7 +232,7 @@ class VisionModel(nn.Module):
             x = block(x, cos, sin, seg_lens)
         return self.merger(x)
 
-    def _check_input(self, pixel_values: torch.Tensor, grids: list[tuple[int, ...]]) -> None:
+    def _check_input(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]) -> None:
         patch_dim = self.patch_embed.proj.weight[0].numel()
         total = sum(t * h * w for t, h, w in grids)
         if pixel_values.dim() != 2 or pixel_values.shape != (total, patch_dim):

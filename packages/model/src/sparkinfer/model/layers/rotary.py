@@ -23,6 +23,9 @@ def mrope_axis_of_frequency(num_freqs: int, mrope_section: tuple[int, int, int])
 class RotaryEmbedding(nn.Module):
     """Computes cos/sin [T, rotary_dim] fp32 from [T] or [3, T] int positions."""
 
+    inv_freq: torch.Tensor  # [R/2] fp32 buffer
+    axis_of_freq: torch.Tensor  # [R/2] int64 buffer
+
     def __init__(
         self,
         rotary_dim: int,
