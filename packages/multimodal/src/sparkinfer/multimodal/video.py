@@ -26,6 +26,7 @@ from sparkinfer.multimodal.image import PatchConfig, Patches, patchify, resize_b
 
 try:
     import av
+    import av.error
 except ImportError:  # video requests then get VideoUnavailable; images keep working
     av = None
 
@@ -194,6 +195,7 @@ def decode_video(
 
 
 def _open(data: bytes, mime_type: str):  # -> av.container.InputContainer
+    assert av is not None, "decode_video refuses video without PyAV"
     return av.open(io.BytesIO(data), mode="r", format=VIDEO_MIME_TYPES[mime_type])
 
 
