@@ -6,7 +6,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +99,7 @@ class _LoadedModel:
     gen: GenerationDefaults
     tokenizer: Tokenizer
     chat_template: ChatTemplate
-    model: torch.nn.Module
+    model: Qwen3_8ForCausalLM
     media: MediaConfig | None
 
 
@@ -201,7 +201,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     """The FastAPI app; the model loads and the engine starts in its lifespan (or use `state`)."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncGenerator[None, None]:
         server = state or build_state(settings)
         app.state.server = server
         try:

@@ -84,4 +84,6 @@ class ModelOutput:
     """
 
     samples: dict[str, SampledToken]
-    prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = field(default_factory=dict)
+    prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = field(
+        default_factory=dict[str, tuple[TokenLogprob, ...]]
+    )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import GraphCaptureError
 
@@ -34,7 +35,7 @@ class DecodeGraphs:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         caches: ModelCaches,
         *,
         batch_sizes: Sequence[int],
@@ -117,6 +118,7 @@ class DecodeGraphs:
             rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
             rows[3, i] = pos
             rows[4, i] = pos + 1
+            assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
             rows[5, i] = seq.req.state_slot
             self._tables_cpu[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
         with torch.cuda.stream(self.stream):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import EngineStopped, InvalidRequest, QueueFull
@@ -88,7 +89,7 @@ class Engine:
     @classmethod
     def from_model(
         cls,
-        model: torch.nn.Module,
+        model: CausalLM,
         config: SchedulerConfig,
         *,
         device: torch.device | str | None = None,

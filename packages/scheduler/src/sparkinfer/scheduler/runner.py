@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import torch
 from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
+from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
@@ -79,7 +80,7 @@ class Runner:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         config: SchedulerConfig,
         *,
         device: torch.device | str | None = None,
@@ -211,7 +212,7 @@ class Runner:
         return out
 
     @contextlib.contextmanager
-    def _numerics(self) -> Iterator[None]:
+    def _numerics(self) -> Generator[None, None, None]:
         if self.config.deterministic and not self._is_cuda:
             with BatchInvariantMode():
                 yield
@@ -284,7 +285,8 @@ def _slot(seq: ScheduledSeq) -> int:
 
 def _logits_indices(seqs: Sequence[ScheduledSeq]) -> list[int]:
     """Last row of each sequence whose chunk reaches its end."""
-    out, end = [], 0
+    out: list[int] = []
+    end = 0
     for s in seqs:
         end += s.num_new_tokens
         if s.is_sampled:

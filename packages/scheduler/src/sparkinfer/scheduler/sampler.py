@@ -14,6 +14,7 @@ sampler's generator.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from sparkinfer.scheduler.batch import SampledToken
@@ -49,7 +50,7 @@ class Sampler:
             rows = torch.tensor(random_rows, device=logits.device)
             drawn = self._draw(logits[rows], [reqs[i] for i in random_rows])
             token_ids[rows] = drawn
-        tokens = token_ids.tolist()
+        tokens: list[int] = host_list(token_ids)
         if raw_logprobs is None:
             return [SampledToken(t) for t in tokens]
         return [
@@ -150,7 +151,7 @@ def _logprob(row: torch.Tensor, token_id: int, num_top: int | None) -> TokenLogp
     top: tuple[tuple[int, float], ...] = ()
     if num_top:
         values, ids = row.topk(num_top)
-        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        top = tuple(zip(host_list(ids), host_list(values), strict=True))
     return TokenLogprob(token_id=token_id, logprob=float(row[token_id]), top=top)
 
 
@@ -160,16 +161,21 @@ def token_logprobs(
     """Raw logits [N, vocab] fp32 -> row i's logprob of token_ids[i] and its num_top most likely."""
     logprobs = torch.log_softmax(logits, dim=-1)
     index = _ints(token_ids, logits.device).unsqueeze(1)
-    chosen = logprobs.gather(1, index).squeeze(1).tolist()
+    chosen: list[float] = host_list(logprobs.gather(1, index).squeeze(1))
     if not num_top:
         return [TokenLogprob(t, lp) for t, lp in zip(token_ids, chosen, strict=True)]
     values, ids = logprobs.topk(num_top, dim=-1)
+    top_ids: list[list[int]] = host_list(ids)
+    top_lps: list[list[float]] = host_list(values)
     return [
-        TokenLogprob(t, lp, tuple(zip(top_ids, top_lps, strict=True)))
-        for t, lp, top_ids, top_lps in zip(
-            token_ids, chosen, ids.tolist(), values.tolist(), strict=True
-        )
+        TokenLogprob(t, lp, tuple(zip(i, v, strict=True)))
+        for t, lp, i, v in zip(token_ids, chosen, top_ids, top_lps, strict=True)
     ]
+
+
+def host_list(t: torch.Tensor) -> Any:
+    """`t.tolist()`, typed Any: torch annotates it as a bare list; callers declare the shape."""
+    return t.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
 
 def _ints(values: Sequence[int], device: torch.device) -> torch.Tensor:

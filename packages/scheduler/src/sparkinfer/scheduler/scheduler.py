@@ -98,7 +98,7 @@ class Scheduler:
         self.running: list[Request] = []
         self._requests: dict[str, Request] = {}
         self._step_idx = 0
-        self._counters = dict.fromkeys(
+        self._counters: dict[str, int] = dict.fromkeys(
             ("prefill", "generated", "preempted", "finished", "aborted", "failed"), 0
         )
 

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from sparkinfer.model.vision import merge_vision_embeddings
+from sparkinfer.model.vision import VisionModel, merge_vision_embeddings
+from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, RequestStatus
+from sparkinfer.scheduler.sampler import host_list
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,11 @@ class _Rows:
 class VisionInputs:
     """Owns the vision rows of requests in prefill (runner-internal)."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+    def __init__(self, model: CausalLM, device: torch.device) -> None:
         self.model = model
         self.device = device
         visual = getattr(model, "visual", None)
-        self.visual: torch.nn.Module | None = visual
+        self.visual: VisionModel | None = visual
         config = getattr(model, "config", None)
         self.pad_ids = (
             (int(config.image_token_id), int(config.video_token_id))
@@ -132,7 +134,7 @@ class VisionInputs:
         rows = self.visual(pixel_values, list(mm.grid_thw))
         prompt = torch.tensor(req.token_ids[: req.num_prompt_tokens], dtype=torch.int64)
         is_pad = (prompt == self.pad_ids[0]) | (prompt == self.pad_ids[1])
-        pads_before = [0, *torch.cumsum(is_pad, 0).tolist()]
+        pads_before: list[int] = [0, *host_list(torch.cumsum(is_pad, 0))]
         assert pads_before[-1] == rows.shape[0], "pad count checked at add_request"
         return _Rows(req, rows, is_pad, pads_before)
 

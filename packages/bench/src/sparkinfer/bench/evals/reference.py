@@ -15,20 +15,21 @@ import torch
 from sparkinfer.bench.errors import UsageError
 from sparkinfer.bench.evals.determinism import DepthResult
 from sparkinfer.bench.report import log
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.tokenizer import Tokenizer
 
 EMBEDDED = "embedded"
 
 
 @dataclass
 class _Loaded:
-    tokenizer: object
-    model: torch.nn.Module
+    tokenizer: Tokenizer
+    model: Qwen3_8ForCausalLM
     eos_token_ids: tuple[int, ...]
 
 
 def _load(source: str) -> _Loaded:
     from sparkinfer.model import embedded
-    from sparkinfer.model.tokenizer import Tokenizer
     from sparkinfer.model.weights import load_model, read_checkpoint_configs
 
     if source == EMBEDDED:
@@ -61,7 +62,7 @@ def fill(results: list[DepthResult], source: str, *, max_tokens: int) -> None:
     log(f"determinism: building the CPU reference from {source}")
     loaded = _load(source)
     tok = loaded.tokenizer
-    prompts = [tok.encode(r.prompt, allow_special=True) for r in results]  # type: ignore[attr-defined]
+    prompts = [tok.encode(r.prompt, allow_special=True) for r in results]
     config = SchedulerConfig(
         max_num_seqs=1,
         max_model_len=max(len(p) for p in prompts) + max_tokens + 1,

@@ -1,0 +1,30 @@
+"""The part of the model the runner calls: `Qwen3_8ForCausalLM`, or a fake in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+from sparkinfer.model.cache_spec import CacheSpec
+from sparkinfer.model.forward_batch import ForwardBatch
+
+
+class CausalLM(Protocol):
+    """Structural type of the model: docs/contracts.md, "Model ↔ engine"."""
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        batch: ForwardBatch,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+    def cache_spec(self) -> CacheSpec: ...
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor: ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
