@@ -115,7 +115,8 @@ class ChatOutput:
         if self._schema is None:
             return True
         try:
-            validator_for(self._schema).validate(json.loads(self.content))
+            # jsonschema's stubs leave validate's legacy overload untyped.
+            validator_for(self._schema).validate(json.loads(self.content))  # pyright: ignore[reportUnknownMemberType]
         except (json.JSONDecodeError, jsonschema.ValidationError):
             return False
         return True
@@ -174,7 +175,7 @@ def to_chat_logprobs(
     tokenizer: Tokenizer, entries: Sequence[TokenLogprob]
 ) -> list[TokenLogprobEntry]:
     """Engine logprobs → the chat `logprobs.content` entries."""
-    out = []
+    out: list[TokenLogprobEntry] = []
     for entry in entries:
         raw = tokenizer.token_bytes(entry.token_id)
         top = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -113,7 +113,7 @@ class ErrorBody:
 
     status: int
     body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict[str, str])
 
 
 def _param_of(loc: Sequence[int | str]) -> str:
@@ -148,7 +148,9 @@ def validation_error(exc: RequestValidationError) -> InvalidRequest:
     if first.get("type") == "extra_forbidden":
         return InvalidRequest(f"{param} is not a known field: remove it", param=param or None)
     value = first.get("input")
-    shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    shown = (
+        repr(value) if not isinstance(value, dict | list) else type(cast(object, value)).__name__
+    )
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return InvalidRequest(f"{param}: {msg} (got {shown})", param=param or None)

@@ -12,7 +12,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import xgrammar as xgr
@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import (
     AnyTextFormat,
     ConstStringFormat,
+    Format,
     JSONSchemaFormat,
     OptionalFormat,
     OrFormat,
@@ -146,18 +147,25 @@ def _reasoning_prefix(budget: int | None) -> list[Any]:
     return [think, ConstStringFormat(value="\n\n")]
 
 
+def _object(value: Any) -> dict[str, Any] | None:
+    """A schema node as a JSON object, or None when it is not one."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
+
+
 def _with_defs(sub: Any, root: dict[str, Any]) -> Any:
     """A property's schema with the root's `$defs`/`definitions`, so local `$ref`s resolve."""
-    if not isinstance(sub, dict):
+    node = _object(sub)
+    if node is None:
         return sub
-    extra = {k: root[k] for k in ("$defs", "definitions") if k in root and k not in sub}
-    return {**sub, **extra}
+    extra = {k: root[k] for k in ("$defs", "definitions") if k in root and k not in node}
+    return {**node, **extra}
 
 
 def _resolve(sub: Any, root: dict[str, Any]) -> Any:
     """Follow a property's local `$ref` chain (`#/$defs/...`) to the schema it names."""
     for _ in range(16):  # a longer chain is a cycle: keep the $ref for the JSON grammar
-        ref = sub.get("$ref") if isinstance(sub, dict) else None
+        node = _object(sub)
+        ref = node.get("$ref") if node is not None else None
         if not isinstance(ref, str) or not ref.startswith("#/"):
             return sub
         target: Any = root
@@ -171,10 +179,13 @@ def _parameter(name: str, sub: Any, root: dict[str, Any]) -> Any:
     """`<parameter=NAME>\\nVALUE\\n</parameter>\\n`: raw text for strings, JSON otherwise."""
     begin, end = f"<parameter={name}>\n", "\n</parameter>\n"
     sub = _resolve(sub, root)
-    if isinstance(sub, dict) and sub.get("type") == "string":
-        values = sub.get("enum") or ([sub["const"]] if "const" in sub else None)
+    node = _object(sub)
+    if node is not None and node.get("type") == "string":
+        values: list[Any] | None = node.get("enum") or (
+            [node["const"]] if "const" in node else None
+        )
         if values and all(isinstance(v, str) for v in values):
-            options = [ConstStringFormat(value=f"{begin}{v}{end}") for v in values]
+            options: list[Format] = [ConstStringFormat(value=f"{begin}{v}{end}") for v in values]
             return options[0] if len(options) == 1 else OrFormat(elements=options)
         return TagFormat(begin=begin, content=AnyTextFormat(excludes=[end.strip()]), end=end)
     schema = _with_defs(sub, root) if sub is not None else True
@@ -190,7 +201,7 @@ def _arguments(schema: dict[str, Any] | None) -> Any:
         return JSONSchemaFormat(json_schema=loose, style="qwen_xml", max_whitespace_cnt=_MAX_WS)
     required = set((schema or {}).get("required") or [])
     parts: list[Any] = []
-    for name, sub in props.items():
+    for name, sub in cast("dict[str, Any]", props).items():
         part = _parameter(name, sub, schema or {})
         parts.append(part if name in required else OptionalFormat(content=part))
     return parts[0] if len(parts) == 1 else SequenceFormat(elements=parts)

@@ -169,7 +169,7 @@ def _url_of(extra: dict[str, Any], key: str, field: str) -> str:
 def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Messages for the chat template; media parts keep only their type (the template emits one
     placeholder per part; their megabytes of base64 need not go through it)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for msg in messages:
         message = msg.model_dump(exclude_none=True)
         if isinstance(msg.content, list):

@@ -31,7 +31,7 @@ import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sparkinfer.api.stops import partial_tag_len
 
@@ -159,7 +159,7 @@ class StreamingToolCallParser:
         self._parser = parser
         self._buffer = ""  # text not yet classified
         self._in_call = False  # the buffer holds the inside of an open <tool_call>
-        self._pending_ws = ""  # trailing whitespace of content, dropped if a call follows
+        self._pending_ws: str = ""  # trailing whitespace of content, dropped if a call follows
         self._is_after_call = False  # only whitespace since the last call
         self._has_content = False
         self._calls: list[ToolCall] = []
@@ -251,17 +251,15 @@ def _schemas_by_name(
         return {name: tools.parameters(name) or {} for name in tools.names}
     schemas: dict[str, Mapping[str, Any]] = {}
     for tool in tools:
-        function = tool.get("function", tool)
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            params = function.get("parameters")
-            schemas[function["name"]] = params if isinstance(params, Mapping) else {}
+        function = _mapping(tool.get("function", tool))
+        if function is not None and isinstance(function.get("name"), str):
+            schemas[function["name"]] = _mapping(function.get("parameters")) or {}
     return schemas
 
 
 def _parse_parameters(body: str, schema: Mapping[str, Any]) -> dict[str, Any] | None:
     """`<parameter=K>\\nV\\n</parameter>` pairs → converted values; None if malformed."""
-    properties = schema.get("properties")
-    props: Mapping[str, Any] = properties if isinstance(properties, Mapping) else {}
+    props = _mapping(schema.get("properties")) or {}
     arguments: dict[str, Any] = {}
     pos = 0
     while body[pos:].strip():
@@ -274,9 +272,7 @@ def _parse_parameters(body: str, schema: Mapping[str, Any]) -> dict[str, Any] | 
         value = body[opening.end() : close]
         value = value.removeprefix("\n").removesuffix("\n")
         name = opening.group(1).strip()
-        prop = props.get(name)
-        prop_schema = prop if isinstance(prop, Mapping) else None
-        arguments[name] = convert_value(value, prop_schema, root=schema)
+        arguments[name] = convert_value(value, _mapping(props.get(name)), root=schema)
         pos = close + len(_PARAM_CLOSE)
     return arguments
 
@@ -304,20 +300,19 @@ def schema_types(
         return schema_types(_resolve_ref(ref, root), root=root, depth=depth + 1)
     found: set[str] = set()
     declared = schema.get("type")
-    for name in declared if isinstance(declared, list) else [declared]:
+    names = cast("list[Any]", declared) if isinstance(declared, list) else [declared]
+    for name in names:
         if isinstance(name, str):
             found.add(_TYPE_ALIASES.get(name.lower(), name.lower()))
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
-        for branch in branches if isinstance(branches, list) else []:
-            sub = schema_types(
-                branch if isinstance(branch, Mapping) else None, root=root, depth=depth + 1
-            )
+        for branch in _items(branches):
+            sub = schema_types(_mapping(branch), root=root, depth=depth + 1)
             if not sub:
                 return set()  # one unconstrained branch allows anything
             found |= sub
-    enum = schema.get("enum")
-    if not found and isinstance(enum, list) and enum:
+    enum = _items(schema.get("enum"))
+    if not found and enum:
         found = {_json_type(v) for v in enum}
     return found
 
@@ -326,11 +321,21 @@ def _resolve_ref(ref: str, root: Mapping[str, Any] | None) -> Mapping[str, Any] 
     """A local JSON pointer (`#/$defs/unit`) inside `root`; None when it does not resolve."""
     if root is None or not ref.startswith("#"):
         return None
-    node: Any = root
+    node: Mapping[str, Any] | None = root
     for key in ref[1:].split("/")[1:] if ref != "#" else []:
         key = key.replace("~1", "/").replace("~0", "~")
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node if isinstance(node, Mapping) else None
+        node = _mapping(node.get(key)) if node is not None else None
+    return node
+
+
+def _mapping(value: object) -> Mapping[str, Any] | None:
+    """A JSON-Schema node as a JSON object, or None when it is not one."""
+    return cast("Mapping[str, Any]", value) if isinstance(value, Mapping) else None
+
+
+def _items(value: object) -> list[Any]:
+    """A JSON-Schema node's items when it is a JSON array, else none."""
+    return cast("list[Any]", value) if isinstance(value, list) else []
 
 
 def convert_value(
@@ -370,8 +375,10 @@ def _loads(text: str) -> Any:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return _NOTHING
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NOTHING
     if isinstance(value, (dict, list, str, int, float, bool)) or value is None:
-        return value if not isinstance(value, float) or math.isfinite(value) else _NOTHING
+        return cast(Any, value)  # literal_eval's containers come back untyped
     return _NOTHING
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
+import jsonschema.exceptions
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
@@ -25,11 +26,12 @@ def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str,
     if depth > _MAX_SCHEMA_DEPTH:
         raise ValueError(f"{path or '/'} is nested deeper than {_MAX_SCHEMA_DEPTH} levels")
     if isinstance(node, dict):
-        yield path, node
-        for key, value in node.items():
+        obj = cast("dict[str, Any]", node)
+        yield path, obj
+        for key, value in obj.items():
             yield from _walk(value, f"{path}/{key}", depth + 1)
     elif isinstance(node, list):
-        for i, value in enumerate(node):
+        for i, value in enumerate(cast("list[Any]", node)):
             yield from _walk(value, f"{path}/{i}", depth + 1)
 
 
@@ -58,6 +60,7 @@ def check_schema(
         )
     if isinstance(schema, bool):
         return
+    schema = cast("dict[str, Any]", schema)
     try:
         nodes = list(_walk(schema, ""))
     except ValueError as exc:
@@ -128,7 +131,10 @@ class ToolSet:
             return f"arguments are not JSON: {exc}"
         if not isinstance(value, dict):
             return "arguments are not a JSON object"
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        # jsonschema's stubs leave iter_errors' legacy overload and best_match's return untyped.
+        errors = validator.iter_errors(cast("dict[str, Any]", value))  # pyright: ignore[reportUnknownMemberType]
+        best = jsonschema.exceptions.best_match(errors)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        error = cast("jsonschema.ValidationError | None", best)
         return None if error is None else error.message
 
 

@@ -43,7 +43,7 @@ def _jobs(
 ) -> list[ChoiceJob]:
     """One engine job per choice, each with its own seed offset and grammar matcher."""
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    jobs = []
+    jobs: list[ChoiceJob] = []
     for c in range(body.n):
         params = build_params(
             body, state, max_tokens=body.output_limit, logprobs=logprobs, choice_idx=c
@@ -126,7 +126,7 @@ async def _whole(
         finish[ev.index] = ev.finish_reason or finish[ev.index]
         if (lp := logprobs[ev.index]) is not None and lp.content is not None:
             lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
-    messages = []
+    messages: list[ChatChoice] = []
     for i, out in enumerate(outputs):
         message, reason = out.final_message(finish[i])
         messages.append(

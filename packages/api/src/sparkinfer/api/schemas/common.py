@@ -102,7 +102,7 @@ class TokenLogprobEntry(BaseModel):
     token: str
     logprob: float
     bytes: list[int] | None
-    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+    top_logprobs: list[TopLogprob] = Field(default_factory=list[TopLogprob])
 
 
 class ChatLogprobs(BaseModel):

@@ -45,10 +45,12 @@ class CompletionRequest(SamplingFields):
 
 
 class CompletionLogprobs(BaseModel):
-    tokens: list[str] = Field(default_factory=list)
-    token_logprobs: list[float | None] = Field(default_factory=list)
-    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
-    text_offset: list[int] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list[str])
+    token_logprobs: list[float | None] = Field(default_factory=list[float | None])
+    top_logprobs: list[dict[str, float] | None] = Field(
+        default_factory=list[dict[str, float] | None]
+    )
+    text_offset: list[int] = Field(default_factory=list[int])
 
 
 class CompletionChoice(BaseModel):
