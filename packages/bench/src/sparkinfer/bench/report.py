@@ -188,6 +188,7 @@ def _clean(value: object) -> object:
 
 
 def _json_default(value: object) -> object:
-    if hasattr(value, "as_dict"):
-        return _clean(value.as_dict())
+    as_dict = getattr(value, "as_dict", None)
+    if as_dict is not None:
+        return _clean(as_dict())
     return str(value)

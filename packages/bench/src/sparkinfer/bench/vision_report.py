@@ -46,7 +46,7 @@ class VisionRow:
         return self.num_tokens / ((self.prep.median_ms + self.tower.median_ms) / 1e3)
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self) | {"tower_tok_s": self.tower_tok_s, "total_tok_s": self.total_tok_s}
+        return {**asdict(self), "tower_tok_s": self.tower_tok_s, "total_tok_s": self.total_tok_s}
 
 
 def describe_tower(config: VisionConfig) -> str:

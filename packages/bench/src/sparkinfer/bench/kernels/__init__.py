@@ -59,7 +59,7 @@ def load(names: list[str]) -> dict[str, KernelBench | str]:
         except Exception as e:  # a module mid-development must not stop the others
             out[name] = f"import failed: {type(e).__name__}: {e}"
             continue
-        fn = getattr(module, "run", None)
+        fn: KernelBench | None = getattr(module, "run", None)
         out[name] = fn if callable(fn) else "defines no run(args) -> list[dict]"
     return out
 

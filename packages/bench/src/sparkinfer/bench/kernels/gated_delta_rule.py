@@ -36,7 +36,7 @@ Row = dict[str, Any]
 
 def _fla() -> Any | None:
     try:
-        import fla.ops.gated_delta_rule as fla_gdn
+        import fla.ops.gated_delta_rule as fla_gdn  # pyright: ignore[reportMissingImports]
     except ImportError:
         return None
     return fla_gdn
@@ -85,13 +85,11 @@ def _prefill_roofline_ms(num_tokens: int) -> float:
     return max(flops / (BF16_TFLOPS * 1e9), io_bytes / (HBM_TB_S * 1e9))
 
 
-def _rows(op: str, shape: str, times: dict[str, tuple[float, float] | None], roof_ms: float):
+def _rows(op: str, shape: str, times: dict[str, tuple[float, float]], roof_ms: float):
     """One row per implementation; vs_fast = its time / the fast op's time."""
     fast_ms = times["fast"][0]
     rows = []
     for impl, t in times.items():
-        if t is None:
-            continue
         rows.append(
             {
                 "op": op, "impl": impl, "shape": shape, "dtype": "bfloat16",
