@@ -1,5 +1,8 @@
 """Gated-DeltaNet gates: g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b), in fp32."""
 
+# Triton's annotations misread valid kernel code: constexpr arguments.
+# pyright: reportArgumentType=false
+
 import torch
 import triton
 import triton.language as tl

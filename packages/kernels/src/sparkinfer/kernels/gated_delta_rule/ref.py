@@ -45,8 +45,8 @@ def _prepare_qk(
     k = k.float().repeat_interleave(group, dim=1)
     if use_qk_l2norm:
         q, k = l2norm_ref(q), l2norm_ref(k)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    return q * scale, k
+    q_scale: float = q.shape[-1] ** -0.5 if scale is None else scale
+    return q * q_scale, k
 
 
 def _delta_rule_step(

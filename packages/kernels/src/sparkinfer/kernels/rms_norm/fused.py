@@ -5,6 +5,9 @@ stride, so per-head norms of a strided view (q_norm on the query half of q_proj'
 copy. One program normalises BR rows held whole in registers.
 """
 
+# Triton's annotations misread valid kernel code: num_warps/num_stages.
+# pyright: reportCallIssue=false
+
 from __future__ import annotations
 
 import torch

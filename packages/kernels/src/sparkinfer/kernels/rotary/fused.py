@@ -3,6 +3,9 @@
 One program rotates BT tokens: all H query heads and all HKV key heads, first R dims only.
 """
 
+# Triton's annotations misread valid kernel code: num_warps/num_stages.
+# pyright: reportCallIssue=false
+
 from __future__ import annotations
 
 import torch
