@@ -127,6 +127,15 @@ def test_ruff_lint_and_format_are_clean():
         assert result.returncode == 0, f"ruff {' '.join(args)}:\n{result.stdout}{result.stderr}"
 
 
+def test_pyright_is_clean():
+    # STYLE.md: pyright in standard mode, strict for scheduler and api; [tool.pyright] holds the
+    # config. Its first run on a machine fetches the pyright npm package.
+    result = subprocess.run(
+        [sys.executable, "-m", "pyright"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, f"pyright:\n{result.stdout}{result.stderr}"
+
+
 def test_engine_bookkeeping_is_plain_python():
     # STYLE.md: the scheduler, block manager, state slots and prefix cache never import torch.
     src = ROOT / "packages" / "scheduler" / "src" / "sparkinfer" / "scheduler"
