@@ -25,6 +25,7 @@ from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION, ModelConfi
 from sparkinfer.scheduler.config import SchedulerConfig
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
+_WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
 
 
 def full_size_config(num_layers: int | None = None) -> ModelConfig:
@@ -222,7 +223,11 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     """Room for the widest decode batch and the longest prompt or decoded context."""
     return SchedulerConfig(
         max_num_seqs=max(args.concurrency),
-        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.new_tokens),
+        max_model_len=max(
+            max(args.prefill_lengths) + 1,
+            args.context + args.new_tokens,
+            _WARMUP_PROMPT + _WARMUP_TOKENS,
+        ),
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.enforce_eager,
     )
@@ -232,7 +237,7 @@ def _measure(
     engine, cfg: TextConfig, peaks: roofline.Peaks, args: argparse.Namespace
 ) -> tuple[list[DecodeRow], list[PrefillRow]]:
     """A warm-up, then decode at each concurrency and prefill at each prompt length."""
-    _run(engine, _prompts(2, 512, 1), 8, "warmup")
+    _run(engine, _prompts(2, _WARMUP_PROMPT, 1), _WARMUP_TOKENS, "warmup")
     decode = []
     for b in args.concurrency:
         log(f"offline: decode, {b} stream(s) at {args.context} context")
