@@ -4,7 +4,19 @@ import inspect
 
 import pytest
 import torch
-from sparkinfer.kernels.linear import SkinnyGemmConfig, dispatch, linear, linear_ref, skinny_gemm
+from sparkinfer.kernels.linear import (
+    SkinnyGemmConfig,
+    TiledGemmConfig,
+    batch_invariant,
+    decode_config,
+    dispatch,
+    invariant,
+    invariant_linear,
+    linear,
+    linear_ref,
+    skinny_gemm,
+    tiled_gemm,
+)
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}
@@ -88,3 +100,77 @@ def test_linear_real_shapes_on_gpu(m, n, k, assert_close):
     expected = linear_ref(x, w)
     assert_close(linear(x, w), expected)
     assert_close(skinny_gemm(x, w, SkinnyGemmConfig(BN=64, BK=128, SPLIT_K=4)), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 31, 32, 33, 100])
+def test_tiled_gemm_matches_ref(dtype, m, assert_close):
+    torch.manual_seed(11 + m)
+    x = torch.randn(m, 72, dtype=dtype)
+    w = torch.randn(40, 72, dtype=dtype) * 0.1
+    config = TiledGemmConfig(BM=32, BN=16, BK=32, GROUP_M=2)
+    _check(tiled_gemm(x, w, config), linear_ref(x, w), assert_close)
+
+
+def test_tiled_gemm_strided_rows_and_empty_k(assert_close):
+    torch.manual_seed(12)
+    x = torch.randn(6, 300)[:, :64]
+    w = torch.randn(24, 64)
+    assert_close(tiled_gemm(x, w, TiledGemmConfig(BM=16, BN=16, BK=32)), linear_ref(x, w))
+    assert torch.equal(tiled_gemm(torch.ones(3, 0), torch.ones(5, 0)), torch.zeros(3, 5))
+
+
+def _rows_do_not_depend_on_the_batch(fn, x: torch.Tensor, w: torch.Tensor) -> None:
+    """Every row of fn(x) is bit-identical to the same row computed in smaller batches."""
+    full = fn(x, w)
+    for start, stop in [(0, 1), (3, 4), (5, x.shape[0]), (1, x.shape[0] - 2)]:
+        assert torch.equal(fn(x[start:stop], w), full[start:stop]), (start, stop)
+
+
+def test_tiled_gemm_rows_are_batch_invariant():
+    torch.manual_seed(13)
+    x, w = torch.randn(70, 96), torch.randn(48, 96)
+    config = TiledGemmConfig(BM=32, BN=16, BK=32, GROUP_M=2)
+    _rows_do_not_depend_on_the_batch(lambda a, b: tiled_gemm(a, b, config), x, w)
+
+
+def test_decode_phase_rows_are_batch_invariant(assert_close):
+    torch.manual_seed(14)
+    x, w = torch.randn(20, 2048), torch.randn(40, 2048) * 0.05
+    assert decode_config(40, 2048).SPLIT_K == 2 and decode_config(40, 2048).BM == 64
+    _rows_do_not_depend_on_the_batch(lambda a, b: invariant_linear(a, b, "decode"), x, w)
+    assert_close(invariant_linear(x, w, "decode"), linear_ref(x, w))
+
+
+def test_decode_config_fills_the_gpu_and_splits_narrow_weights():
+    wide, narrow = decode_config(34816, 5120), decode_config(5120, 17408)
+    assert (wide.BN, wide.SPLIT_K) == (64, 1)
+    assert narrow.SPLIT_K > 1 and narrow.BM == 64
+    assert decode_config(96, 5120).SPLIT_K == 5  # never below 1024 keys per slice
+
+
+def test_batch_invariant_sets_and_restores_the_phase():
+    assert invariant.current_phase() is None
+    with batch_invariant("decode"):
+        assert invariant.current_phase() == "decode"
+        with batch_invariant("prefill"):
+            assert invariant.current_phase() == "prefill"
+        assert invariant.current_phase() == "decode"
+    assert invariant.current_phase() is None
+    with pytest.raises(ValueError, match="'decode' or 'prefill'"), batch_invariant("mixed"):  # type: ignore[arg-type]
+        pass
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize(("n", "k"), [(16384, 5120), (96, 5120), (5120, 17408), (248320, 5120)])
+def test_invariant_linear_real_shapes_on_gpu(phase, n, k):
+    torch.manual_seed(15)
+    num_rows = 64 if phase == "decode" else 1000
+    x = torch.randn(num_rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    with batch_invariant(phase):
+        full = linear(x, w)
+        torch.testing.assert_close(full.float(), linear_ref(x, w).float(), atol=2e-2, rtol=2e-2)
+        for start, stop in [(0, 1), (7, 8), (3, num_rows), (1, num_rows // 2 + 5)]:
+            assert torch.equal(linear(x[start:stop], w), full[start:stop]), (start, stop)

@@ -64,6 +64,33 @@ def test_long_prompt_is_chunked_under_the_token_budget():
     assert tokens_of(outputs["long"]) == expected(range(20), 4)
 
 
+def test_deterministic_chunks_end_on_gdn_chunk_multiples():
+    """Two decodes take 2 of a 100-token budget: the prompt is cut at 64, not at 98, so its cut
+    points are the same as when it runs alone; the last chunk is whatever is left."""
+    sched, runner, outputs = make(num_blocks=128, max_num_batched_tokens=100, max_model_len=512)
+    assert sched.config.chunk_alignment == 64
+    for rid in ("a", "b"):
+        sched.add_request(rid, [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=30))
+    batch = sched.schedule()
+    sched.update(batch, runner.run(batch))
+    prompt = [i % 100 for i in range(300)]
+    sched.add_request("long", prompt, GREEDY)
+    ends = []
+    while sched.has_work():
+        batch = sched.schedule()
+        ends += [
+            s.num_cached_tokens + s.num_new_tokens
+            for s in batch.seqs
+            if s.req.request_id == "long" and not s.is_decode
+        ]
+        sched.update(batch, runner.run(batch))
+    assert ends == [64, 128, 192, 256, 300]
+    assert tokens_of(outputs["long"]) == expected(prompt, 4)
+    loose = SchedulerConfig(max_num_batched_tokens=100, deterministic=False)
+    assert loose.chunk_alignment == 1
+    assert SchedulerConfig(max_num_batched_tokens=63).chunk_alignment == 1
+
+
 def test_decodes_are_scheduled_before_prefill_chunks():
     sched, runner, _ = make(max_num_batched_tokens=6)
     sched.add_request("a", [1, 2, 3], GREEDY)

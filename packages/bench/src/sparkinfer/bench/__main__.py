@@ -138,6 +138,13 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
+    p.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="batch-invariant numerics (the engine's default); --no-deterministic measures the "
+        "fastest kernel per shape, to price invariance",
+    )
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The chunk length of the GDN prefill kernels: with `deterministic`, prompt chunks are cut only at
+# multiples of it, so where the budget cuts a prompt never changes the prompt's numerics.
+PREFILL_CHUNK_ALIGNMENT = 64
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 
@@ -22,8 +25,9 @@ class SchedulerConfig:
         and from `cpu_cache_bytes` on CPU.
     cpu_cache_bytes: cache budget on CPU when the sizes are not given.
     enforce_eager: never capture CUDA graphs.
-    deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards,
-        and on CPU the matmuls run row-blocked at a fixed shape.
+    deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards
+        with fixed-shape matmuls (fixed-tile Triton GEMMs on CUDA, row-blocked on CPU), and a
+        prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
     eos_token_ids: the model's end-of-sequence ids (from its generation defaults).
     seed: seed of the sampler's shared generator (unseeded requests).
     """
@@ -69,6 +73,17 @@ class SchedulerConfig:
                 raise ValueError(f"{name} is {value}; it must be >= 1 or None (size from memory)")
         if any(t < 0 for t in self.eos_token_ids):
             raise ValueError(f"eos_token_ids is {self.eos_token_ids}; ids must be >= 0")
+
+    @property
+    def chunk_alignment(self) -> int:
+        """Tokens a partial prompt chunk's end is a multiple of (1: cut anywhere).
+
+        A step budget below PREFILL_CHUNK_ALIGNMENT cannot hold one whole GDN chunk, so prompts
+        are cut anywhere then (and CUDA numerics may depend on where).
+        """
+        if not self.deterministic or self.max_num_batched_tokens < PREFILL_CHUNK_ALIGNMENT:
+            return 1
+        return PREFILL_CHUNK_ALIGNMENT
 
     @property
     def max_blocks_per_seq(self) -> int:

@@ -3,8 +3,10 @@
 `run(batch)` turns the scheduler's bookkeeping into forwards and samples. With
 `deterministic` (the default) decode rows and prefill chunks run as two packed forwards, so a
 row's numerics never depend on what else shares the step (and decodes keep the recurrent kernels
-and their CUDA graphs); on CPU every matmul also runs row-blocked at a fixed shape
-(`_batch_invariant`). Without it, a step is one mixed packed forward.
+and their CUDA graphs). On CUDA each forward's linear layers then run the kernels' fixed-tile
+batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the decode graphs are
+captured with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`).
+Without it, a step is one mixed packed forward with the fastest kernel per shape.
 
 Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
 outside the batch-invariant mode (its rows depend only on the request's own media); each chunk
@@ -23,6 +25,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import torch
+from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
@@ -137,9 +140,10 @@ class Runner:
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
         with self._on_stream():
             self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
-        with self._numerics(), self._on_stream():
+        with self._on_stream():
             for group in self._groups(batch.seqs):
-                logits.append(self._forward(group, prompt_logprobs))
+                with self._numerics(is_decode=all(s.is_decode for s in group)):
+                    logits.append(self._forward(group, prompt_logprobs))
                 sampled.extend(s for s in group if s.is_sampled)
             if not sampled:
                 return ModelOutput(samples={}, prompt_logprobs=prompt_logprobs)
@@ -212,12 +216,16 @@ class Runner:
         return out
 
     @contextlib.contextmanager
-    def _numerics(self) -> Generator[None, None, None]:
-        if self.config.deterministic and not self._is_cuda:
-            with BatchInvariantMode():
+    def _numerics(self, *, is_decode: bool) -> Generator[None, None, None]:
+        """Batch-invariant numerics for one forward when `deterministic` asks for them."""
+        if not self.config.deterministic:
+            yield
+        elif self._is_cuda:
+            with batch_invariant("decode" if is_decode else "prefill"):
                 yield
         else:
-            yield
+            with BatchInvariantMode():
+                yield
 
     def _on_stream(self) -> contextlib.AbstractContextManager[object]:
         if self._stream is None:
@@ -241,7 +249,7 @@ class Runner:
             [num_tokens], [0], [list(range(num_blocks))], [0],
             caches=scratch, block_size=cfg.block_size, device=self.device,
         )  # fmt: skip
-        with self._on_stream():
+        with self._on_stream(), self._numerics(is_decode=False):
             ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
             hidden = self.model(ids, batch)
             vocab_size = self.model.compute_logits(hidden[-1:]).shape[1]
@@ -273,7 +281,7 @@ class Runner:
             stream=self._stream,
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._numerics(is_decode=True):
             graphs.capture()
         return graphs
 

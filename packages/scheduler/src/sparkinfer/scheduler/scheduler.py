@@ -6,7 +6,9 @@ Each step gets a token budget (`max_num_batched_tokens`), spent in this order:
    matter how much prompt is waiting.
 2. Running requests that are still prefilling, oldest first, one chunk each: the rest of their
    prompt cut to the remaining budget (and to the free KV blocks). Conv and recurrent state carry
-   across chunks in the request's state slot.
+   across chunks in the request's state slot. With `deterministic`, a chunk that leaves prompt
+   behind ends on a multiple of `chunk_alignment` tokens, so the cut points of a prompt never
+   depend on what else shares the step.
 3. Waiting requests in arrival order (preempted ones sit at the front), while a sequence and a state
    slot are free and the first chunk's KV blocks fit. The head of the queue is never skipped, so a
    large request is not starved by small ones behind it.
@@ -197,7 +199,10 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted for an older request earlier in this loop
-            seq = self._schedule_running(req, min(req.num_pending_tokens, budget), scheduled)
+            num_wanted = self._chunk_len(req, budget)
+            if num_wanted == 0:
+                continue  # the aligned chunk does not fit in what is left of the budget
+            seq = self._schedule_running(req, num_wanted, scheduled)
             if seq is not None:
                 scheduled[req.request_id] = seq
                 budget -= seq.num_new_tokens
@@ -294,7 +299,7 @@ class Scheduler:
     ) -> ScheduledSeq | None:
         """Fit `req`'s next chunk, preempting the newest unscheduled requests for blocks."""
         while True:
-            num_new = min(num_wanted, self._num_fitting_tokens(req))
+            num_new = self._chunk_len(req, min(num_wanted, self._num_fitting_tokens(req)))
             # A prefill chunk may shrink to the free blocks; a decode needs its one token.
             if num_new > 0:
                 return self._reserve(req, num_new)
@@ -307,14 +312,23 @@ class Scheduler:
         return len(self.running) < self.max_num_seqs and self.slots.num_free_slots > 0
 
     def _admit(self, req: Request, budget: int) -> ScheduledSeq | None:
-        num_new = min(req.num_pending_tokens, budget)
-        if not self.blocks.can_allocate(self.blocks.blocks_for(num_new)):
+        num_new = self._chunk_len(req, budget)
+        if num_new == 0 or not self.blocks.can_allocate(self.blocks.blocks_for(num_new)):
             return None
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
         req.state_slot = self.slots.allocate()
         self.running.append(req)
         return self._reserve(req, num_new)
+
+    def _chunk_len(self, req: Request, limit: int) -> int:
+        """Tokens of `req` to run now, at most `limit`: all that is pending, or a chunk ending on
+        a multiple of `chunk_alignment` (0 when no such end fits)."""
+        pending = req.num_pending_tokens
+        if pending <= limit:
+            return pending
+        start, align = req.num_computed_tokens, self.config.chunk_alignment
+        return max(0, (start + max(0, limit)) // align * align - start)
 
     def _num_fitting_tokens(self, req: Request) -> int:
         held = (len(req.block_ids) + self.blocks.num_free_blocks) * self.blocks.block_size

@@ -1,7 +1,20 @@
-"""Decode-shaped linear layer: Triton skinny GEMM or cuBLAS, per shape from a measured table."""
+"""Linear layers: Triton skinny GEMM or cuBLAS per shape from a measured table, and fixed-tile
+batch-invariant kernels for deterministic serving."""
 
 from sparkinfer.kernels.linear.dispatch import linear
+from sparkinfer.kernels.linear.invariant import batch_invariant, decode_config, invariant_linear
 from sparkinfer.kernels.linear.ref import linear_ref
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
+from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 
-__all__ = ["SkinnyGemmConfig", "linear", "linear_ref", "skinny_gemm"]
+__all__ = [
+    "SkinnyGemmConfig",
+    "TiledGemmConfig",
+    "batch_invariant",
+    "decode_config",
+    "invariant_linear",
+    "linear",
+    "linear_ref",
+    "skinny_gemm",
+    "tiled_gemm",
+]

@@ -2,7 +2,8 @@
 
 `shape_table.json` (committed data, written by `sparkinfer.bench.kernels.linear --tune`) maps
 (M bucket, N, K, dtype) to the winner and its tile config on the GPU it names. Shapes absent from
-the table, rows beyond the largest bucket and CPU tensors go to torch (cuBLAS on CUDA).
+the table, rows beyond the largest bucket and CPU tensors go to torch (cuBLAS on CUDA). Inside
+`invariant.batch_invariant(phase)` CUDA calls take that phase's fixed kernel instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.linear.invariant import current_phase, invariant_linear
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
 
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -66,6 +68,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         y: [M, N] in x.dtype, accumulated in fp32.
     """
     if x.is_cuda and x.dim() == 2 and weight.dim() == 2:
+        phase = current_phase()
+        if phase is not None:
+            return invariant_linear(x, weight, phase)
         config = lookup(x.shape[0], weight.shape[0], weight.shape[1], x.dtype)
         if config is not None:
             return skinny_gemm(x, weight, config)

@@ -23,8 +23,13 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 @dataclass(frozen=True)
 class SkinnyGemmConfig:
-    """Tile sizes and launch parameters of one skinny GEMM launch."""
+    """Tile sizes and launch parameters of one skinny GEMM launch.
 
+    BM: rows per program; None sizes it from M (16..64). A fixed BM keeps one dot shape for every
+    row count, so a row's value never depends on how many rows share the launch.
+    """
+
+    BM: int | None = None
     BN: int = 64
     BK: int = 128
     SPLIT_K: int = 1
@@ -112,7 +117,7 @@ def skinny_gemm(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
-    bm = max(16, min(64, triton.next_power_of_2(m)))
+    bm = cfg.BM or max(16, min(64, triton.next_power_of_2(m)))
     split_k = max(1, min(cfg.SPLIT_K, triton.cdiv(k, cfg.BK)))
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), cfg.BK) * cfg.BK
     split_k = triton.cdiv(k, k_per_split) if k else 1
