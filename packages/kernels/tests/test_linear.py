@@ -1,5 +1,6 @@
 """Skinny GEMM and the linear dispatcher against the fp32 reference."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -9,11 +10,11 @@ from sparkinfer.kernels.linear import (
     TiledGemmConfig,
     batch_invariant,
     decode_config,
-    dispatch,
     invariant,
     invariant_linear,
     linear,
     linear_ref,
+    shape_table,
     skinny_gemm,
     tiled_gemm,
 )
@@ -69,15 +70,17 @@ def test_linear_on_cpu_matches_ref(assert_close):
 
 def test_dispatch_lookup_falls_back_to_larger_bucket():
     assert (
-        dispatch.m_bucket(1) == 1 and dispatch.m_bucket(9) == 16 and dispatch.m_bucket(65) is None
+        shape_table.m_bucket(1) == 1
+        and shape_table.m_bucket(9) == 16
+        and shape_table.m_bucket(65) is None
     )
-    assert dispatch.lookup(65, 10240, 5120, torch.bfloat16) is None  # beyond the skinny range
-    assert dispatch.lookup(1, 7, 9, torch.bfloat16) is None  # unmeasured shape: cuBLAS
+    assert shape_table.lookup(65, 10240, 5120, torch.bfloat16) is None  # beyond the skinny range
+    assert shape_table.lookup(1, 7, 9, torch.bfloat16) is None  # unmeasured shape: cuBLAS
 
 
 def test_shape_table_entries_are_valid():
-    for (m, n, k, dtype), config in dispatch._TABLE.items():
-        assert m in dispatch.M_BUCKETS and n > 0 and k > 0 and dtype in ("bfloat16", "float16")
+    for (m, n, k, dtype), config in shape_table.TABLE.items():
+        assert m in shape_table.M_BUCKETS and n > 0 and k > 0 and dtype in ("bfloat16", "float16")
         assert config is None or config.BK >= 16
 
 
@@ -137,16 +140,19 @@ def test_tiled_gemm_rows_are_batch_invariant():
 def test_decode_phase_rows_are_batch_invariant(assert_close):
     torch.manual_seed(14)
     x, w = torch.randn(20, 2048), torch.randn(40, 2048) * 0.05
-    assert decode_config(40, 2048).SPLIT_K == 2 and decode_config(40, 2048).BM == 64
+    assert decode_config(40, 2048, torch.float32) == SkinnyGemmConfig(BM=16, BN=16, num_stages=4)
     _rows_do_not_depend_on_the_batch(lambda a, b: invariant_linear(a, b, "decode"), x, w)
     assert_close(invariant_linear(x, w, "decode"), linear_ref(x, w))
 
 
-def test_decode_config_fills_the_gpu_and_splits_narrow_weights():
-    wide, narrow = decode_config(34816, 5120), decode_config(5120, 17408)
-    assert (wide.BN, wide.SPLIT_K) == (64, 1)
-    assert narrow.SPLIT_K > 1 and narrow.BM == 64
-    assert decode_config(96, 5120).SPLIT_K == 5  # never below 1024 keys per slice
+def test_decode_config_takes_the_measured_one_row_tile_in_16_row_tiles():
+    for n, k in [(34816, 5120), (5120, 17408), (16384, 5120)]:
+        measured = shape_table.decode_entry(n, k, torch.bfloat16)
+        assert measured is not None
+        assert decode_config(n, k) == dataclasses.replace(measured, BM=16)
+    assert shape_table.decode_entry(5120, 6144, torch.bfloat16) is None  # cuBLAS won there
+    unmeasured = decode_config(5120, 6144)
+    assert (unmeasured.BM, unmeasured.BN, unmeasured.SPLIT_K) == (16, 16, 1)  # 320 programs
 
 
 def test_batch_invariant_sets_and_restores_the_phase():

@@ -1,60 +1,17 @@
-"""`linear`: per shape, the faster of the Triton skinny GEMM and cuBLAS, from a measured table.
+"""`linear`: per shape, the faster of the Triton skinny GEMM and cuBLAS, from the measured table.
 
-`shape_table.json` (committed data, written by `sparkinfer.bench.kernels.linear --tune`) maps
-(M bucket, N, K, dtype) to the winner and its tile config on the GPU it names. Shapes absent from
-the table, rows beyond the largest bucket and CPU tensors go to torch (cuBLAS on CUDA). Inside
-`invariant.batch_invariant(phase)` CUDA calls take that phase's fixed kernel instead.
+Shapes absent from `shape_table`, rows beyond its largest bucket and CPU tensors go to torch
+(cuBLAS on CUDA). Inside `invariant.batch_invariant(phase)` CUDA calls take that phase's fixed
+kernel instead.
 """
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-from types import MappingProxyType
-
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.linear.invariant import current_phase, invariant_linear
-from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
-
-M_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-TABLE_FILE = "shape_table.json"
-
-TableKey = tuple[int, int, int, str]
-
-
-def _load_table() -> MappingProxyType[TableKey, SkinnyGemmConfig | None]:
-    """(M bucket, N, K, dtype name) -> Triton config, or None where cuBLAS won."""
-    path = resources.files("sparkinfer.kernels.linear") / TABLE_FILE
-    if not path.is_file():
-        return MappingProxyType({})
-    entries = json.loads(path.read_text())["entries"]
-    table: dict[TableKey, SkinnyGemmConfig | None] = {}
-    for e in entries:
-        key = (e["m"], e["n"], e["k"], e["dtype"])
-        table[key] = SkinnyGemmConfig(**e["config"]) if e["impl"] == "triton" else None
-    return MappingProxyType(table)
-
-
-_TABLE = _load_table()
-
-
-def m_bucket(m: int) -> int | None:
-    """Smallest bucket holding m rows, or None when m is beyond the skinny range."""
-    return next((b for b in M_BUCKETS if m <= b), None)
-
-
-def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | None:
-    """The Triton config the table chose for this shape, or None to use cuBLAS."""
-    bucket = m_bucket(m)
-    if bucket is None:
-        return None
-    name = str(dtype).removeprefix("torch.")
-    # Buckets the table lacks fall back to the next measured bucket up.
-    for b in M_BUCKETS[M_BUCKETS.index(bucket) :]:
-        if (b, n, k, name) in _TABLE:
-            return _TABLE[(b, n, k, name)]
-    return None
+from sparkinfer.kernels.linear.shape_table import lookup
+from sparkinfer.kernels.linear.skinny_gemm import skinny_gemm
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -44,7 +44,8 @@ def _skinny_gemm_kernel(
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    i_n, i_k, i_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
+    i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
     m_m, m_n = o_m < M, o_n < N
@@ -122,7 +123,7 @@ def skinny_gemm(
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), cfg.BK) * cfg.BK
     split_k = triton.cdiv(k, k_per_split) if k else 1
     out = y if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(n, cfg.BN), split_k, triton.cdiv(m, bm))
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
     _skinny_gemm_kernel[grid](
         x, weight, out,
         m, n, k, k_per_split,

@@ -27,11 +27,11 @@ class TiledGemmConfig:
     """Tile sizes and launch parameters of one tiled GEMM launch."""
 
     BM: int = 128
-    BN: int = 256
+    BN: int = 128
     BK: int = 64
     GROUP_M: int = 8
     num_warps: int = 8
-    num_stages: int = 3
+    num_stages: int = 4
 
 
 @triton.jit
