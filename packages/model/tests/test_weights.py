@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from sparkinfer.model.errors import CheckpointError, CheckpointNotFound
 from sparkinfer.model.weights import (
+    checkpoint_views,
     load_model,
     open_checkpoint,
     read_checkpoint_configs,
@@ -42,23 +44,42 @@ def cpu32(path: Path):
 
 
 def test_causal_layout_loads_every_tensor_as_stored(causal_ckpt: Path) -> None:
-    params = dict(cpu32(causal_ckpt).named_parameters())
+    views = checkpoint_views(cpu32(causal_ckpt))
     stored = read_all(causal_ckpt)
-    assert set(params) == set(stored)
+    assert set(views) == set(stored)
     for name, tensor in stored.items():
-        assert torch.equal(params[name], tensor), name
+        assert torch.equal(views[name], tensor), name
+
+
+def test_fused_parameters_stack_their_parts_in_row_order(causal_ckpt: Path) -> None:
+    model = cpu32(causal_ckpt)
+    stored = read_all(causal_ckpt)
+    gdn, attn = model.model.layers[0].linear_attn, model.model.layers[3].self_attn
+    mlp = model.model.layers[3].mlp
+
+    def cat(layer: int, *names: str) -> torch.Tensor:
+        return torch.cat([stored[f"model.layers.{layer}.{n}.weight"] for n in names])
+
+    qkvz = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z")
+    ba = ("linear_attn.in_proj_b", "linear_attn.in_proj_a")
+    qkv = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    assert torch.equal(gdn.in_proj_qkvz.weight, cat(0, *qkvz))
+    assert torch.equal(gdn.in_proj_ba.weight, cat(0, *ba))
+    assert torch.equal(attn.qkv_proj.weight, cat(3, *qkv))
+    assert torch.equal(mlp.gate_up_proj.weight, cat(3, "mlp.gate_proj", "mlp.up_proj"))
 
 
 def test_conditional_layout_maps_language_model_prefix(conditional_ckpt: Path) -> None:
     model = cpu32(conditional_ckpt)
     params = dict(model.named_parameters())
     stored = read_all(conditional_ckpt)
+    views = checkpoint_views(model)
     key = "model.language_model.layers.3.self_attn.q_proj.weight"
-    assert torch.equal(params["model.layers.3.self_attn.q_proj.weight"], stored[key])
+    assert torch.equal(views["model.layers.3.self_attn.q_proj.weight"], stored[key])
     assert torch.equal(params["lm_head.weight"], stored["lm_head.weight"])
     ckpt = open_checkpoint(conditional_ckpt, progress=False)
     assert ckpt.vision and all(k.startswith("model.visual.") for k in ckpt.vision)
-    assert set(ckpt.text) == {n for n in params if not n.startswith("visual.")}
+    assert set(ckpt.text) == set(views)
     # the vision tower is built from vision_config and loaded from model.visual.*
     assert model.has_vision
     assert {f"model.{n}" for n in params if n.startswith("visual.")} == set(ckpt.vision)
@@ -97,9 +118,9 @@ def test_sharded_checkpoint_equals_single_file(tmp_path: Path, causal_ckpt: Path
         weight_map.update(dict.fromkeys(part, shard))
     index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    params = dict(cpu32(tmp_path).named_parameters())
+    views = checkpoint_views(cpu32(tmp_path))
     for name, tensor in stored.items():
-        assert torch.equal(params[name], tensor), name
+        assert torch.equal(views[name], tensor), name
     (tmp_path / "model-00002-of-00003.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"lists model-00002-of-00003\.safetensors"):
         cpu32(tmp_path)
@@ -134,7 +155,7 @@ def test_stored_f32_a_log_stays_fp32_in_a_bf16_model(tmp_path: Path, causal_ckpt
     assert gdn.A_log.dtype == torch.float32
     assert torch.equal(gdn.A_log, stored["model.layers.0.linear_attn.A_log"])
     assert gdn.norm.weight.dtype == torch.bfloat16
-    assert gdn.in_proj_qkv.weight.dtype == torch.bfloat16
+    assert gdn.in_proj_qkvz.weight.dtype == torch.bfloat16
 
 
 def test_missing_tensor_is_named(tmp_path: Path, causal_ckpt: Path) -> None:
@@ -142,6 +163,27 @@ def test_missing_tensor_is_named(tmp_path: Path, causal_ckpt: Path) -> None:
     with pytest.raises(
         CheckpointError, match=r"missing tensors model\.layers\.1\.linear_attn\.A_log"
     ):
+        cpu32(path)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.layers.2.linear_attn.in_proj_z.weight", "model.layers.0.linear_attn.in_proj_a.weight",
+     "model.layers.3.self_attn.v_proj.weight", "model.layers.1.mlp.gate_proj.weight"],
+)  # fmt: skip
+def test_missing_part_of_a_fused_parameter_is_named(
+    tmp_path: Path, causal_ckpt: Path, name: str
+) -> None:
+    path = rewrite(causal_ckpt, tmp_path / "m", lambda t: t.pop(name))
+    with pytest.raises(CheckpointError, match=rf"missing tensors {re.escape(name)} \("):
+        cpu32(path)
+
+
+def test_wrong_shape_of_a_fused_part_is_named(tmp_path: Path, causal_ckpt: Path) -> None:
+    name = "model.layers.3.self_attn.k_proj.weight"  # [2 * 32, 48]; one head too many
+    path = rewrite(causal_ckpt, tmp_path / "s", lambda t: t.update({name: torch.zeros(96, 48)}))
+    match = r"k_proj\.weight has shape \[96, 48\]; the config expects \[64, 48\]"
+    with pytest.raises(CheckpointError, match=match):
         cpu32(path)
 
 

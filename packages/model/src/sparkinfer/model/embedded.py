@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from sparkinfer.model.config import GenerationDefaults, ModelConfig, parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.weights import checkpoint_views
 
 EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
 EMBEDDED_SEED = 0
@@ -88,7 +89,7 @@ def embedded_model_config() -> ModelConfig:
 
 
 def _random_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
-    """Deterministic fp32 CPU values for one parameter, following transformers' init scheme."""
+    """Deterministic fp32 CPU values for one checkpoint tensor, following transformers' init."""
     if name.endswith("A_log"):
         return torch.empty(shape).uniform_(1.0, 16.0, generator=gen).log()
     if name.endswith("dt_bias") or name.endswith("linear_attn.norm.weight"):
@@ -114,14 +115,18 @@ def build_embedded_model(
     dtype: torch.dtype,
     num_real_tokens: int | None = EMBEDDED_NUM_REAL_TOKENS,
 ) -> Qwen3_8ForCausalLM:
-    """The embedded model with its seeded random weights (same values on every device)."""
+    """The embedded model with its seeded random weights (same values on every device).
+
+    Values are drawn per checkpoint tensor name (`weights.checkpoint_views`: parameter order, a
+    fused parameter's parts in row order) into the rows each fills, so fused projections hold the
+    same values as separate ones would.
+    """
     model = Qwen3_8ForCausalLM(
         embedded_model_config(), device=device, dtype=dtype, num_real_tokens=num_real_tokens
     )
     gen = torch.Generator().manual_seed(EMBEDDED_SEED)
-    for name, param in model.named_parameters():
-        if not name.startswith("visual."):
-            param.copy_(_random_value(name, param.shape, gen))
+    for name, view in checkpoint_views(model).items():
+        view.copy_(_random_value(name, view.shape, gen))
     if model.visual is not None:
         gen = torch.Generator().manual_seed(EMBEDDED_VISION_SEED)
         for name, param in model.visual.named_parameters():

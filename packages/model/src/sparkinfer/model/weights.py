@@ -12,12 +12,19 @@ The one rename is `model.language_model.X` -> `model.X`. Vision (`model.visual.*
 error naming it. Each tensor's dtype comes from the safetensors header;
 `copy_` casts it to the parameter's dtype (A_log and dt_bias parameters are fp32).
 
-Fused parameters (one row per parameter built from several checkpoint tensors): none. Every
-parameter is a checkpoint tensor under its own name.
+Fused parameters: a few projections that read the same input are one parameter here, so each
+runs as one GEMM; the checkpoint keeps their parts under their own names and each part fills a
+block of rows, in this order (`fused_parameters`, below `model.layers.N.`; `.weight` omitted):
 
-| parameter | checkpoint tensors |
+| parameter | checkpoint tensors, in row order |
 |---|---|
-| (none) | |
+| `linear_attn.in_proj_qkvz` | `linear_attn.in_proj_qkv`, `linear_attn.in_proj_z` |
+| `linear_attn.in_proj_ba` | `linear_attn.in_proj_b`, `linear_attn.in_proj_a` |
+| `self_attn.qkv_proj` | `self_attn.q_proj`, `self_attn.k_proj`, `self_attn.v_proj` |
+| `mlp.gate_up_proj` | `mlp.gate_proj`, `mlp.up_proj` |
+
+`checkpoint_views` maps every text tensor name to the parameter, or rows of one, that it fills;
+names, shapes and errors are all in checkpoint names.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from safetensors import safe_open
 from sparkinfer.model.config import (
     GenerationDefaults,
     ModelConfig,
+    TextConfig,
     load_generation_defaults,
     load_model_config,
 )
@@ -42,7 +50,6 @@ from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.errors import CheckpointError, CheckpointNotFound
 from tqdm.auto import tqdm
 
-FUSED_PARAMETERS: Mapping[str, tuple[str, ...]] = {}  # parameter -> checkpoint tensors (none)
 MULTIMODAL_TEXT_PREFIX = "model.language_model."
 TEXT_PREFIX = "model."
 VISION_PREFIX = "model.visual."
@@ -55,6 +62,7 @@ CHECKPOINT_PATTERNS = ("*.json", "*.jinja", "*.safetensors", "*.txt", "*.tiktoke
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _MAX_NAMES = 8  # tensor names quoted in one error message
 _VISION_MODULE = "visual."  # the tower's parameters inside Qwen3_8ForCausalLM
+_LAYER_PARAMETER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")  # (layer prefix, name in layer)
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +78,40 @@ class TensorRef:
 
 
 @dataclass(frozen=True)
+class FusedPart:
+    """One checkpoint tensor of a fused parameter: its name below `model.layers.N.`, its rows."""
+
+    name: str
+    num_rows: int
+
+
+def fused_parameters(text: TextConfig) -> dict[str, tuple[FusedPart, ...]]:
+    """The fused-parameter table: parameter below `model.layers.N.` -> its parts in row order."""
+    q_rows = 2 * text.num_attention_heads * text.head_dim  # queries and their output gates
+    kv_rows = text.num_key_value_heads * text.head_dim
+    num_v_heads, intermediate = text.linear_num_value_heads, text.intermediate_size
+    return {
+        "linear_attn.in_proj_qkvz.weight": (
+            FusedPart("linear_attn.in_proj_qkv.weight", text.linear_conv_dim),
+            FusedPart("linear_attn.in_proj_z.weight", text.linear_value_dim),
+        ),
+        "linear_attn.in_proj_ba.weight": (
+            FusedPart("linear_attn.in_proj_b.weight", num_v_heads),
+            FusedPart("linear_attn.in_proj_a.weight", num_v_heads),
+        ),
+        "self_attn.qkv_proj.weight": (
+            FusedPart("self_attn.q_proj.weight", q_rows),
+            FusedPart("self_attn.k_proj.weight", kv_rows),
+            FusedPart("self_attn.v_proj.weight", kv_rows),
+        ),
+        "mlp.gate_up_proj.weight": (
+            FusedPart("mlp.gate_proj.weight", intermediate),
+            FusedPart("mlp.up_proj.weight", intermediate),
+        ),
+    }
+
+
+@dataclass(frozen=True)
 class CheckpointConfigs:
     """A checkpoint's local directory and its parsed configs."""
 
@@ -82,7 +124,8 @@ class CheckpointConfigs:
 class Checkpoint:
     """An opened checkpoint: configs plus its tensors grouped by owner (nothing read yet).
 
-    text: keyed by `Qwen3_8ForCausalLM` parameter name; vision and mtp: keyed by checkpoint name.
+    text: keyed by text tensor name (`model.language_model.*` renamed to `model.*`), the keys of
+    `checkpoint_views`; vision and mtp: keyed by checkpoint name.
     """
 
     path: Path
@@ -252,14 +295,34 @@ def _text_parameters(model: Qwen3_8ForCausalLM) -> dict[str, torch.nn.Parameter]
     return {n: p for n, p in model.named_parameters() if not n.startswith(_VISION_MODULE)}
 
 
-def _match_parameters(model: Qwen3_8ForCausalLM, ckpt: Checkpoint) -> dict[str, TensorRef]:
-    """Check names and shapes of the text tensors against the model's parameters."""
-    params = _text_parameters(model)
+def checkpoint_views(model: Qwen3_8ForCausalLM) -> dict[str, torch.Tensor]:
+    """Text tensor name -> the parameter, or the rows of a fused parameter, that the tensor fills.
+
+    In the model's parameter order, with each fused parameter's parts in row order; the views of a
+    fused parameter tile its rows exactly once.
+    """
+    fused = fused_parameters(model.config.text)
+    views: dict[str, torch.Tensor] = {}
+    for name, param in _text_parameters(model).items():
+        match = _LAYER_PARAMETER.match(name)
+        parts = fused.get(match[2]) if match else None
+        if match is None or parts is None:
+            views[name] = param
+            continue
+        num_rows = [part.num_rows for part in parts]
+        assert sum(num_rows) == param.shape[0], f"{name}: the fused table disagrees with its layer"
+        for part, rows in zip(parts, param.split(num_rows), strict=True):
+            views[match[1] + part.name] = rows
+    return views
+
+
+def _match_tensors(views: Mapping[str, torch.Tensor], ckpt: Checkpoint) -> dict[str, TensorRef]:
+    """Check names and shapes of the text tensors against the views they fill."""
     refs = dict(ckpt.text)
     if ckpt.config.text.tie_word_embeddings:
         refs.pop(LM_HEAD, None)  # tied: the head is embed_tokens, a stored copy is redundant
-    missing = sorted(set(params) - set(refs))
-    unexpected = sorted(set(refs) - set(params))
+    missing = sorted(set(views) - set(refs))
+    unexpected = sorted(set(refs) - set(views))
     if missing:
         raise CheckpointError(
             f"missing tensors {_quote(missing)} (names after mapping model.language_model.* to "
@@ -272,7 +335,7 @@ def _match_parameters(model: Qwen3_8ForCausalLM, ckpt: Checkpoint) -> dict[str, 
             "declare them; check num_hidden_layers and layer_types"
         )
     for name, ref in refs.items():
-        expected = tuple(params[name].shape)
+        expected = tuple(views[name].shape)
         if ref.shape != expected:
             raise CheckpointError(
                 f"tensor {ref.name} has shape {list(ref.shape)}; the config expects "
@@ -285,10 +348,10 @@ def _match_parameters(model: Qwen3_8ForCausalLM, ckpt: Checkpoint) -> dict[str, 
 def load_text_weights(
     model: Qwen3_8ForCausalLM, ckpt: Checkpoint, *, progress: bool = True
 ) -> None:
-    """Copy every text tensor of `ckpt` into `model` (names and shapes checked first)."""
-    params = _text_parameters(model)
-    for name, tensor in ckpt.read(_match_parameters(model, ckpt), progress=progress):
-        params[name].copy_(tensor)
+    """Copy every text tensor of `ckpt` into its (rows of a) parameter; names and shapes first."""
+    views = checkpoint_views(model)
+    for name, tensor in ckpt.read(_match_tensors(views, ckpt), progress=progress):
+        views[name].copy_(tensor)
 
 
 def load_model(

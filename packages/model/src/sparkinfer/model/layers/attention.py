@@ -1,7 +1,9 @@
 """Gated full attention with GQA over the paged KV cache (SPEC §4).
 
-q_proj yields [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNorm over
-each head before the partial rotary; the output is multiplied by sigmoid(gate) before o_proj.
+qkv_proj is one GEMM giving [q_and_gate | k | v] (the checkpoint's q_proj, k_proj and v_proj,
+stacked by rows in weights.py); the three parts are views of its output, no copies. q_and_gate
+holds [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNorm over each head
+before the partial rotary; the output is multiplied by sigmoid(gate) before o_proj.
 """
 
 from __future__ import annotations
@@ -37,9 +39,8 @@ class GatedAttention(nn.Module):
         dims = {"ops": ops, "device": device, "dtype": dtype}
         hidden, q_width = config.hidden_size, self.num_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        self.q_proj = Linear(hidden, 2 * q_width, **dims)
-        self.k_proj = Linear(hidden, kv_width, **dims)
-        self.v_proj = Linear(hidden, kv_width, **dims)
+        self.qkv_sizes = (2 * q_width, kv_width, kv_width)
+        self.qkv_proj = Linear(hidden, sum(self.qkv_sizes), **dims)
         self.o_proj = Linear(q_width, hidden, **dims)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
@@ -49,11 +50,12 @@ class GatedAttention(nn.Module):
     ) -> torch.Tensor:
         """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden]."""
         num_tokens = x.shape[0]
-        q_gate = self.q_proj(x).view(num_tokens, self.num_heads, 2 * self.head_dim)
+        q_gate, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q_gate = q_gate.view(num_tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
         q, _ = self.q_norm(q)  # the norms read strided heads; the output is contiguous
-        k, _ = self.k_norm(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        k, _ = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # the cache write reads strides
         q, k = self.ops.apply_rotary(q, k, cos, sin)
 
         cache = batch.caches.attention[self.layer_idx]

@@ -1,7 +1,10 @@
 """Gated DeltaNet linear attention with conv and recurrent state per slot (SPEC §5).
 
-in_proj_qkv gives the contiguous [q | k | v] channels; only they go through the causal conv and
-SiLU. Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
+in_proj_qkvz gives [q | k | v | z] and in_proj_ba gives [b | a], one GEMM each (the checkpoint's
+in_proj_qkv + in_proj_z and in_proj_b + in_proj_a, stacked by rows in weights.py). Their outputs
+are split by views, no copies: the conv and gating kernels read strided rows, the gated norm
+strided heads. Only the [q | k | v] channels go through the causal conv and SiLU.
+Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj.
 """
@@ -49,13 +52,11 @@ class GatedDeltaNet(nn.Module):
         self.key_dim, self.value_dim = config.linear_key_dim, config.linear_value_dim
         self.ops = ops
         dims = {"ops": ops, "device": device, "dtype": dtype}
-        hidden, conv_dim = config.hidden_size, config.linear_conv_dim
-        self.in_proj_qkv = Linear(hidden, conv_dim, **dims)
-        self.in_proj_z = Linear(hidden, self.value_dim, **dims)
-        self.in_proj_b = Linear(hidden, self.num_v_heads, **dims)
-        self.in_proj_a = Linear(hidden, self.num_v_heads, **dims)
+        hidden, self.conv_dim = config.hidden_size, config.linear_conv_dim
+        self.in_proj_qkvz = Linear(hidden, self.conv_dim + self.value_dim, **dims)
+        self.in_proj_ba = Linear(hidden, 2 * self.num_v_heads, **dims)
         self.conv1d = DepthwiseConvWeight(
-            conv_dim, config.linear_conv_kernel_dim, device=device, dtype=dtype
+            self.conv_dim, config.linear_conv_kernel_dim, device=device, dtype=dtype
         )
         self.dt_bias = new_parameter(self.num_v_heads, device=device, dtype=torch.float32)
         self.A_log = new_parameter(self.num_v_heads, device=device, dtype=torch.float32)
@@ -75,9 +76,10 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
-        qkv = self.in_proj_qkv(x)  # [T, conv_dim], pre-conv
-        z = self.in_proj_z(x).view(num_tokens, self.num_v_heads, self.v_head_dim)
-        b, a = self.in_proj_b(x), self.in_proj_a(x)  # [T, HV] each
+        qkvz = self.in_proj_qkvz(x)  # [T, conv_dim + value_dim]: pre-conv [q | k | v], then z
+        qkv, z = qkvz.split((self.conv_dim, self.value_dim), dim=-1)
+        z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
+        b, a = self.in_proj_ba(x).split(self.num_v_heads, dim=-1)  # [T, HV] each
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
         if batch.is_decode:

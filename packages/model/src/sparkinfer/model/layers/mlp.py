@@ -1,4 +1,8 @@
-"""SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)) (SPEC §6)."""
+"""SwiGLU MLP: down_proj(silu(gate) * up) with [gate | up] from one GEMM (SPEC §6).
+
+gate_up_proj stacks the checkpoint's gate_proj and up_proj by rows (weights.py), so decode reads
+both weights in one launch; the two halves are views of its output.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ class MLP(nn.Module):
     ) -> None:
         super().__init__()
         dims = {"ops": ops, "device": device, "dtype": dtype}
-        self.gate_proj = Linear(hidden_size, intermediate_size, **dims)
-        self.up_proj = Linear(hidden_size, intermediate_size, **dims)
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, **dims)
         self.down_proj = Linear(intermediate_size, hidden_size, **dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [T, I] each
+        return self.down_proj(F.silu(gate) * up)
