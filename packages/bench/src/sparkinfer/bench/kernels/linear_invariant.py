@@ -28,7 +28,7 @@ from sparkinfer.kernels.linear import (
 )
 
 # (N, K) of Qwen3.8-27B's fused projections, its output projections and the lm_head.
-SHAPES = (
+SHAPES: tuple[tuple[int, int], ...] = (
     (16384, HIDDEN),  # GDN in_proj_qkv + in_proj_z
     (96, HIDDEN),  # GDN in_proj_b + in_proj_a
     (14336, HIDDEN),  # attention q (with gate) + k + v
@@ -37,7 +37,7 @@ SHAPES = (
     (HIDDEN, Q_WIDTH),  # o_proj, GDN out_proj
     (248320, HIDDEN),  # lm_head
 )
-DECODE_BATCHES = (1, 8, 32)
+DECODE_BATCHES: tuple[int, ...] = (1, 8, 32)
 PREFILL_ROWS = 4096
 SWEEP = tuple(
     TiledGemmConfig(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s)
@@ -59,7 +59,9 @@ def _is_row_invariant(fn, x: torch.Tensor, w: torch.Tensor) -> bool:
     return all(torch.equal(fn(x[a:b], w), full[a:b]) for a, b in ((0, 1), (1, x.shape[0] // 2)))
 
 
-def _decode_rows(device: torch.device, shapes, warmup: int, iters: int) -> list[Row]:
+def _decode_rows(
+    device: torch.device, shapes: tuple[tuple[int, int], ...], warmup: int, iters: int
+) -> list[Row]:
     copy = copy_bandwidth(device)
     rows = []
     for (n, k), m in itertools.product(shapes, DECODE_BATCHES):

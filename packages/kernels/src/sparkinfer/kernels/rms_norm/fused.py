@@ -1,7 +1,7 @@
 """Fused RMSNorms: (1+w) RMSNorm with residual add, and the gated RMSNorm (norm, then silu(z)).
 
 Rows are the last dim of an input viewed as [R1, R2, N] with any row strides and a unit last
-stride, so per-head norms of a strided view (q_norm on the query half of q_proj's output) need no
+stride, so per-head norms of a strided view (q_norm on the query part of qkv_proj's output) need no
 copy. One program normalises BR rows held whole in registers.
 """
 
