@@ -7,7 +7,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 def test_defaults():
     cfg = SchedulerConfig()
     assert cfg.block_size == 64 and cfg.gpu_memory_utilization == 0.90
-    assert cfg.deterministic and not cfg.enforce_eager and cfg.max_queue_depth == 0
+    assert not cfg.deterministic and not cfg.enforce_eager and cfg.max_queue_depth == 0
 
 
 @pytest.mark.parametrize(

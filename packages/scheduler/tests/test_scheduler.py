@@ -67,7 +67,9 @@ def test_long_prompt_is_chunked_under_the_token_budget():
 def test_deterministic_chunks_end_on_gdn_chunk_multiples():
     """Two decodes take 2 of a 100-token budget: the prompt is cut at 64, not at 98, so its cut
     points are the same as when it runs alone; the last chunk is whatever is left."""
-    sched, runner, outputs = make(num_blocks=128, max_num_batched_tokens=100, max_model_len=512)
+    sched, runner, outputs = make(
+        num_blocks=128, max_num_batched_tokens=100, max_model_len=512, deterministic=True
+    )
     assert sched.config.chunk_alignment == 64
     for rid in ("a", "b"):
         sched.add_request(rid, [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=30))
@@ -88,7 +90,7 @@ def test_deterministic_chunks_end_on_gdn_chunk_multiples():
     assert tokens_of(outputs["long"]) == expected(prompt, 4)
     loose = SchedulerConfig(max_num_batched_tokens=100, deterministic=False)
     assert loose.chunk_alignment == 1
-    assert SchedulerConfig(max_num_batched_tokens=63).chunk_alignment == 1
+    assert SchedulerConfig(max_num_batched_tokens=63, deterministic=True).chunk_alignment == 1
 
 
 def test_decodes_are_scheduled_before_prefill_chunks():

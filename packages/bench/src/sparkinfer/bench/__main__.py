@@ -140,10 +140,9 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
     p.add_argument(
         "--deterministic",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="batch-invariant numerics (the engine's default); --no-deterministic measures the "
-        "fastest kernel per shape, to price invariance",
+        action="store_true",
+        help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
+        "default fastest kernel per shape",
     )
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"

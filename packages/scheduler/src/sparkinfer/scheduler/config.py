@@ -42,7 +42,7 @@ class SchedulerConfig:
     num_state_slots: int | None = None
     cpu_cache_bytes: int = 1 << 30
     enforce_eager: bool = False
-    deterministic: bool = True
+    deterministic: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int = 0
 
