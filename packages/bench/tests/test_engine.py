@@ -1,3 +1,7 @@
+import json
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from sparkinfer.bench import engine, roofline
@@ -85,3 +89,27 @@ def test_offline_runs_a_short_stack_on_the_gpu(tmp_path):
     ]
     assert main(argv) == 0
     assert (tmp_path / "offline-decode.png").exists()
+
+
+def test_stack_compares_torch_and_triton_steps(monkeypatch, tmp_path):
+    """The `stack` mode on the CPU (Triton interpreted) with the scheduler tests' tiny model."""
+    from sparkinfer.bench import stack
+    from sparkinfer.model.config import parse_model_config
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "scheduler" / "tests"))
+    from scheduler_testing import TINY_CONFIG
+
+    monkeypatch.setattr(stack, "require_cuda", lambda: torch.device("cpu"))
+    monkeypatch.setattr(stack, "full_size_config", lambda n=None: parse_model_config(TINY_CONFIG))
+    monkeypatch.setattr(stack, "NUM_REAL_TOKENS", 250)
+    monkeypatch.setattr(roofline, "measure_peaks", lambda d: roofline.Peaks(1e12, 1e12))
+    argv = ["stack", "--prompt-len", "20", "--context", "30", "--decode-batches", "2"]
+    argv += ["--warmup", "0", "--iters", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "stack.json").read_text())
+    assert [(r["ops"], r["step"]) for r in data["raw"]["rows"]] == [
+        ("torch reference", "prefill 20 tokens"),
+        ("torch reference", "decode 2 x 30 context"),
+        ("triton", "prefill 20 tokens"),
+        ("triton", "decode 2 x 30 context"),
+    ]

@@ -145,6 +145,15 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         "default fastest kernel per shape",
     )
     p = sub.add_parser(
+        "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
+    )
+    p.add_argument("--prompt-len", type=int, default=4096, help="tokens of the prefill step")
+    p.add_argument("--context", type=int, default=4096, help="cached tokens of the decode steps")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=5)
+    p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )
     p.add_argument("--device", default="cuda", help="where the tower runs (preprocessing: CPU)")
@@ -170,6 +179,8 @@ def _check(args: argparse.Namespace) -> None:
         "max_tokens",
         "prefix_tokens",
         "requests",
+        "prompt_len",
+        "context",
         "new_tokens",
         "warmup",
         "timeout",
@@ -357,6 +368,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import engine
 
         return engine.run(args, info)
+    if args.mode == "stack":
+        from sparkinfer.bench import stack
+
+        return stack.run(args, info)
     if args.mode == "vision":
         from sparkinfer.bench import vision
 

@@ -67,10 +67,10 @@ def gpu_name() -> str:
 
 
 def collect(argv: list[str], *, git_rev: str | None = None) -> RunInfo:
-    """Provenance of this run; `git_rev` stands in where the tree is a copy without .git."""
+    """Provenance of this run; `git_rev` (--git-rev) names the revision of a copied tree."""
     rev, is_dirty = git_revision()
-    if rev == "unknown" and git_rev:
-        rev = f"{git_rev} (given by --git-rev)"
+    if git_rev:  # a copy's .git (if any) may not be the tree that runs
+        rev, is_dirty = f"{git_rev} (given by --git-rev)", False
     return RunInfo(
         command=shlex.join(["sparkinfer-bench", *argv]),
         git_rev=rev,

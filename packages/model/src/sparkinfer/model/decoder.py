@@ -151,12 +151,16 @@ class Qwen3_8ForCausalLM(nn.Module):
         super()._apply(fn, recurse)
         use_triton = self.lm_head.weight.device.type == "cuda"
         if use_triton != self.ops.is_triton:
-            self.ops = select_ops(use_triton=use_triton)
-            for module in self.modules():
-                if module is not self and hasattr(module, "ops"):
-                    # torch types Module attributes as Tensor | Module; ops is neither.
-                    setattr(module, "ops", self.ops)  # noqa: B010
+            self.use_ops(select_ops(use_triton=use_triton))
         return self
+
+    def use_ops(self, ops: KernelOps) -> None:
+        """Run every layer on `ops` (e.g. the torch references on a GPU, to compare speed)."""
+        self.ops = ops
+        for module in self.modules():
+            if module is not self and hasattr(module, "ops"):
+                # torch types Module attributes as Tensor | Module; ops is neither.
+                setattr(module, "ops", ops)  # noqa: B010
 
     @property
     def has_vision(self) -> bool:

@@ -1,0 +1,116 @@
+"""The `stack` mode: one forward of the full-size Qwen3.8-27B layer stack, torch path vs Triton.
+
+The same model (random bf16 weights on the GPU) runs each step twice: with the plain-torch
+reference ops of `sparkinfer.kernels` (the CPU path, run on the GPU; cuBLAS linears) and with the
+Triton kernels the engine uses. Steps are timed eagerly, with no engine and no CUDA graphs, so the
+difference is the kernels': a prefill of one prompt and decode steps of 1 and 32 sequences at a
+4K context (the caches hold zeros; speed does not depend on their values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+from dataclasses import asdict, dataclass
+
+import torch
+from sparkinfer.bench import roofline
+from sparkinfer.bench.engine import NUM_REAL_TOKENS, fill_random, full_size_config, require_cuda
+from sparkinfer.bench.provenance import RunInfo
+from sparkinfer.bench.report import Report, Table, log
+from sparkinfer.bench.timing import time_cuda
+from sparkinfer.model.cache_spec import allocate_caches
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.layers import REFERENCE_OPS, triton_ops
+
+BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: str
+    ops: str
+    median_ms: float
+    p90_ms: float
+    tokens_per_s: float
+
+
+def _batch(new: int, context: int, num_seqs: int, caches, device) -> ForwardBatch:
+    """`num_seqs` sequences, each with `new` tokens after `context` cached ones."""
+    blocks = -(-(context + new) // BLOCK_SIZE)
+    tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(num_seqs)]
+    return ForwardBatch.build(
+        [new] * num_seqs, [context] * num_seqs, tables, list(range(num_seqs)),
+        caches=caches, block_size=BLOCK_SIZE, device=device,
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    device = require_cuda()
+    cfg = full_size_config(args.num_layers)
+    log(f"stack: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
+    model = Qwen3_8ForCausalLM(
+        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=NUM_REAL_TOKENS
+    )
+    fill_random(model, seed=0)
+    max_seqs = max(args.decode_batches)
+    blocks_per_seq = -(-(max(args.context, args.prompt_len) + 1) // BLOCK_SIZE)
+    caches = allocate_caches(
+        model.cache_spec(), num_blocks=max_seqs * blocks_per_seq, block_size=BLOCK_SIZE,
+        num_slots=max_seqs, device=device,
+    )  # fmt: skip
+    steps = [(f"prefill {args.prompt_len} tokens", args.prompt_len, 0, 1)]
+    steps += [(f"decode {b} x {args.context} context", 1, args.context, b)
+              for b in args.decode_batches]  # fmt: skip
+    rows = _measure(model, caches, steps, args, device)
+    del model, caches
+    gc.collect()
+    torch.cuda.empty_cache()
+    peaks = roofline.measure_peaks(device)
+    return Report(
+        "stack",
+        info,
+        {
+            "model": f"Qwen3.8-27B text shapes, {cfg.text.num_hidden_layers} layers, bf16, random "
+            "weights; eager forwards (no engine, no CUDA graphs)",
+            "peaks": f"copy {peaks.copy_bytes_s / 1e9:,.0f} GB/s, bf16 matmul "
+            f"{peaks.matmul_flop_s / 1e12:,.0f} TFLOP/s (this run)",
+        },
+        [_table(rows)],
+        raw={"rows": [asdict(r) for r in rows]},
+    )
+
+
+def _measure(model, caches, steps, args: argparse.Namespace, device) -> list[StepRow]:
+    """Each step with the torch references, then with the Triton kernels."""
+    rows: list[StepRow] = []
+    for ops_name, ops in (("torch reference", REFERENCE_OPS), ("triton", triton_ops())):
+        model.use_ops(ops)
+        for name, new, context, num_seqs in steps:
+            log(f"stack: {ops_name}: {name}")
+            batch = _batch(new, context, num_seqs, caches, device)
+            ids = torch.randint(0, NUM_REAL_TOKENS, (new * num_seqs,), device=device)
+
+            @torch.inference_mode()
+            def step(ids=ids, batch=batch) -> None:
+                hidden = model(ids, batch)
+                model.compute_logits(hidden[batch.logits_indices])
+
+            t = time_cuda(step, warmup=args.warmup, iters=args.iters)
+            tok_s = new * num_seqs / (t.median_ms / 1e3)
+            rows.append(StepRow(name, ops_name, t.median_ms, t.p90_ms, tok_s))
+    return rows
+
+
+def _table(rows: list[StepRow]) -> Table:
+    torch_ms = {r.step: r.median_ms for r in rows if r.ops == "torch reference"}
+    return Table(
+        "27B layer stack: one forward step, torch reference ops vs Triton kernels",
+        ["step", "ops", "median ms", "p90 ms", "tok/s", "speedup vs torch"],
+        [
+            [r.step, r.ops, r.median_ms, r.p90_ms, r.tokens_per_s, torch_ms[r.step] / r.median_ms]
+            for r in rows
+        ],
+        ["eager: launch gaps are in both columns; the engine replays decode as CUDA graphs"],
+    )
