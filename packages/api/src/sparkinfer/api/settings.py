@@ -56,7 +56,7 @@ class Settings(BaseSettings):
         False,
         description="Batch-invariant numerics: a request's output (greedy, or seeded) does not "
         "depend on what else is batched with it. Costs speed on CUDA (fixed-tile GEMMs: about "
-        "18% of prefill and 10-30% of decode at 32-64 streams on an H200, docs/benchmarks.md); "
+        "16% of prefill and 8-29% of decode at 32-64 streams on an H200, docs/benchmarks.md); "
         "off, output is still identical across runs of the same batch",
     )
     mrope: bool = Field(
