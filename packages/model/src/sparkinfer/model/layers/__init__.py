@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkinfer.kernels.activation import silu_and_mul_ref
 from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref, causal_conv1d_update_ref
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_ref,
@@ -43,6 +44,7 @@ class KernelOps:
     gdn_gating: Op
     chunk_gated_delta_rule: Op
     fused_recurrent_gated_delta_rule: Op
+    silu_and_mul: Op
     linear: Op | None
     is_triton: bool
 
@@ -59,6 +61,7 @@ REFERENCE_OPS = KernelOps(
     gdn_gating=gdn_gating_ref,
     chunk_gated_delta_rule=chunk_gated_delta_rule_ref,
     fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
+    silu_and_mul=silu_and_mul_ref,
     linear=None,
     is_triton=False,
 )
@@ -66,6 +69,7 @@ REFERENCE_OPS = KernelOps(
 
 def triton_ops() -> KernelOps:
     """The fast launchers (imported here so CPU-only installs never load Triton)."""
+    from sparkinfer.kernels.activation import silu_and_mul
     from sparkinfer.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
     from sparkinfer.kernels.gated_delta_rule import (
         chunk_gated_delta_rule,
@@ -93,6 +97,7 @@ def triton_ops() -> KernelOps:
         gdn_gating=gdn_gating,
         chunk_gated_delta_rule=chunk_gated_delta_rule,
         fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
+        silu_and_mul=silu_and_mul,
         linear=linear,
         is_triton=True,
     )

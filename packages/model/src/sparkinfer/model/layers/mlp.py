@@ -1,13 +1,12 @@
 """SwiGLU MLP: down_proj(silu(gate) * up) with [gate | up] from one GEMM (SPEC §6).
 
 gate_up_proj stacks the checkpoint's gate_proj and up_proj by rows (weights.py), so decode reads
-both weights in one launch; the two halves are views of its output.
+both weights in one launch; the kernels' silu_and_mul reads both halves of its output in one pass.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from sparkinfer.model.layers import KernelOps
 from sparkinfer.model.layers.linear import Linear
 from torch import nn
@@ -26,6 +25,7 @@ class MLP(nn.Module):
         dtype: torch.dtype,
     ) -> None:
         super().__init__()
+        self.ops = ops
         dims = {"ops": ops, "device": device, "dtype": dtype}
         self.intermediate_size = intermediate_size
         self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, **dims)
@@ -33,5 +33,5 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [T, I] each
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)  # [T, 2 * I]: [gate | up]
+        return self.down_proj(self.ops.silu_and_mul(gate_up))
