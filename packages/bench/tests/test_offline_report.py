@@ -23,7 +23,7 @@ def test_tables_mark_goals_and_add_the_peer_only_when_it_ran():
     peer = [PeerRow("decode @4096", 20.0, "")]
     peaks, decode, prefill, vs_peer = offline_report.tables(PEAKS, DECODE, PREFILL, peer)
     assert peaks.rows == [[4000.0, 900.0]]
-    assert [r[7:9] for r in decode.rows] == [[76.0, "met"], [1600.0, "MISSED"]]
+    assert [r[8:10] for r in decode.rows] == [[76.0, "met"], [1600.0, "MISSED"]]
     assert prefill.rows[0][6:8] == [13_000.0, "met"]
     assert vs_peer.rows == [["decode @4096", 20.0, 80.0, 4.0, ""]]
 

@@ -142,6 +142,8 @@ def measure_decode(
         if ev[-1][0] > ev[0][0]
     ]
     total = sum(n for ev in t.events.values() for _, n in ev)
+    first_end = min(ev[-1][0] for ev in t.events.values())
+    steady = sum(n for ev in t.events.values() for ts, n in ev if all_in < ts <= first_end)
     return DecodeRow(
         batch,
         context,
@@ -152,6 +154,7 @@ def measure_decode(
         torch.cuda.max_memory_allocated() / 2**30,
         len(t.errors),
         cfg.num_hidden_layers == 64,
+        steady / (first_end - all_in) if first_end > all_in else math.nan,
     )
 
 
