@@ -4,7 +4,14 @@ import re
 from pathlib import Path
 
 import pytest
-from sparkinfer.api.settings import Settings, SettingsError, env_name, load_settings, parse_args
+from sparkinfer.api.settings import (
+    Settings,
+    SettingsError,
+    build_parser,
+    env_name,
+    load_settings,
+    parse_args,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -67,3 +74,14 @@ def _shown(default: object) -> str:
     if isinstance(default, bool):
         return str(default).lower()
     return str(default)
+
+
+def test_help_lists_every_setting(capsys):
+    """--help renders (descriptions may hold percent signs) and names every variable."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "16% of prefill" in out
+    for name in Settings.model_fields:
+        assert env_name(name) in out

@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, info in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{info.description} [{env_name(name)}]"
+        # argparse expands %-formats in help: a literal percent sign must be doubled.
+        help_text = f"{info.description} [{env_name(name)}]".replace("%", "%%")
         if info.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
