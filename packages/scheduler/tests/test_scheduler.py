@@ -223,23 +223,36 @@ def test_failed_step_ends_only_its_requests():
     assert outputs["good"][-1].finish_reason is FinishReason.LENGTH
 
 
-def test_no_leaks_after_random_requests_and_aborts():
+@pytest.mark.parametrize(
+    ("cfg", "max_prompt"),
+    [
+        ({"num_blocks": 40, "max_num_batched_tokens": 24}, 30),
+        # deterministic: chunks cut on multiples of 64 under block pressure and preemption
+        ({"num_blocks": 90, "max_num_batched_tokens": 100, "max_model_len": 320,
+          "deterministic": True}, 250),
+    ],
+    ids=["cut_anywhere", "aligned_chunks"],
+)  # fmt: skip
+def test_no_leaks_after_random_requests_and_aborts(cfg, max_prompt):
     rng = random.Random(0)
-    sched, runner, outputs = make(num_blocks=40, num_slots=6, max_num_batched_tokens=24)
+    sched, runner, outputs = make(num_slots=6, **cfg)
     live: list[str] = []
     for i in range(1000):
         rid = f"r{i}"
-        prompt = [rng.randrange(100) for _ in range(rng.randint(1, 30))]
+        prompt = [rng.randrange(100) for _ in range(rng.randint(1, max_prompt))]
         sched.add_request(rid, prompt, SamplingParams(max_tokens=rng.randint(1, 20)))
         live.append(rid)
         for _ in range(rng.randint(0, 3)):
             if sched.has_work():
                 batch = sched.schedule()
+                for seq in batch.seqs:  # a chunk that leaves prompt behind ends aligned
+                    end = seq.num_cached_tokens + seq.num_new_tokens
+                    assert end == seq.req.num_tokens or end % sched.config.chunk_alignment == 0
                 sched.update(batch, runner.run(batch))
         if rng.random() < 0.2:
             sched.abort(rng.choice(live))
     drain(sched, runner)
-    assert sched.blocks.num_free_blocks == 40 and sched.slots.num_free_slots == 6
+    assert sched.blocks.num_free_blocks == cfg["num_blocks"] and sched.slots.num_free_slots == 6
     assert len(outputs) == 1000
     for outs in outputs.values():
         assert sum(o.is_finished for o in outs) == 1 and outs[-1].is_finished
