@@ -274,6 +274,22 @@ def test_cache_spec_follows_layer_schedule(causal_model) -> None:
     assert lin.state_dtype == torch.float32
 
 
+def test_dtype_move_keeps_fp32_gates_and_moves_the_caches(causal_ckpt: Path) -> None:
+    """`.to(bf16)` equals loading in bf16: weights cast, A_log / dt_bias kept fp32, caches bf16."""
+    moved = load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False)
+    moved.to(torch.bfloat16)
+    loaded = load_model(causal_ckpt, device="cpu", dtype=torch.bfloat16, progress=False)
+    assert moved.dtype == torch.bfloat16 and moved.cache_spec() == loaded.cache_spec()
+    want = loaded.state_dict()
+    for name, value in moved.state_dict().items():
+        assert value.dtype == want[name].dtype and torch.equal(value, want[name]), name
+    assert moved.model.layers[0].linear_attn.A_log.dtype == torch.float32
+    moved.to("meta")  # a device move takes the fp32 gates along
+    gate = moved.model.layers[0].linear_attn.A_log
+    assert gate.device.type == "meta" and gate.dtype == torch.float32
+    assert isinstance(gate, torch.nn.Parameter) and moved.dtype == torch.bfloat16
+
+
 TEXT_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}
 
 

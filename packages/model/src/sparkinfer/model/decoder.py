@@ -21,6 +21,8 @@ from sparkinfer.model.layers.rotary import RotaryEmbedding
 from sparkinfer.model.vision import VisionModel
 from torch import nn
 
+_FP32_PARAMETERS = frozenset({"A_log", "dt_bias"})  # the GDN gates, computed in fp32
+
 
 class DecoderLayer(nn.Module):
     """x = x + mixer(input_layernorm(x)); x = x + mlp(post_attention_layernorm(x))."""
@@ -147,9 +149,28 @@ class Qwen3_8ForCausalLM(nn.Module):
             self.visual = VisionModel(config.vision, device=device, dtype=dtype)
 
     def _apply(self, fn, recurse=True):  # type: ignore[override]
-        """`.to(device)` and friends: the kernels follow the weights (Triton on CUDA only)."""
-        super()._apply(fn, recurse)
-        use_triton = self.lm_head.weight.device.type == "cuda"
+        """`.to(device)`, `.to(dtype)` and friends.
+
+        The kernels follow the weights (Triton on CUDA only); the fp32 gate parameters (A_log,
+        dt_bias) follow a device move but keep their dtype; the caches take the new dtype.
+        """
+        kept = [
+            (module, name, param)
+            for module in self.modules()
+            for name, param in list(module._parameters.items())
+            if name in _FP32_PARAMETERS and param is not None
+        ]
+        for module, name, _ in kept:
+            del module._parameters[name]
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            device = self.lm_head.weight.device
+            for module, name, param in kept:
+                moved = param.detach().to(device)
+                module._parameters[name] = nn.Parameter(moved, requires_grad=param.requires_grad)
+        self.dtype = self.lm_head.weight.dtype
+        use_triton = device.type == "cuda"
         if use_triton != self.ops.is_triton:
             self.use_ops(select_ops(use_triton=use_triton))
         return self
