@@ -14,6 +14,7 @@ import itertools
 from typing import Any
 
 import torch
+from sparkinfer.bench import roofline
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
@@ -130,19 +131,15 @@ def _prefill_rows(
     return rows
 
 
-def _matmul_peak(device: torch.device) -> float:
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    t = time_cuda(lambda: a @ a, warmup=3, iters=10)
-    return 2 * 8192**3 / (t.median_ms / 1e3)
-
-
 def bench(
     device: torch.device, *, warmup: int, iters: int, is_quick: bool, sweep: bool
 ) -> list[Row]:
     shapes = SHAPES[:2] if is_quick else SHAPES
     rows = _decode_rows(device, shapes, warmup, iters)
     configs = SWEEP if sweep else ()
-    return rows + _prefill_rows(device, shapes, configs, warmup, iters, _matmul_peak(device))
+    return rows + _prefill_rows(
+        device, shapes, configs, warmup, iters, roofline.measure_peaks(device).matmul_flop_s
+    )
 
 
 def run(args: KernelBenchArgs) -> list[Row]:

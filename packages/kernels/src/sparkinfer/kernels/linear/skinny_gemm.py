@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
-
-_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
 @dataclass(frozen=True)
@@ -76,29 +75,6 @@ def _split_k_reduce_kernel(p_part, p_y, MN, SPLIT_K: tl.constexpr, BLOCK: tl.con
     tl.store(p_y + o, b_acc.to(p_y.dtype.element_ty), mask=m)
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
-    if x.dim() != 2 or weight.dim() != 2:
-        raise ValueError(
-            f"skinny_gemm: x must be [M, K] and weight [N, K], got {tuple(x.shape)}, "
-            f"{tuple(weight.shape)}"
-        )
-    if x.dtype not in _DTYPES or weight.dtype != x.dtype:
-        raise TypeError(
-            f"skinny_gemm: x and weight must share bf16, fp16 or fp32, got {x.dtype} and "
-            f"{weight.dtype}"
-        )
-    if x.shape[1] != weight.shape[1]:
-        raise ValueError(
-            f"skinny_gemm: x has K={x.shape[1]} but weight [N, K] has K={weight.shape[1]}"
-        )
-    if x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(
-            f"skinny_gemm: x and weight need unit stride along K, got {x.stride()} and "
-            f"{weight.stride()}"
-        )
-    check_device("skinny_gemm", {"x": x, "weight": weight})
-
-
 def skinny_gemm(
     x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None = None
 ) -> torch.Tensor:
@@ -112,7 +88,7 @@ def skinny_gemm(
     Returns:
         y: [M, N] contiguous in x.dtype.
     """
-    _check(x, weight)
+    check_gemm_operands("skinny_gemm", x, weight)
     cfg = config or SkinnyGemmConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)

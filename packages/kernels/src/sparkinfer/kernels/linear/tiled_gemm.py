@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
-
-_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
 @dataclass(frozen=True)
@@ -70,29 +69,6 @@ def _tiled_gemm_kernel(
     tl.store(p_o, b_acc.to(p_y.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
-    if x.dim() != 2 or weight.dim() != 2:
-        raise ValueError(
-            f"tiled_gemm: x must be [M, K] and weight [N, K], got {tuple(x.shape)}, "
-            f"{tuple(weight.shape)}"
-        )
-    if x.dtype not in _DTYPES or weight.dtype != x.dtype:
-        raise TypeError(
-            f"tiled_gemm: x and weight must share bf16, fp16 or fp32, got {x.dtype} and "
-            f"{weight.dtype}"
-        )
-    if x.shape[1] != weight.shape[1]:
-        raise ValueError(
-            f"tiled_gemm: x has K={x.shape[1]} but weight [N, K] has K={weight.shape[1]}"
-        )
-    if x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(
-            f"tiled_gemm: x and weight need unit stride along K, got {x.stride()} and "
-            f"{weight.stride()}"
-        )
-    check_device("tiled_gemm", {"x": x, "weight": weight})
-
-
 def tiled_gemm(
     x: torch.Tensor, weight: torch.Tensor, config: TiledGemmConfig | None = None
 ) -> torch.Tensor:
@@ -106,7 +82,7 @@ def tiled_gemm(
     Returns:
         y: [M, N] contiguous in x.dtype.
     """
-    _check(x, weight)
+    check_gemm_operands("tiled_gemm", x, weight)
     cfg = config or TiledGemmConfig()
     (m, k), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
