@@ -124,7 +124,8 @@ def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model or kernels in this process: offline, vision, kernels."""
+    """The modes that run the model or kernels in this process: offline, stack, profile, vision,
+    kernels."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -153,6 +154,17 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
+    p = sub.add_parser(
+        "profile", help="engine decode/prefill steps at 27B shapes, kernel by kernel (CUDA)"
+    )
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
+    p.add_argument("--window", type=int, default=32, help="decode steps profiled per batch")
+    p.add_argument("--prefill-lengths", type=int_list, default=(4096,))
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
+    p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )
@@ -372,6 +384,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import stack
 
         return stack.run(args, info)
+    if args.mode == "profile":
+        from sparkinfer.bench import profile
+
+        return profile.run(args, info)
     if args.mode == "vision":
         from sparkinfer.bench import vision
 

@@ -1,0 +1,276 @@
+"""The `profile` mode: where the GPU time of an engine step goes, kernel by kernel.
+
+The offline engine (full-size Qwen3.8-27B shapes, random bf16 weights, CUDA-graph decode) runs
+decode batches and a prefill exactly as the `offline` mode does; torch.profiler records every
+kernel the GPU ran inside a window of steady decode steps (every stream already decoding) and over
+one whole prefill. Kernels are summed per step and grouped by the op they implement, beside the
+step's wall time, so the gap between GPU work and the step is visible too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import re
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+import torch
+from sparkinfer.bench import engine as offline
+from sparkinfer.bench.errors import DeviceError
+from sparkinfer.bench.provenance import RunInfo
+from sparkinfer.bench.report import Report, Table, log
+
+# First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
+CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("linear (Triton skinny GEMM)", r"_skinny_gemm|_split_k_reduce"),
+    ("linear (Triton tiled GEMM)", r"_tiled_gemm"),
+    ("linear (cuBLAS)", r"gemm|xmma|cutlass|nvjet|sm90_|sm80_"),
+    ("GDN chunk prefill", r"_chunk_(prepare|wu|state|output)"),
+    ("GDN recurrent decode", r"_fused_recurrent"),
+    ("GDN gating", r"_gdn_gating"),
+    ("causal conv1d", r"conv1d|_conv_state"),
+    ("attention prefill", r"_prefill_kernel"),
+    ("attention decode", r"_decode_(split|merge)"),
+    ("KV cache write", r"_write_kv_cache"),
+    ("RMSNorm (plain, gated)", r"rms_norm"),
+    ("rotary", r"_apply_rotary"),
+    ("SwiGLU", r"_silu_and_mul"),
+    ("sampling", r"argmax|topk|sort|softmax|multinomial|exponential|cumsum|scatter|gather"),
+    ("torch copies, fills, elementwise", r"copy|fill|memcpy|memset|elementwise|CatArray|index"),
+)
+
+
+def category(kernel: str) -> str:
+    """The op a kernel name belongs to (see CATEGORIES); 'other' when none matches."""
+    for name, pattern in CATEGORIES:
+        if re.search(pattern, kernel, flags=re.IGNORECASE):
+            return name
+    return "other"
+
+
+@dataclass(frozen=True)
+class KernelTotal:
+    name: str
+    calls: int
+    total_us: float
+
+
+@dataclass(frozen=True)
+class Window:
+    """Kernels recorded over `steps` engine steps that took `wall_ms` together."""
+
+    scenario: str
+    steps: int
+    wall_ms: float
+    kernels: tuple[KernelTotal, ...]
+
+    @property
+    def gpu_ms_per_step(self) -> float:
+        return sum(k.total_us for k in self.kernels) / 1e3 / self.steps
+
+    @property
+    def wall_ms_per_step(self) -> float:
+        return self.wall_ms / self.steps
+
+    @property
+    def kernels_per_step(self) -> float:
+        return sum(k.calls for k in self.kernels) / self.steps
+
+
+def summarise(kernels: list[tuple[str, float]]) -> tuple[KernelTotal, ...]:
+    """(name, duration us) per launch -> totals per name, largest first."""
+    calls: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    for name, us in kernels:
+        calls[name] += 1
+        total[name] += us
+    rows = [KernelTotal(n, calls[n], total[n]) for n in calls]
+    return tuple(sorted(rows, key=lambda r: -r.total_us))
+
+
+def _kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float]]:
+    from torch.autograd import DeviceType  # pyright: ignore[reportPrivateImportUsage]
+
+    return [
+        (evt.name, evt.time_range.elapsed_us())
+        for evt in prof.events() or ()
+        if evt.device_type == DeviceType.CUDA
+    ]
+
+
+def _tokens(tracker: offline._Tracker) -> dict[str, list[float]]:
+    with tracker.lock:
+        return {rid: [ts for ts, _ in ev] for rid, ev in tracker.events.items()}
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise DeviceError(f"profile: {what} did not happen within {timeout_s:.0f} s")
+        time.sleep(0.001)
+
+
+def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
+    """Kernels of `window` decode steps once all `batch` streams decode at `context`."""
+    from sparkinfer.scheduler.request import SamplingParams
+
+    warm = 4
+    params = SamplingParams(temperature=0.0, max_tokens=warm + window + 8, ignore_eos=True)
+    tracker = offline._Tracker(num_left=batch)
+    for i, prompt in enumerate(offline._prompts(batch, context, seed=batch)):
+        rid = f"p{batch}-{i}"
+        engine.add_request(rid, prompt, params, on_output=tracker.callback(rid))
+
+    def all_decoding() -> bool:
+        ev = _tokens(tracker)
+        return len(ev) == batch and min(len(v) for v in ev.values()) >= warm
+
+    _wait(all_decoding, 600, f"{batch} streams decoding")
+    first = _tokens(tracker)[f"p{batch}-0"]
+    start_count = len(first)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        _wait(lambda: len(_tokens(tracker)[f"p{batch}-0"]) >= start_count + window, 600,
+              f"{window} decode steps")  # fmt: skip
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+    _wait(tracker.done.is_set, 600, "the decode requests finishing")
+    if tracker.errors:
+        raise DeviceError(f"profile: decode requests failed: {tracker.errors[:3]}")
+    stamps = _tokens(tracker)[f"p{batch}-0"]
+    steps = sum(1 for ts in stamps if t0 <= ts <= t1) or window
+    return Window(
+        f"decode {batch} x {context}", steps, (t1 - t0) * 1e3, summarise(_kernel_events(prof))
+    )
+
+
+def profile_prefill(engine, *, prompt_len: int) -> Window:
+    """Kernels of one whole prefill of `prompt_len` tokens (one step per prompt chunk)."""
+    from sparkinfer.scheduler.request import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    tracker = offline._Tracker(num_left=1)
+    prompt = offline._prompts(1, prompt_len, seed=prompt_len)[0]
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        engine.add_request("prefill", prompt, params, on_output=tracker.callback("prefill"))
+        _wait(tracker.done.is_set, 3600, "the prefill")
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+    if tracker.errors:
+        raise DeviceError(f"profile: the prefill failed: {tracker.errors}")
+    return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, summarise(_kernel_events(prof)))
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    device = offline.require_cuda()
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.scheduler.engine import Engine
+
+    cfg = offline.full_size_config(args.num_layers)
+    log(f"profile: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
+    model = Qwen3_8ForCausalLM(
+        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=offline.NUM_REAL_TOKENS
+    )
+    offline.fill_random(model, seed=0)
+    sched = SchedulerConfig(
+        max_num_seqs=max(args.decode_batches),
+        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.window + 64, 1024),
+        max_num_batched_tokens=args.max_batched_tokens,
+        deterministic=args.deterministic,
+    )
+    log("profile: starting the engine (caches, CUDA graphs)")
+    engine = Engine.from_model(model, sched, device=device)
+    windows: list[Window] = []
+    try:
+        offline._run(engine, offline._prompts(2, 512, 1), 8, "warmup")
+        for b in args.decode_batches:
+            log(f"profile: decode, {b} stream(s) at {args.context} context")
+            window = profile_decode(engine, batch=b, context=args.context, window=args.window)
+            windows.append(window)
+        for n in args.prefill_lengths:
+            log(f"profile: prefill {n} tokens")
+            windows.append(profile_prefill(engine, prompt_len=n))
+    finally:
+        engine.shutdown()
+        engine.runner.close()
+    del engine, model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return Report(
+        "profile",
+        info,
+        {
+            "model": f"Qwen3.8-27B text shapes, {cfg.text.num_hidden_layers} layers, bf16, random "
+            "weights; offline engine with CUDA-graph decode; kernels from torch.profiler",
+            "scheduler": str(sched),
+        },
+        tables(windows, top=args.top),
+        raw={"windows": [asdict(w) for w in windows]},
+    )
+
+
+def tables(windows: list[Window], *, top: int) -> list[Table]:
+    """The step summary, then per scenario the op groups and the largest kernels."""
+    out = [
+        Table(
+            "Engine steps: wall time against the GPU time of the kernels in them",
+            ["scenario", "steps", "wall ms/step", "kernel ms/step", "GPU busy", "kernels/step"],
+            [
+                [
+                    w.scenario,
+                    w.steps,
+                    w.wall_ms_per_step,
+                    w.gpu_ms_per_step,
+                    w.gpu_ms_per_step / w.wall_ms_per_step,
+                    w.kernels_per_step,
+                ]
+                for w in windows
+            ],
+            ["GPU busy = kernel time / wall time; below 1 the GPU waits on the host or on gaps"],
+        )
+    ]
+    for w in windows:
+        groups: dict[str, list[KernelTotal]] = defaultdict(list)
+        for k in w.kernels:
+            groups[category(k.name)].append(k)
+        total = sum(k.total_us for k in w.kernels) or 1.0
+        by_time = sorted(groups.items(), key=lambda item: -sum(k.total_us for k in item[1]))
+        rows = [
+            [
+                g,
+                sum(k.calls for k in ks) / w.steps,
+                sum(k.total_us for k in ks) / w.steps,
+                sum(k.total_us for k in ks) / total,
+            ]
+            for g, ks in by_time
+        ]
+        out.append(
+            Table(
+                f"{w.scenario}: GPU time per step by op",
+                ["op", "kernels/step", "us/step", "share"],
+                rows,
+            )
+        )
+        out.append(
+            Table(
+                f"{w.scenario}: the {top} largest kernels",
+                ["kernel", "calls/step", "us/step", "us/call", "share"],
+                [
+                    [
+                        k.name[:70],
+                        k.calls / w.steps,
+                        k.total_us / w.steps,
+                        k.total_us / k.calls,
+                        k.total_us / total,
+                    ]
+                    for k in w.kernels[:top]
+                ],
+            )
+        )
+    return out

@@ -1,0 +1,35 @@
+from sparkinfer.bench import profile
+
+
+def test_kernel_names_fall_into_their_ops():
+    assert profile.category("_skinny_gemm_kernel") == "linear (Triton skinny GEMM)"
+    assert profile.category("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT") == "linear (cuBLAS)"
+    assert profile.category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "linear (cuBLAS)"
+    assert profile.category("_chunk_state_kernel") == "GDN chunk prefill"
+    assert profile.category("_fused_recurrent_kernel") == "GDN recurrent decode"
+    assert profile.category("_decode_merge_kernel") == "attention decode"
+    assert profile.category("_prefill_kernel") == "attention prefill"
+    assert profile.category("_gated_rms_norm_kernel") == "RMSNorm (plain, gated)"
+    assert profile.category("void at::native::vectorized_elementwise_kernel<4>") == (
+        "torch copies, fills, elementwise"
+    )
+    assert profile.category("something_new") == "other"
+
+
+def test_windows_sum_kernels_per_step_and_group_them():
+    kernels = profile.summarise(
+        [("_skinny_gemm_kernel", 10.0), ("_rms_norm_kernel", 2.0), ("_skinny_gemm_kernel", 12.0)]
+    )
+    assert kernels[0] == profile.KernelTotal("_skinny_gemm_kernel", 2, 22.0)
+    w = profile.Window("decode 1 x 4096", steps=2, wall_ms=0.05, kernels=kernels)
+    assert w.gpu_ms_per_step == 0.012 and w.kernels_per_step == 1.5
+    tables = profile.tables([w], top=5)
+    assert [t.title for t in tables][1:] == [
+        "decode 1 x 4096: GPU time per step by op",
+        "decode 1 x 4096: the 5 largest kernels",
+    ]
+    summary = tables[0].rows[0]
+    assert summary[:2] == ["decode 1 x 4096", 2] and abs(summary[4] - 0.48) < 1e-9
+    by_op = tables[1].rows
+    assert by_op[0][0] == "linear (Triton skinny GEMM)" and by_op[0][2] == 11.0
+    assert abs(sum(r[3] for r in by_op) - 1.0) < 1e-9
