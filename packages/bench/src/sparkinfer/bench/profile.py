@@ -118,10 +118,12 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     from sparkinfer.scheduler.request import SamplingParams
 
     warm = 4
-    params = SamplingParams(temperature=0.0, max_tokens=warm + window + 8, ignore_eos=True)
+    # Streams admitted first decode while later prompts prefill; room for all of that.
+    room = warm + 2 * window + batch * (context // 1024 + 2)
+    params = SamplingParams(temperature=0.0, max_tokens=room, ignore_eos=True)
     tracker = offline._Tracker(num_left=batch)
-    for i, prompt in enumerate(offline._prompts(batch, context, seed=batch)):
-        rid = f"p{batch}-{i}"
+    ids = [f"p{batch}-{i}" for i in range(batch)]
+    for rid, prompt in zip(ids, offline._prompts(batch, context, seed=batch), strict=True):
         engine.add_request(rid, prompt, params, on_output=tracker.callback(rid))
 
     def all_decoding() -> bool:
@@ -129,19 +131,20 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         return len(ev) == batch and min(len(v) for v in ev.values()) >= warm
 
     _wait(all_decoding, 600, f"{batch} streams decoding")
-    first = _tokens(tracker)[f"p{batch}-0"]
-    start_count = len(first)
+    counts = {rid: len(ts) for rid, ts in _tokens(tracker).items()}
+    last = min(counts, key=counts.__getitem__)  # the stream admitted last counts the steps
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
-        _wait(lambda: len(_tokens(tracker)[f"p{batch}-0"]) >= start_count + window, 600,
+        _wait(lambda: len(_tokens(tracker)[last]) >= counts[last] + window, 600,
               f"{window} decode steps")  # fmt: skip
         torch.cuda.synchronize()
         t1 = time.perf_counter()
-    _wait(tracker.done.is_set, 600, "the decode requests finishing")
+    for rid in ids:
+        engine.abort(rid)
+    _wait(tracker.done.is_set, 600, "the decode requests ending")
     if tracker.errors:
         raise DeviceError(f"profile: decode requests failed: {tracker.errors[:3]}")
-    stamps = _tokens(tracker)[f"p{batch}-0"]
-    steps = sum(1 for ts in stamps if t0 <= ts <= t1) or window
+    steps = sum(1 for ts in _tokens(tracker)[last] if t0 <= ts <= t1) or window
     return Window(
         f"decode {batch} x {context}", steps, (t1 - t0) * 1e3, summarise(_kernel_events(prof))
     )
