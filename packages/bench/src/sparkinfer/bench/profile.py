@@ -113,14 +113,20 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.001)
 
 
+def decode_room(batch: int, context: int, window: int) -> int:
+    """New tokens each decode request may take: streams admitted first decode while later
+    prompts prefill, and the window must end before any stream does."""
+    return 4 + 2 * window + batch * (context // 1024 + 2)
+
+
 def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     """Kernels of `window` decode steps once all `batch` streams decode at `context`."""
     from sparkinfer.scheduler.request import SamplingParams
 
     warm = 4
-    # Streams admitted first decode while later prompts prefill; room for all of that.
-    room = warm + 2 * window + batch * (context // 1024 + 2)
-    params = SamplingParams(temperature=0.0, max_tokens=room, ignore_eos=True)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=decode_room(batch, context, window), ignore_eos=True
+    )
     tracker = offline._Tracker(num_left=batch)
     ids = [f"p{batch}-{i}" for i in range(batch)]
     for rid, prompt in zip(ids, offline._prompts(batch, context, seed=batch), strict=True):
@@ -183,7 +189,12 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     offline.fill_random(model, seed=0)
     sched = SchedulerConfig(
         max_num_seqs=max(args.decode_batches),
-        max_model_len=max(max(args.prefill_lengths) + 1, args.context + args.window + 64, 1024),
+        max_model_len=max(
+            max(args.prefill_lengths) + 1,
+            args.context
+            + max(decode_room(b, args.context, args.window) for b in args.decode_batches),
+            1024,
+        ),
         max_num_batched_tokens=args.max_batched_tokens,
         deterministic=args.deterministic,
     )
