@@ -180,3 +180,14 @@ def test_invariant_linear_real_shapes_on_gpu(phase, n, k):
         torch.testing.assert_close(full.float(), linear_ref(x, w).float(), atol=2e-2, rtol=2e-2)
         for start, stop in [(0, 1), (7, 8), (3, num_rows), (1, num_rows // 2 + 5)]:
             assert torch.equal(linear(x[start:stop], w), full[start:stop]), (start, stop)
+
+
+def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
+    bf16 = torch.bfloat16
+    measured = shape_table.lookup(1, 16384, 5120, bf16)
+    assert measured is not None  # the GDN projection's tile beat cuBLAS at one row
+    assert shape_table.lookup(1, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
+    assert shape_table.decode_entry(16384 + 96, 5120, bf16) == measured
+    assert shape_table.lookup(32, 16384 + 96, 5120, bf16) is None  # cuBLAS won at 32 rows
+    assert shape_table.lookup(1, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
+    assert shape_table.lookup(1, 16384 + 96, 4096, bf16) is None  # K must match

@@ -60,11 +60,10 @@ def test_fused_parameters_stack_their_parts_in_row_order(causal_ckpt: Path) -> N
     def cat(layer: int, *names: str) -> torch.Tensor:
         return torch.cat([stored[f"model.layers.{layer}.{n}.weight"] for n in names])
 
-    qkvz = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z")
-    ba = ("linear_attn.in_proj_b", "linear_attn.in_proj_a")
+    gdn_in = ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z")
+    gdn_in += ("linear_attn.in_proj_b", "linear_attn.in_proj_a")
     qkv = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
-    assert torch.equal(gdn.in_proj_qkvz.weight, cat(0, *qkvz))
-    assert torch.equal(gdn.in_proj_ba.weight, cat(0, *ba))
+    assert torch.equal(gdn.in_proj.weight, cat(0, *gdn_in))
     assert torch.equal(attn.qkv_proj.weight, cat(3, *qkv))
     assert torch.equal(mlp.gate_up_proj.weight, cat(3, "mlp.gate_proj", "mlp.up_proj"))
 
@@ -155,7 +154,7 @@ def test_stored_f32_a_log_stays_fp32_in_a_bf16_model(tmp_path: Path, causal_ckpt
     assert gdn.A_log.dtype == torch.float32
     assert torch.equal(gdn.A_log, stored["model.layers.0.linear_attn.A_log"])
     assert gdn.norm.weight.dtype == torch.bfloat16
-    assert gdn.in_proj_qkvz.weight.dtype == torch.bfloat16
+    assert gdn.in_proj.weight.dtype == torch.bfloat16
 
 
 def test_missing_tensor_is_named(tmp_path: Path, causal_ckpt: Path) -> None:

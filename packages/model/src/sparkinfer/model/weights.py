@@ -18,8 +18,7 @@ block of rows, in this order (`fused_parameters`, below `model.layers.N.`; `.wei
 
 | parameter | checkpoint tensors, in row order |
 |---|---|
-| `linear_attn.in_proj_qkvz` | `linear_attn.in_proj_qkv`, `linear_attn.in_proj_z` |
-| `linear_attn.in_proj_ba` | `linear_attn.in_proj_b`, `linear_attn.in_proj_a` |
+| `linear_attn.in_proj` | `linear_attn.in_proj_{qkv,z,b,a}` |
 | `self_attn.qkv_proj` | `self_attn.q_proj`, `self_attn.k_proj`, `self_attn.v_proj` |
 | `mlp.gate_up_proj` | `mlp.gate_proj`, `mlp.up_proj` |
 
@@ -91,11 +90,9 @@ def fused_parameters(text: TextConfig) -> dict[str, tuple[FusedPart, ...]]:
     kv_rows = text.num_key_value_heads * text.head_dim
     num_v_heads, intermediate = text.linear_num_value_heads, text.intermediate_size
     return {
-        "linear_attn.in_proj_qkvz.weight": (
+        "linear_attn.in_proj.weight": (
             FusedPart("linear_attn.in_proj_qkv.weight", text.linear_conv_dim),
             FusedPart("linear_attn.in_proj_z.weight", text.linear_value_dim),
-        ),
-        "linear_attn.in_proj_ba.weight": (
             FusedPart("linear_attn.in_proj_b.weight", num_v_heads),
             FusedPart("linear_attn.in_proj_a.weight", num_v_heads),
         ),

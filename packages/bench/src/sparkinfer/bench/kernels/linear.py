@@ -24,6 +24,7 @@ SHAPES = (
     (10240, HIDDEN),  # GDN in_proj_qkv
     (6144, HIDDEN),  # GDN in_proj_z
     (16384, HIDDEN),  # GDN in_proj_qkv + in_proj_z
+    (16480, HIDDEN),  # GDN in_proj: qkv + z + b + a
     (12288, HIDDEN),  # attention q_proj (query and gate)
     (14336, HIDDEN),  # q_proj + k_proj + v_proj
     (1024, HIDDEN),  # k_proj, v_proj
@@ -31,8 +32,8 @@ SHAPES = (
     (HIDDEN, INTERMEDIATE),  # down_proj
     (HIDDEN, Q_WIDTH),  # o_proj, GDN out_proj
 )
-BENCH_SHAPES = ((10240, HIDDEN), (6144, HIDDEN), (12288, HIDDEN), (1024, HIDDEN),
-                (2 * INTERMEDIATE, HIDDEN), (HIDDEN, INTERMEDIATE), (HIDDEN, Q_WIDTH))  # fmt: skip
+BENCH_SHAPES = ((16480, HIDDEN), (14336, HIDDEN), (2 * INTERMEDIATE, HIDDEN),
+                (HIDDEN, INTERMEDIATE), (HIDDEN, Q_WIDTH))  # fmt: skip
 BATCHES = (1, 8, 32)
 TUNE_BATCHES = (1, 8, 16, 32, 64)
 

@@ -30,8 +30,7 @@ from sparkinfer.kernels.linear import (
 
 # (N, K) of Qwen3.8-27B's fused projections, its output projections and the lm_head.
 SHAPES: tuple[tuple[int, int], ...] = (
-    (16384, HIDDEN),  # GDN in_proj_qkv + in_proj_z
-    (96, HIDDEN),  # GDN in_proj_b + in_proj_a
+    (16480, HIDDEN),  # GDN in_proj: qkv + z + b + a
     (14336, HIDDEN),  # attention q (with gate) + k + v
     (2 * INTERMEDIATE, HIDDEN),  # gate_proj + up_proj
     (HIDDEN, INTERMEDIATE),  # down_proj

@@ -40,9 +40,25 @@ def m_bucket(m: int) -> int | None:
     return next((b for b in M_BUCKETS if m <= b), None)
 
 
+# A weight up to this fraction wider or narrower than a measured one (same K) uses its entry:
+# fusing a few extra rows into a projection (e.g. GDN's 96 gate rows) must not lose its tile.
+NEAR_N = 0.01
+
+
+def _entry(bucket: int, n: int, k: int, name: str) -> tuple[bool, SkinnyGemmConfig | None]:
+    """(found, entry) for the measured shape nearest in N, within NEAR_N, at the same K."""
+    if (bucket, n, k, name) in TABLE:
+        return True, TABLE[(bucket, n, k, name)]
+    near = [key for key in TABLE if key[0] == bucket and key[2] == k and key[3] == name]
+    near = [key for key in near if abs(key[1] - n) <= NEAR_N * key[1]]
+    if not near:
+        return False, None
+    return True, TABLE[min(near, key=lambda key: abs(key[1] - n))]
+
+
 def decode_entry(n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | None:
     """The skinny tile measured best for one row of an [N, K] weight, None where cuBLAS won."""
-    return TABLE.get((1, n, k, str(dtype).removeprefix("torch.")))
+    return _entry(1, n, k, str(dtype).removeprefix("torch."))[1]
 
 
 def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | None:
@@ -53,6 +69,7 @@ def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | Non
     name = str(dtype).removeprefix("torch.")
     # Buckets the table lacks fall back to the next measured bucket up.
     for b in M_BUCKETS[M_BUCKETS.index(bucket) :]:
-        if (b, n, k, name) in TABLE:
-            return TABLE[(b, n, k, name)]
+        found, config = _entry(b, n, k, name)
+        if found:
+            return config
     return None

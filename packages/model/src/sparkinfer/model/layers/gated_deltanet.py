@@ -1,9 +1,9 @@
 """Gated DeltaNet linear attention with conv and recurrent state per slot (SPEC §5).
 
-in_proj_qkvz gives [q | k | v | z] and in_proj_ba gives [b | a], one GEMM each (the checkpoint's
-in_proj_qkv + in_proj_z and in_proj_b + in_proj_a, stacked by rows in weights.py). Their outputs
-are split by views, no copies: the conv and gating kernels read strided rows, the gated norm
-strided heads. Only the [q | k | v] channels go through the causal conv and SiLU.
+in_proj gives [q | k | v | z | b | a] in one GEMM (the checkpoint's in_proj_qkv, in_proj_z,
+in_proj_b and in_proj_a, stacked by rows in weights.py). Its output is split by views, no copies:
+the conv, gating and recurrent kernels read strided rows, the gated norm strided heads. Only the
+[q | k | v] channels go through the causal conv and SiLU.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj.
@@ -53,8 +53,8 @@ class GatedDeltaNet(nn.Module):
         self.ops = ops
         dims = {"ops": ops, "device": device, "dtype": dtype}
         hidden, self.conv_dim = config.hidden_size, config.linear_conv_dim
-        self.in_proj_qkvz = Linear(hidden, self.conv_dim + self.value_dim, **dims)
-        self.in_proj_ba = Linear(hidden, 2 * self.num_v_heads, **dims)
+        self.in_proj_sizes = (self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads)
+        self.in_proj = Linear(hidden, sum(self.in_proj_sizes), **dims)
         self.conv1d = DepthwiseConvWeight(
             self.conv_dim, config.linear_conv_kernel_dim, device=device, dtype=dtype
         )
@@ -76,10 +76,9 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
-        qkvz = self.in_proj_qkvz(x)  # [T, conv_dim + value_dim]: pre-conv [q | k | v], then z
-        qkv, z = qkvz.split((self.conv_dim, self.value_dim), dim=-1)
+        # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
+        qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
-        b, a = self.in_proj_ba(x).split(self.num_v_heads, dim=-1)  # [T, HV] each
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
         if batch.is_decode:
