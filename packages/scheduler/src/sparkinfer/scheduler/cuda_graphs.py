@@ -67,6 +67,9 @@ class DecodeGraphs:
         # Host staging: [ids, positions, slot mapping, cached, context, state slot] per row.
         self._rows_cpu = torch.zeros(6, n, dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        # Filled through numpy views: a torch op per element costs microseconds of host time.
+        self._rows_np = self._rows_cpu.numpy()
+        self._tables_np = self._tables_cpu.numpy()
         # Recorded after the copies out of the staging buffers. They are non-blocking, so a run
         # refilling the buffers first waits on it: else a copy still queued behind a failed step
         # reads the next step's rows and replays them twice (state updated twice).
@@ -106,7 +109,7 @@ class DecodeGraphs:
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
         self._staging_read.synchronize()  # unrecorded: returns at once
-        rows = self._rows_cpu
+        rows, tables = self._rows_np, self._tables_np
         rows[:, :bucket] = 0
         rows[2, :bucket] = -1  # padding rows write no KV
         rows[5, :bucket] = -1  # and touch no state slot
@@ -120,9 +123,9 @@ class DecodeGraphs:
             rows[4, i] = pos + 1
             assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
             rows[5, i] = seq.req.state_slot
-            self._tables_cpu[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+            tables[i, : len(table)] = table
         with torch.cuda.stream(self.stream):
-            dev = rows[:, :bucket].to(self.stream.device, non_blocking=True)
+            dev = self._rows_cpu[:, :bucket].to(self.stream.device, non_blocking=True)
             self.input_ids[:bucket].copy_(dev[0])
             self.positions[:bucket].copy_(dev[1])
             self.slot_mapping[:bucket].copy_(dev[2])
