@@ -188,8 +188,8 @@ def tune(device: torch.device) -> None:
     for batch, context in ((1, 131072), (8, 32768), (32, 4096), (1, 4096)):
         xs = _decode_inputs(batch, context, device)
         for bn, min_len, warps, stages in ((64, 256, 4, 2), (64, 512, 4, 2), (32, 256, 4, 3),
-                                           (128, 256, 8, 2), (64, 256, 8, 3), (32, 512, 2, 4),
-                                           (64, 128, 4, 2)):  # fmt: skip
+                                           (64, 128, 4, 2), (64, 64, 4, 2), (32, 128, 4, 3),
+                                           (32, 64, 4, 2), (32, 32, 4, 2)):  # fmt: skip
             cfg = DecodeConfig(BN=bn, MIN_SPLIT_LEN=min_len, MAX_SPLITS=64, num_warps=warps,
                                num_stages=stages)  # fmt: skip
             try:

@@ -113,7 +113,7 @@ def _decode_merge_kernel(
     p_part_o, p_part_ml, p_ctx, p_gate, p_o,
     stride_gb, stride_gh, stride_ob, stride_oh,
     D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
-    MAX_SPLITS: tl.constexpr, HAS_GATE: tl.constexpr,
+    MAX_SPLITS: tl.constexpr, SPLIT_TILE: tl.constexpr, HAS_GATE: tl.constexpr,
 ):  # fmt: skip
     i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
@@ -130,13 +130,20 @@ def _decode_merge_kernel(
     o_part = (i_b * num_heads + i_h) * MAX_SPLITS
     b_ms = tl.load(p_part_ml + (o_part + o_s) * 2, mask=m_s, other=float("-inf"))
     b_ls = tl.load(p_part_ml + (o_part + o_s) * 2 + 1, mask=m_s, other=0.0)
-    b_w = tl.exp2(b_ms - tl.max(b_ms, axis=0)) * b_ls
-    b_w = b_w / tl.sum(b_w, axis=0)
+    b_max = tl.max(b_ms, axis=0)
+    b_denom = tl.sum(tl.exp2(b_ms - b_max) * b_ls, axis=0)
     b_acc = tl.zeros((BD,), dtype=tl.float32)
-    # Splits are folded in index order: the sum is the same whatever the launch order.
-    for s in range(0, num_splits):
-        b_ws = tl.sum(tl.where(o_s == s, b_w, 0.0), axis=0)
-        b_acc += b_ws * tl.load(p_part_o + (o_part + s) * BD + o_d, mask=m_d, other=0.0)
+    # SPLIT_TILE partials at a time, tiles in index order and a fixed reduction tree inside
+    # each: the sum depends on the split plan alone, never on the launch order or the batch.
+    for s0 in range(0, num_splits, SPLIT_TILE):
+        o_t = s0 + tl.arange(0, SPLIT_TILE)
+        m_t = o_t < num_splits
+        b_mt = tl.load(p_part_ml + (o_part + o_t) * 2, mask=m_t, other=float("-inf"))
+        b_lt = tl.load(p_part_ml + (o_part + o_t) * 2 + 1, mask=m_t, other=0.0)
+        b_wt = tl.exp2(b_mt - b_max) * b_lt / b_denom
+        p_t = p_part_o + (o_part + o_t)[:, None] * BD + o_d[None, :]
+        b_ot = tl.load(p_t, mask=m_t[:, None] & m_d[None, :], other=0.0)
+        b_acc += tl.sum(b_wt[:, None] * b_ot, axis=0)
     if HAS_GATE:
         b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
         b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
@@ -204,7 +211,8 @@ def launch_decode(
         part_o, part_ml, context_lens, g, o,
         g.stride(0), g.stride(1), o.stride(0), o.stride(1),
         D=d, BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN,
-        MAX_SPLITS=config.MAX_SPLITS, HAS_GATE=gate is not None, num_warps=4,
+        MAX_SPLITS=config.MAX_SPLITS, SPLIT_TILE=min(16, config.MAX_SPLITS),
+        HAS_GATE=gate is not None, num_warps=4,
     )  # fmt: skip
     return o
 
