@@ -23,6 +23,7 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_prefill_ref,
     write_kv_cache_ref,
 )
+from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary_ref
 from sparkinfer.kernels.rms_norm import gated_rms_norm_ref, rms_norm_ref
 from sparkinfer.kernels.rotary import apply_rotary_ref
 
@@ -37,6 +38,7 @@ class KernelOps:
     gated_rms_norm: Op
     apply_rotary: Op
     write_kv_cache: Op
+    qk_norm_rotary: Op
     paged_attention_prefill: Op
     paged_attention_decode: Op
     causal_conv1d: Op
@@ -54,6 +56,7 @@ REFERENCE_OPS = KernelOps(
     gated_rms_norm=gated_rms_norm_ref,
     apply_rotary=apply_rotary_ref,
     write_kv_cache=write_kv_cache_ref,
+    qk_norm_rotary=qk_norm_rotary_ref,
     paged_attention_prefill=paged_attention_prefill_ref,
     paged_attention_decode=paged_attention_decode_ref,
     causal_conv1d=causal_conv1d_ref,
@@ -82,6 +85,7 @@ def triton_ops() -> KernelOps:
         paged_attention_prefill,
         write_kv_cache,
     )
+    from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary
     from sparkinfer.kernels.rms_norm import gated_rms_norm, rms_norm
     from sparkinfer.kernels.rotary import apply_rotary
 
@@ -90,6 +94,7 @@ def triton_ops() -> KernelOps:
         gated_rms_norm=gated_rms_norm,
         apply_rotary=apply_rotary,
         write_kv_cache=write_kv_cache,
+        qk_norm_rotary=qk_norm_rotary,
         paged_attention_prefill=paged_attention_prefill,
         paged_attention_decode=paged_attention_decode,
         causal_conv1d=causal_conv1d,

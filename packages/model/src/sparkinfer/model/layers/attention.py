@@ -3,7 +3,9 @@
 qkv_proj is one GEMM giving [q_and_gate | k | v] (the checkpoint's q_proj, k_proj and v_proj,
 stacked by rows in weights.py); the three parts are views of its output, no copies. q_and_gate
 holds [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNorm over each head
-before the partial rotary; the output is multiplied by sigmoid(gate) before o_proj.
+before the partial rotary, fused with the KV-cache write into one kernel (`qk_norm_rotary`); the
+q_norm/k_norm modules only hold the checkpoint's norm weights. The output is multiplied by
+sigmoid(gate) before o_proj.
 """
 
 from __future__ import annotations
@@ -53,13 +55,24 @@ class GatedAttention(nn.Module):
         q_gate, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         q_gate = q_gate.view(num_tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
-        q, _ = self.q_norm(q)  # the norms read strided heads; the output is contiguous
-        k, _ = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # the cache write reads strides
-        q, k = self.ops.apply_rotary(q, k, cos, sin)
-
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         cache = batch.caches.attention[self.layer_idx]
-        self.ops.write_kv_cache(k, v, cache.k, cache.v, batch.slot_mapping)
+        # One op norms and rotates q and k and stores k and v in the cache (a single kernel on
+        # CUDA), reading the strided views; q comes back contiguous [T, H, D].
+        q = self.ops.qk_norm_rotary(
+            q,
+            k,
+            v,
+            q_weight=self.q_norm.weight,
+            k_weight=self.k_norm.weight,
+            eps=self.q_norm.eps,
+            cos=cos,
+            sin=sin,
+            k_cache=cache.k,
+            v_cache=cache.v,
+            slot_mapping=batch.slot_mapping,
+        )
         if batch.is_decode:
             o = self.ops.paged_attention_decode(
                 q,
