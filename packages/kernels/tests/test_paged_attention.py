@@ -13,8 +13,10 @@ from sparkinfer.kernels.paged_attention import (
     write_kv_cache,
     write_kv_cache_ref,
 )
+from sparkinfer.kernels.paged_attention import prefill as prefill_module
 from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
 from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
+from sparkinfer.kernels.paged_attention.prefill_tma import tma_layout_error
 from transformers.models.qwen3_5.modeling_qwen3_5 import eager_attention_forward
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -138,6 +140,121 @@ def test_prefill_ref_matches_transformers_eager():
     torch.testing.assert_close(_prefill(paged_attention_prefill_ref, b), hf)
 
 
+def _launch(b, config, scale=0.3, use_gate=True):
+    return launch_prefill(b["q"], b["k_cache"], b["v_cache"], b["cu_seqlens"], b["cached_lens"],
+                          b["block_tables"], scale, b["gate"] if use_gate else None,
+                          config)  # fmt: skip
+
+
+def _stale_nan_rows(b) -> None:
+    """NaN in every cache row no sequence's context covers, as stale or never-written rows."""
+    block_size = b["k_cache"].shape[1]
+    is_live = torch.zeros(b["k_cache"].shape[:2], dtype=torch.bool, device=b["k_cache"].device)
+    for row, ctx in zip(b["block_tables"].tolist(), b["context_lens"].tolist(), strict=True):
+        for pos in range(ctx):
+            is_live[row[pos // block_size], pos % block_size] = True
+    b["k_cache"][~is_live] = float("nan")
+    b["v_cache"][~is_live] = float("nan")
+
+
+@pytest.fixture
+def tma_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the pointer kernel unusable, so a passing test proves the TMA kernel ran."""
+    monkeypatch.setattr(prefill_module, "_prefill_kernel", None)
+
+
+TMA_TILES = PrefillConfig(BM=32, BN=16, num_warps=4, num_stages=1, use_tma=True)
+TMA_PREFETCH = PrefillConfig(BM=32, BN=16, num_warps=4, num_stages=1, use_tma=True,
+                             use_qk_prefetch=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("config", [TMA_TILES, TMA_PREFETCH], ids=["plain", "prefetch"])
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129])
+def test_prefill_tma_lengths(length, config, tma_only, assert_close):
+    """Lengths around the 16-key tile, 32-row query tile and 32-row cache block edges (fp16)."""
+    b = _paged_batch([length], [0], block_size=32, dtype=torch.float16, seed=20 + length)
+    assert_close(_launch(b, config), _prefill(paged_attention_prefill_ref, b))
+
+
+@pytest.mark.parametrize("config", [TMA_TILES, TMA_PREFETCH], ids=["plain", "prefetch"])
+@pytest.mark.parametrize("block_size", [16, 32, 64])
+def test_prefill_tma_varlen_cached_prefix_stale_rows(block_size, config, tma_only, assert_close):
+    """Ragged lengths and prefixes around every boundary; unused cache rows hold NaN."""
+    lens, cached = [1, 63, 17, 40, 5, 129, 64], [0, 5, 31, 100, 64, 2, 63]
+    b = _paged_batch(lens, cached, block_size=block_size, dtype=torch.float16, seed=block_size)
+    _stale_nan_rows(b)
+    assert_close(_launch(b, config), _prefill(paged_attention_prefill_ref, b))
+
+
+def test_prefill_tma_bf16_gqa_without_gate(tma_only, assert_close):
+    b = _paged_batch([70, 33], [47, 129], block_size=64, heads=(6, 1), d=64,
+                     dtype=torch.bfloat16, seed=21)  # fmt: skip
+    config = PrefillConfig(BM=32, BN=32, num_warps=4, num_stages=2, use_tma=True)
+    _check(_launch(b, config, 0.2, False), _prefill(paged_attention_prefill_ref, b, 0.2, False),
+           assert_close)  # fmt: skip
+
+
+def test_prefill_tma_past_2048_tokens_with_gpu_tiles(tma_only, assert_close):
+    """A long new chunk and a long cached prefix with the 128x64 tiles of the GPU sweep."""
+    b = _paged_batch([2100, 9], [0, 2045], heads=(2, 1), d=16, block_size=64,
+                     dtype=torch.float16, seed=22)  # fmt: skip
+    config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
+                           use_qk_prefetch=True)  # fmt: skip
+    assert_close(_launch(b, config, 0.25), _prefill(paged_attention_prefill_ref, b, 0.25))
+
+
+def test_prefill_tma_contiguous_q_matches_pointer_kernel(assert_close):
+    """Dense heads (the model's normed q) through both kernels."""
+    b = _paged_batch([50, 3], [14, 0], block_size=16, dtype=torch.float16, seed=23)
+    b["q"] = b["q"].contiguous()
+    pointer = _launch(b, PrefillConfig(BM=32, BN=16, num_warps=4, num_stages=1))
+    assert tma_layout_error(b["q"], b["k_cache"], b["v_cache"], b["gate"], TMA_TILES) is None
+    assert_close(_launch(b, TMA_TILES), pointer)
+
+
+def _tma_fallbacks() -> dict[str, tuple[dict, PrefillConfig, str]]:
+    """Layouts the TMA kernel cannot take, with the reason tma_layout_error gives."""
+    base = {"block_size": 32, "dtype": torch.float16}
+    sliced = _paged_batch([20], [3], seed=24, d=40, **base)
+    sliced["q"], sliced["gate"] = sliced["q"][..., :32], sliced["gate"][..., :32]
+    # Heads 40 apart in the cache: a [rows, HKV * D] view cannot address them.
+    sliced["k_cache"], sliced["v_cache"] = sliced["k_cache"][..., :32], sliced["v_cache"][..., :32]
+    strided = _paged_batch([20], [3], seed=25, **base)
+    strided["q"] = torch.randn(20, 4, 36).half()[..., :32]  # 72-byte head stride
+    shifted = _paged_batch([20], [3], seed=29, **base)
+    shifted["q"] = torch.randn(20 * 4 * 32 + 1).half()[1:].view(20, 4, 32)  # base off by 2 bytes
+    return {
+        "fp32": (_paged_batch([20], [3], seed=26, block_size=32), TMA_TILES, "bf16 or fp16"),
+        "block": (_paged_batch([20], [3], seed=27, **base),
+                  PrefillConfig(BM=32, BN=64, num_warps=4, num_stages=1, use_tma=True),
+                  "not a multiple of BN"),
+        "head_dim": (_paged_batch([20], [3], seed=28, d=24, **base), TMA_TILES, "D=24"),
+        "cache_strides": (sliced, TMA_TILES, "do not flatten"),
+        "q_strides": (strided, TMA_TILES, "q base or strides (144, 36, 1)"),
+        "q_base": (shifted, TMA_TILES, "q base"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", ["fp32", "block", "head_dim", "cache_strides", "q_strides", "q_base"]
+)
+def test_prefill_tma_falls_back_to_pointer_kernel(case, monkeypatch, assert_close):
+    b, config, reason = _tma_fallbacks()[case]
+    error = tma_layout_error(b["q"], b["k_cache"], b["v_cache"], b["gate"], config)
+    assert error is not None and reason in error
+    monkeypatch.setattr(prefill_module, "launch_prefill_tma", None)
+    _check(_launch(b, config), _prefill(paged_attention_prefill_ref, b), assert_close)
+
+
+def test_prefill_config_rejects_bad_fields():
+    with pytest.raises(ValueError, match="BM is 24"):
+        PrefillConfig(BM=24)
+    with pytest.raises(ValueError, match="num_stages=0"):
+        PrefillConfig(num_stages=0)
+    with pytest.raises(ValueError, match="set use_tma=True"):
+        PrefillConfig(use_qk_prefetch=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_decode_matches_ref(dtype, assert_close):
     """Contexts of 1, 15-17, 63-65 and several splits, plus a padding row (length 0)."""
@@ -252,3 +369,23 @@ def test_decode_real_shapes_on_gpu(assert_close):
             paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1], scale
         )
         assert torch.equal(single[0], out[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "config",
+    [
+        PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True),
+        PrefillConfig(BM=128, BN=32, num_warps=8, num_stages=3, use_tma=True),
+        PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True, use_qk_prefetch=True),
+        PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True),
+    ],
+)
+def test_prefill_tma_real_shapes_on_gpu(config, tma_only, assert_close):
+    lens, cached = [1, 63, 64, 65, 127, 128, 129, 2100, 700], [0, 1, 0, 64, 64, 1000, 1, 0, 3000]
+    b = _paged_batch(lens, cached, heads=(24, 4), d=256, block_size=64, dtype=torch.bfloat16,
+                     device="cuda", seed=13)  # fmt: skip
+    _stale_nan_rows(b)
+    assert tma_layout_error(b["q"], b["k_cache"], b["v_cache"], b["gate"], config) is None
+    scale = 256**-0.5
+    assert_close(_launch(b, config, scale), _prefill(paged_attention_prefill_ref, b, scale))

@@ -4,7 +4,8 @@ One program computes BM query rows of one query head of one sequence (flash atte
 softmax in fp32 over BN-key tiles gathered through the block table), then applies the sigmoid
 output gate. Query tiles of all sequences are numbered in one grid axis without a host sync: a
 small device-side map sends each tile to its sequence. Within a sequence the latest (longest)
-tiles run first.
+tiles run first. `PrefillConfig.use_tma` selects the Hopper variant in prefill_tma.py (descriptor
+tile loads) whenever the layout allows it; otherwise this pointer kernel runs.
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
@@ -24,18 +25,40 @@ from sparkinfer.kernels.paged_attention.checks import (
     check_heads,
     check_index,
 )
+from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
 class PrefillConfig:
-    """Tile sizes and launch parameters of the prefill kernel."""
+    """Tile sizes and launch parameters of the prefill kernel.
+
+    use_tma takes the TMA-descriptor kernel (prefill_tma.py) when the inputs allow it (Hopper or
+    the interpreter, bf16/fp16, block_size a multiple of BN, 16-byte-aligned strides) and the
+    pointer kernel otherwise. use_qk_prefetch (TMA kernel only) issues the next key tile's
+    Q K^T before the current tile's softmax.
+    """
 
     BM: int = 128
     BN: int = 64
     num_warps: int = 8
     num_stages: int = 3
+    use_tma: bool = False
+    use_qk_prefetch: bool = False
+
+    def __post_init__(self) -> None:
+        for name, tile in (("BM", self.BM), ("BN", self.BN)):
+            if tile < 16 or tile & (tile - 1):
+                raise ValueError(f"PrefillConfig.{name} is {tile}; expected a power of two >= 16")
+        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise ValueError(
+                f"PrefillConfig has num_warps={self.num_warps}, num_stages={self.num_stages}; "
+                "expected num_warps a power of two <= 16 and num_stages >= 1"
+            )
+        if self.use_qk_prefetch and not self.use_tma:
+            raise ValueError("PrefillConfig.use_qk_prefetch applies to the TMA kernel only: "
+                             "set use_tma=True too")  # fmt: skip
 
 
 @triton.jit
@@ -186,13 +209,19 @@ def launch_prefill(
     gate: torch.Tensor | None,
     config: PrefillConfig,
 ) -> torch.Tensor:
-    """paged_attention_prefill with explicit tiles (the benchmark sweeps them)."""
+    """paged_attention_prefill with explicit tiles and kernel (the benchmark sweeps them)."""
     _check(q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, gate)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     num_seqs, (num_tokens, num_heads, d) = cu_seqlens.shape[0] - 1, q.shape
     if num_tokens == 0 or num_seqs == 0:
         return o
     tile_seq, cu_tiles, grid = _tile_map(cu_seqlens, num_tokens, config.BM)
+    if config.use_tma and tma_layout_error(q, k_cache, v_cache, gate, config) is None:
+        launch_prefill_tma(
+            o, q, k_cache, v_cache, gate=gate, index=(cu_seqlens, cached_lens, block_tables),
+            tile_map=(tile_seq, cu_tiles, grid), qk_scale=scale * LOG2E, config=config,
+        )  # fmt: skip
+        return o
     g = gate if gate is not None else q
     _prefill_kernel[(grid, num_heads)](
         q, k_cache, v_cache, g, o,

@@ -1,0 +1,243 @@
+"""Hopper variant of the paged prefill kernel: tile loads go through TMA tensor descriptors.
+
+The caches are viewed as 2-D [num_blocks * block_size, HKV * D]. When block_size is a multiple of
+BN, a BN-key tile lies inside one cache block, so key tile n0 of a sequence is the descriptor box
+at row block_table[n0 // block_size] * block_size + n0 % block_size, column kvh * D: one bulk copy
+per tile instead of per-row address arithmetic. The K box lands in shared memory and feeds the
+QK^T product as a transposed view, so no register transpose is needed. q and gate are read
+through 2-D [T, (H-1) * stride_h + D] windows, head h at column h * stride_h (any 16-byte-aligned
+token and head strides, e.g. per-head halves of one projection), so Q stays in shared memory
+as the dots' A operand; a whole output tile is stored through a descriptor, a partial one with
+masked stores so rows of the next sequence are left alone. The schedule is prefill.py's: one
+program per (query tile, head), latest tiles first, unmasked key tiles then the diagonal.
+"""
+
+# Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
+# pyright: reportArgumentType=false, reportCallIssue=false
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels._triton import dot_dtype, is_interpreting
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+if TYPE_CHECKING:  # prefill.py imports this module to dispatch
+    from sparkinfer.kernels.paged_attention.prefill import PrefillConfig
+
+TMA_DTYPES = (torch.bfloat16, torch.float16)
+MAX_BOX = 256  # elements per dimension of one TMA box
+ALIGN_BYTES = 16  # TMA base address and strides
+
+
+@triton.jit
+def _kv_row(p_bt, n0, BLOCK_SIZE: tl.constexpr):
+    """Cache row of key n0: a BN-key tile starting there lies inside one cache block."""
+    # TMA coordinates are int32; tma_layout_error keeps num_blocks * block_size below 2**31.
+    return tl.load(p_bt + n0 // BLOCK_SIZE) * BLOCK_SIZE + n0 % BLOCK_SIZE
+
+
+@triton.jit
+def _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE: tl.constexpr):
+    """S = Q K^T * scale [BM, BN] in the log2 domain; K's box feeds the dot as a transposed view."""
+    b_k = desc_k.load([row, kv_col]).to(DOT_DTYPE)  # [BN, D]
+    return tl.dot(b_q, b_k.T) * qk_scale
+
+
+@triton.jit
+def _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE: tl.constexpr):
+    """Online-softmax update of (acc, m, l) with one tile's scores b_s and values b_v [BN, D]."""
+    b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+    b_p = tl.exp2(b_s - b_m_new[:, None])
+    b_alpha = tl.exp2(b_m - b_m_new)
+    b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+    b_acc = b_acc * b_alpha[:, None]
+    b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v, b_acc)
+    return b_acc, b_m_new, b_l
+
+
+@triton.jit
+def _unmasked_tiles(
+    b_q, b_acc, b_m, b_l, n_full, desc_k, desc_v, p_bt, kv_col, qk_scale,
+    BLOCK_SIZE: tl.constexpr, BN: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Keys 0..n_full-1, which every query row of the tile sees: no mask."""
+    if USE_QK_PREFETCH:
+        # Issue the next tile's Q K^T before this tile's softmax, so the tensor cores work on it
+        # while the softmax runs (flash-attention 3's intra-warpgroup overlap).
+        if n_full > 0:
+            row = _kv_row(p_bt, 0, BLOCK_SIZE)
+            b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
+            for n0 in range(BN, n_full, BN):
+                row_next = _kv_row(p_bt, n0, BLOCK_SIZE)
+                b_s_next = _scores(b_q, desc_k, row_next, kv_col, qk_scale, DOT_DTYPE)
+                b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
+                b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
+                b_s, row = b_s_next, row_next
+            b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
+            b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
+    else:
+        for n0 in range(0, n_full, BN):
+            row = _kv_row(p_bt, n0, BLOCK_SIZE)
+            b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
+            b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
+            b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
+    return b_acc, b_m, b_l
+
+
+@triton.jit
+def _prefill_tma_kernel(
+    desc_q, desc_k, desc_v, desc_g, desc_o, p_o,
+    p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
+    qk_scale, stride_qh, stride_gh, stride_ot, stride_oh, stride_btb,
+    GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    i_tile, i_h = tl.program_id(0), tl.program_id(1)
+    i_b = tl.load(p_tile_seq + i_tile)
+    tile_end = tl.load(p_cu_tiles + i_b + 1)
+    if i_tile >= tile_end:
+        return
+    seq_start = tl.load(p_cu + i_b)
+    seq_len = tl.load(p_cu + i_b + 1) - seq_start
+    cached = tl.load(p_cached + i_b)
+    ctx_len = cached + seq_len
+    # Latest tiles first: they have the most keys, so the grid tail is short.
+    m_start = (tile_end - 1 - i_tile) * BM
+    row0 = seq_start + m_start
+    o_pos = cached + m_start + tl.arange(0, BM)  # absolute positions of the query rows
+
+    # Rows past seq_len read the next sequence (or TMA's zero padding): computed, never stored.
+    b_q = desc_q.load([row0, i_h * stride_qh]).to(DOT_DTYPE)  # stays in shared memory
+    kv_col = (i_h // GROUP) * D
+    p_bt += i_b.to(tl.int64) * stride_btb
+    b_acc = tl.zeros((BM, D), dtype=tl.float32)
+    b_m = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    b_l = tl.zeros((BM,), dtype=tl.float32)
+    # Keys up to the first row's position are visible to every row: no mask needed there.
+    n_full = (cached + m_start + 1) // BN * BN
+    b_acc, b_m, b_l = _unmasked_tiles(
+        b_q, b_acc, b_m, b_l, n_full, desc_k, desc_v, p_bt, kv_col, qk_scale,
+        BLOCK_SIZE, BN, USE_QK_PREFETCH, DOT_DTYPE,
+    )  # fmt: skip
+    n_end = tl.minimum(ctx_len, cached + m_start + BM)
+    for n0 in range(n_full, n_end, BN):
+        row = _kv_row(p_bt, n0, BLOCK_SIZE)
+        b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
+        o_n = n0 + tl.arange(0, BN)
+        m_n = o_n < ctx_len
+        b_s = tl.where((o_n[None, :] <= o_pos[:, None]) & m_n[None, :], b_s, float("-inf"))
+        # Rows past the context are stale cache contents, possibly NaN: P = 0 does not hide NaN.
+        b_v = tl.where(m_n[:, None], desc_v.load([row, kv_col]).to(DOT_DTYPE), 0.0)
+        b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
+
+    b_o = b_acc / b_l[:, None]
+    if HAS_GATE:
+        b_g = desc_g.load([row0, i_h * stride_gh]).to(tl.float32)
+        b_o = b_o * tl.sigmoid(b_g)
+    b_o = b_o.to(p_o.dtype.element_ty)
+    if m_start + BM <= seq_len:
+        desc_o.store([row0, i_h * D], b_o)
+    else:
+        o_m = m_start + tl.arange(0, BM)
+        o_t = (seq_start + o_m).to(tl.int64)
+        p_out = p_o + o_t[:, None] * stride_ot + i_h * stride_oh + tl.arange(0, D)[None, :]
+        tl.store(p_out, b_o, mask=(o_m < seq_len)[:, None])
+
+
+def _aligned(t: torch.Tensor, *strides: int) -> bool:
+    """t's base address and the given strides (in elements) are multiples of 16 bytes."""
+    size = t.element_size()
+    return t.data_ptr() % ALIGN_BYTES == 0 and all(x * size % ALIGN_BYTES == 0 for x in strides)
+
+
+def _device_error(q: torch.Tensor) -> str | None:
+    """Why q's device cannot run descriptors, or None."""
+    if q.is_cuda:
+        major, minor = torch.cuda.get_device_capability(q.device)
+        return None if major >= 9 else f"TMA needs sm_90 or newer; the GPU is sm_{major}{minor}"
+    return None if is_interpreting() else f"TMA needs a CUDA device; q is on {q.device}"
+
+
+def tma_layout_error(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    gate: torch.Tensor | None,
+    config: PrefillConfig,
+) -> str | None:
+    """Why these (already checked) inputs cannot take the TMA kernel, or None when they can."""
+    device_error = _device_error(q)
+    if device_error is not None:
+        return device_error
+    num_blocks, block_size, _, d = k_cache.shape
+    if q.dtype not in TMA_DTYPES:
+        return f"TMA path takes bf16 or fp16; got {q.dtype}"
+    if d & (d - 1) or d > MAX_BOX or d * q.element_size() < ALIGN_BYTES:
+        return f"D={d} is not a power of two with 16 bytes <= D <= {MAX_BOX} elements"
+    if block_size % config.BN or max(config.BM, config.BN) > MAX_BOX:
+        return (
+            f"block_size {block_size} is not a multiple of BN={config.BN} "
+            f"(or BM={config.BM} / BN exceeds {MAX_BOX})"
+        )
+    if num_blocks * block_size >= 2**31:
+        return f"{num_blocks * block_size} cache rows overflow int32 TMA coordinates"
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.stride(2) != d or cache.stride(0) != block_size * cache.stride(1):
+            return f"{name} strides {cache.stride()} do not flatten to [rows, HKV*D]"
+        if not _aligned(cache, cache.stride(1)):
+            return f"{name} base or row stride {cache.stride(1)} is not 16-byte aligned"
+    for name, t in (("q", q), ("gate", gate)):
+        if t is not None and not _aligned(t, t.stride(0), t.stride(1)):
+            return f"{name} base or strides {t.stride()} are not 16-byte aligned"
+    return None
+
+
+def launch_prefill_tma(
+    o: torch.Tensor,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    gate: torch.Tensor | None,
+    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    tile_map: tuple[torch.Tensor, torch.Tensor, int],
+    qk_scale: float,
+    config: PrefillConfig,
+) -> None:
+    """Fill o [T, H, D] (contiguous) with the TMA kernel; inputs passed tma_layout_error.
+
+    index is (cu_seqlens, cached_lens, block_tables); tile_map is prefill._tile_map's result.
+    """
+    num_tokens, num_heads, d = q.shape
+    bm, bn = config.BM, config.BN
+    rows = k_cache.shape[0] * k_cache.shape[1]
+    hkv = k_cache.shape[2]
+
+    def _kv(cache: torch.Tensor) -> TensorDescriptor:
+        return TensorDescriptor(cache, [rows, hkv * d], [cache.stride(1), 1], [bn, d])
+
+    def _heads(t: torch.Tensor) -> TensorDescriptor:
+        # A 2-D window [T, (H-1) * stride_h + D]: head h is the box at column h * stride_h. A
+        # 2-D box (no reshape) lets Q feed the dots from shared memory instead of 64 registers.
+        cols = (num_heads - 1) * t.stride(1) + d
+        return TensorDescriptor(t, [num_tokens, cols], [t.stride(0), 1], [bm, d])
+
+    desc_q = _heads(q)
+    g = gate if gate is not None else q
+    desc_o = TensorDescriptor(o, [num_tokens, num_heads * d], [o.stride(0), 1], [bm, d])
+    cu_seqlens, cached_lens, block_tables = index
+    tile_seq, cu_tiles, grid = tile_map
+    _prefill_tma_kernel[(grid, num_heads)](
+        desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o,
+        cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
+        qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
+        GROUP=num_heads // hkv, BLOCK_SIZE=k_cache.shape[1], D=d, BM=bm, BN=bn,
+        HAS_GATE=gate is not None, USE_QK_PREFETCH=config.use_qk_prefetch,
+        DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
