@@ -389,3 +389,12 @@ def test_prefill_tma_real_shapes_on_gpu(config, tma_only, assert_close):
     assert tma_layout_error(b["q"], b["k_cache"], b["v_cache"], b["gate"], config) is None
     scale = 256**-0.5
     assert_close(_launch(b, config, scale), _prefill(paged_attention_prefill_ref, b, scale))
+
+
+def test_decode_merges_more_splits_than_one_merge_tile(assert_close):
+    """47 splits of 64 keys: the merge folds them 16 at a time, tiles in index order."""
+    b = _paged_batch([1, 1], [2999, 100], heads=(4, 1), d=16, block_size=64, seed=11)
+    config = DecodeConfig(BN=64, MIN_SPLIT_LEN=64, MAX_SPLITS=64, num_warps=4, num_stages=1)
+    out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
+                        b["block_tables"], 0.25, b["gate"], config)  # fmt: skip
+    assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale=0.25))

@@ -34,6 +34,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("attention prefill", r"_prefill_kernel"),
     ("attention decode", r"_decode_(split|merge)"),
     ("KV cache write", r"_write_kv_cache"),
+    ("q/k norm + rotary + KV write", r"_qk_norm_rotary"),
     ("RMSNorm (plain, gated)", r"rms_norm"),
     ("rotary", r"_apply_rotary"),
     ("SwiGLU", r"_silu_and_mul"),
