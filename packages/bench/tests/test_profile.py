@@ -13,6 +13,8 @@ def test_kernel_names_fall_into_their_ops():
     assert profile.category("void at::native::vectorized_elementwise_kernel<4>") == (
         "torch copies, fills, elementwise"
     )
+    assert profile.category("void cublasLt::splitKreduce_kernel<32, 16>") == "linear (cuBLAS)"
+    assert profile.category("_qk_norm_rotary_kernel") == "q/k norm + rotary + KV write"
     assert profile.category("something_new") == "other"
 
 
