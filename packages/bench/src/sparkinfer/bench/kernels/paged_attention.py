@@ -174,10 +174,13 @@ def _decode_error(x: dict[str, torch.Tensor]) -> float:
 def tune(device: torch.device) -> None:
     """Print the time of each candidate tile config at representative shapes."""
     x = _prefill_inputs(16384, device)
-    for bm, bn, warps, stages in ((128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2),
-                                  (128, 32, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3),
-                                  (128, 128, 8, 2), (64, 32, 4, 3)):  # fmt: skip
-        cfg = PrefillConfig(BM=bm, BN=bn, num_warps=warps, num_stages=stages)
+    for bm, bn, warps, stages, tma, prefetch in (
+        (128, 64, 8, 3, False, False), (128, 64, 8, 2, True, False), (128, 64, 8, 3, True, False),
+        (128, 64, 8, 2, True, True), (128, 64, 8, 3, True, True), (128, 32, 8, 3, True, False),
+        (64, 64, 4, 3, True, False),
+    ):  # fmt: skip
+        cfg = PrefillConfig(BM=bm, BN=bn, num_warps=warps, num_stages=stages, use_tma=tma,
+                            use_qk_prefetch=prefetch)  # fmt: skip
         try:
             t = time_cuda(_prefill_call(x, cfg), warmup=2, iters=5)
             print(f"prefill T=16384 {cfg}: {t.median_ms:.3f} ms", flush=True)
