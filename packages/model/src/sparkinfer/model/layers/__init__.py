@@ -21,11 +21,9 @@ from sparkinfer.kernels.gated_delta_rule import (
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
-    write_kv_cache_ref,
 )
 from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary_ref
 from sparkinfer.kernels.rms_norm import gated_rms_norm_ref, rms_norm_ref
-from sparkinfer.kernels.rotary import apply_rotary_ref
 
 Op = Callable[..., Any]
 
@@ -36,8 +34,6 @@ class KernelOps:
 
     rms_norm: Op
     gated_rms_norm: Op
-    apply_rotary: Op
-    write_kv_cache: Op
     qk_norm_rotary: Op
     paged_attention_prefill: Op
     paged_attention_decode: Op
@@ -54,8 +50,6 @@ class KernelOps:
 REFERENCE_OPS = KernelOps(
     rms_norm=rms_norm_ref,
     gated_rms_norm=gated_rms_norm_ref,
-    apply_rotary=apply_rotary_ref,
-    write_kv_cache=write_kv_cache_ref,
     qk_norm_rotary=qk_norm_rotary_ref,
     paged_attention_prefill=paged_attention_prefill_ref,
     paged_attention_decode=paged_attention_decode_ref,
@@ -83,17 +77,13 @@ def triton_ops() -> KernelOps:
     from sparkinfer.kernels.paged_attention import (
         paged_attention_decode,
         paged_attention_prefill,
-        write_kv_cache,
     )
     from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary
     from sparkinfer.kernels.rms_norm import gated_rms_norm, rms_norm
-    from sparkinfer.kernels.rotary import apply_rotary
 
     return KernelOps(
         rms_norm=rms_norm,
         gated_rms_norm=gated_rms_norm,
-        apply_rotary=apply_rotary,
-        write_kv_cache=write_kv_cache,
         qk_norm_rotary=qk_norm_rotary,
         paged_attention_prefill=paged_attention_prefill,
         paged_attention_decode=paged_attention_decode,
