@@ -1,15 +1,30 @@
 """Plain-torch q/k norm, partial rotary and KV-cache write: the specification for the fused kernel.
 
-It composes the references of the three steps it fuses, so it means exactly what running them one
-after the other means.
+Step by step it is `rms_norm_ref` on q and k, `apply_rotary_ref`, then `write_kv_cache_ref`, with
+their rounding points (a test checks it against those three run one after the other).
 """
 
 from __future__ import annotations
 
 import torch
-from sparkinfer.kernels.paged_attention.ref import write_kv_cache_ref
-from sparkinfer.kernels.rms_norm.ref import rms_norm_ref
-from sparkinfer.kernels.rotary.ref import apply_rotary_ref
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """(1+w) RMSNorm over the last dim in fp32, rounded to x.dtype."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.float())
+    return y.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The first R = cos.shape[-1] dims of every head of x [T, H, D] rotated NeoX style in fp32,
+    rounded to x.dtype; the other dims as they are."""
+    r, half = cos.shape[-1], cos.shape[-1] // 2
+    xf = x[..., :r].float()
+    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
+    out = x.clone()
+    out[..., :r] = (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+    return out
 
 
 def qk_norm_rotary_ref(
@@ -47,8 +62,14 @@ def qk_norm_rotary_ref(
     Returns:
         q_out: [T, H, D] contiguous in q.dtype, normed and rotated.
     """
-    q_out, _ = rms_norm_ref(q, q_weight, eps)
-    k_out, _ = rms_norm_ref(k, k_weight, eps)
-    apply_rotary_ref(q_out, k_out, cos, sin)
-    write_kv_cache_ref(k_out, v, k_cache, v_cache, slot_mapping)
+    q_out = _rotate(_norm(q, q_weight, eps), cos, sin)
+    k_out = _rotate(_norm(k, k_weight, eps), cos, sin)
+    block_size = k_cache.shape[1]
+    for t in range(k.shape[0]):
+        slot = int(slot_mapping[t])
+        if slot < 0:  # the token writes no cache row
+            continue
+        block, offset = divmod(slot, block_size)
+        k_cache[block, offset] = k_out[t]
+        v_cache[block, offset] = v[t]
     return q_out.contiguous()
