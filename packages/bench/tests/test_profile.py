@@ -31,7 +31,29 @@ def test_windows_sum_kernels_per_step_and_group_them():
         "decode 1 x 4096: the 5 largest kernels",
     ]
     summary = tables[0].rows[0]
-    assert summary[:2] == ["decode 1 x 4096", 2] and abs(summary[4] - 0.48) < 1e-9
+    assert summary[:2] == ["decode 1 x 4096", 2] and summary[3] is None
+    assert abs(summary[5] - 0.48) < 1e-9
     by_op = tables[1].rows
     assert by_op[0][0] == "linear (Triton skinny GEMM)" and by_op[0][2] == 11.0
     assert abs(sum(r[3] for r in by_op) - 1.0) < 1e-9
+
+
+class _Graphs:
+    stream = None
+
+    def run(self, seqs, bucket):
+        return "logits"
+
+
+class _Engine:
+    def __init__(self, graphs):
+        self.runner = type("Runner", (), {"graphs": graphs})()
+
+
+def test_timed_replays_wraps_the_graph_run_only_inside_the_block():
+    graphs = _Graphs()
+    with profile.timed_replays(_Engine(graphs)) as events:
+        assert graphs.run.__name__ == "timed" and events == []
+    assert graphs.run.__func__ is _Graphs.run  # the class's method again
+    with profile.timed_replays(_Engine(None)) as events:  # eager engines replay nothing
+        assert events == []
