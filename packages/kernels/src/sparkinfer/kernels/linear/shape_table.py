@@ -6,6 +6,7 @@ per shape, the winner and its tile config on the GPU it names; None marks a cuBL
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 from types import MappingProxyType
@@ -45,6 +46,7 @@ def m_bucket(m: int) -> int | None:
 NEAR_N = 0.01
 
 
+@functools.cache  # the table is fixed, and eager steps ask once per linear call
 def _entry(bucket: int, n: int, k: int, name: str) -> tuple[bool, SkinnyGemmConfig | None]:
     """(found, entry) for the measured shape nearest in N, within NEAR_N, at the same K."""
     if (bucket, n, k, name) in TABLE:
