@@ -1,11 +1,15 @@
 """Gated delta rule: references against transformers, fast ops against references."""
 
+import dataclasses
 import inspect
+import itertools
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.gated_delta_rule import (
+    chunk,
     chunk_gated_delta_rule,
     chunk_gated_delta_rule_ref,
     fused_recurrent_gated_delta_rule,
@@ -13,6 +17,7 @@ from sparkinfer.kernels.gated_delta_rule import (
     gdn_gating,
     gdn_gating_ref,
 )
+from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 H, HV, K, V = 2, 4, 16, 16
@@ -164,6 +169,92 @@ def test_chunk_deterministic_and_batch_invariant():
     assert torch.equal(o3, o1[75:]) and torch.equal(s3[2], s1[2])
 
 
+def wy_ref(x: dict, g: torch.Tensor, beta: torch.Tensor, lengths: list[int], scale: float):
+    """Per-chunk (64) WY form in fp32 with torch.linalg: (q̂, k̂, g_cum, w, u) as in ChunkWY."""
+    num_heads, num_v_heads = x["q"].shape[1], x["v"].shape[1]
+    q_hat, k_hat = l2norm_ref(x["q"]) * scale, l2norm_ref(x["k"])
+    g_cum, w, u = torch.zeros_like(g), torch.zeros(*g.shape, K), torch.zeros(x["v"].shape)
+    bounds = varlen(lengths).tolist()
+    for bos, eos in itertools.pairwise(bounds):
+        for t0 in range(bos, eos, 64):
+            rows = slice(t0, min(t0 + 64, eos))
+            g_cum[rows] = g[rows].cumsum(0)
+            for hv in range(num_v_heads):
+                kc = k_hat[rows, hv // (num_v_heads // num_heads)]
+                gc, bc = g_cum[rows, hv], beta[rows, hv].float()
+                a = (bc[:, None] * (kc @ kc.T) * (gc[:, None] - gc[None, :]).exp()).tril(-1)
+                eye = torch.eye(a.shape[0])
+                t = torch.linalg.solve_triangular(eye + a, eye, upper=False)
+                w[rows, hv] = t @ (kc * (bc * gc.exp())[:, None])
+                u[rows, hv] = t @ (x["v"][rows, hv].float() * bc[:, None])
+    return q_hat, k_hat, g_cum, w, u
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunk_wy_matches_linalg(dtype, assert_close):
+    # Keys near one direction (|k̂_i·k̂_j| near 1), strong writes and slow decay make A large and
+    # dense, so T = (I + A)^-1 is far from I in every block.
+    lengths = [150, 64, 17]
+    x = make_inputs(sum(lengths), seed=13, dtype=dtype)
+    x["k"] = x["k"].float() * 0.3 + torch.randn(K, generator=torch.Generator().manual_seed(1))
+    x["k"] = x["k"].to(dtype)
+    g, beta = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    g, beta = g * 0.01, (beta * 0.5 + 0.5).to(dtype)
+    wy = chunk.chunk_wy(
+        x["q"], x["k"], x["v"], g, beta=beta,
+        cu_seqlens=varlen(lengths), scale=0.5, use_qk_l2norm=True, launch=chunk.LAUNCH,
+    )  # fmt: skip
+    expected = wy_ref(x, g, beta, lengths, scale=0.5)
+    assert_close(wy.g_cum, expected[2], torch.float32)
+    for actual, want in zip(wy[:2] + wy[3:], expected[:2] + expected[3:], strict=True):
+        assert actual.dtype == dtype
+        assert_close(actual, want)
+
+
+LAUNCH_CHOICES = [
+    chunk.ChunkLaunch(out_chunks=1, solve_width=16, state_bv=16, out_bk=16, out_bv=16),
+    chunk.ChunkLaunch(out_chunks=2, solve_width=32, state_bv=32, out_bk=32, out_bv=64),
+    chunk.ChunkLaunch(out_chunks=4, solve_width=64, state_bv=64, out_bk=64, out_bv=32),
+    chunk.ChunkLaunch(out_chunks=8, solve_warps=2, state_warps=2, out_warps=4, out_stages=3),
+]
+
+
+@pytest.mark.parametrize("launch", LAUNCH_CHOICES, ids=["by1", "by2", "by4", "by8"])
+def test_chunk_launch_choices(launch, monkeypatch, assert_close):
+    # Tilings the H200 sweep may pick: column steps of the solve, the state kernel's V tile,
+    # output blocks of 1, 2, 4 and 8 chunks (a padding row and partial blocks included).
+    monkeypatch.setattr(chunk, "LAUNCH", launch)
+    lengths, slots, has_init = [1, 300, 64, 129], [0, 1, -1, 2], [True, False, True, True]
+    x = make_inputs(sum(lengths), seed=14, num_slots=3)
+    wide = make_inputs(sum(lengths), seed=15)
+    x["q"], x["k"] = torch.cat([x["q"], wide["q"]], 2), torch.cat([x["k"], wide["k"]], 2)
+    x["v"] = torch.cat([x["v"], wide["v"], x["v"] * 0.5, wide["v"]], 2)
+    x["state"] = torch.randn(3, HV, 2 * K, 4 * V) * 0.1
+    o, state = run_chunk(chunk_gated_delta_rule, x, lengths, slots, has_init)
+    o_ref, state_ref = run_chunk(chunk_gated_delta_rule_ref, x, lengths, slots, has_init)
+    assert_close(o, o_ref)
+    assert_close(state, state_ref)
+
+
+def test_chunk_long_sequence(assert_close):
+    # Past 2,048 tokens: 34 chunks of state carried in one sequence, beside a short one.
+    lengths = [2113, 40]
+    x = make_inputs(sum(lengths), seed=16, dtype=torch.bfloat16, num_slots=2)
+    o, state = run_chunk(chunk_gated_delta_rule, x, lengths, [1, 0], [True, False])
+    o_ref, state_ref = run_chunk(chunk_gated_delta_rule_ref, x, lengths, [1, 0], [True, False])
+    assert_close(o, o_ref)
+    assert_close(state, state_ref, torch.bfloat16)
+
+
+def test_chunk_launch_rejects_bad_choices():
+    with pytest.raises(ValueError, match="state_bv is 24"):
+        chunk.ChunkLaunch(state_bv=24)
+    with pytest.raises(ValueError, match="out_chunks is 3"):
+        dataclasses.replace(chunk.LAUNCH, out_chunks=3)
+    with pytest.raises(ValueError, match="solve_warps is 3"):
+        chunk.ChunkLaunch(solve_warps=3)
+
+
 def run_decode(fn, x: dict, slots: list[int], state: torch.Tensor) -> torch.Tensor:
     slots_t = torch.tensor(slots, device=state.device)
     args = (x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], state)
@@ -213,7 +304,7 @@ def test_state_handoff_prefill_then_decode(assert_close):
 def test_launchers_reject_bad_inputs():
     x = make_inputs(8, seed=40)
     g, beta = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
-    kw = {
+    kw: dict[str, Any] = {
         "cu_seqlens": varlen([8]),
         "state_slots": torch.tensor([0]),
         "has_initial_state": torch.tensor([False]),
@@ -223,10 +314,9 @@ def test_launchers_reject_bad_inputs():
         chunk_gated_delta_rule(*args, g.bfloat16(), beta, x["state"], **kw)
     with pytest.raises(ValueError, match="state has shape"):
         chunk_gated_delta_rule(*args, g, beta, x["state"][:, :, :8], **kw)
+    two_slots: dict[str, Any] = kw | {"state_slots": torch.tensor([0, 1])}
     with pytest.raises(ValueError, match="state_slots has shape"):
-        chunk_gated_delta_rule(
-            *args, g, beta, x["state"], **(kw | {"state_slots": torch.tensor([0, 1])})
-        )
+        chunk_gated_delta_rule(*args, g, beta, x["state"], **two_slots)
     with pytest.raises(ValueError, match="expected the last two dims dense"):
         chunk_gated_delta_rule(
             x["q"].transpose(0, 1).contiguous().transpose(0, 1),
@@ -257,7 +347,7 @@ def test_chunk_real_shapes_gpu(lengths):
     dt_bias = torch.randn(nhv, device="cuda", generator=gen)
     state = torch.randn(len(lengths) + 1, nhv, dk, dk, device="cuda", generator=gen) * 0.1
     g, beta = gdn_gating(a, b, A_log, dt_bias)
-    kw = {
+    kw: dict[str, Any] = {
         "cu_seqlens": varlen(lengths, "cuda"),
         "state_slots": torch.arange(len(lengths), device="cuda") + 1,
         "has_initial_state": torch.arange(len(lengths), device="cuda") % 2 == 0,
