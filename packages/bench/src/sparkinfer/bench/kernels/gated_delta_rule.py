@@ -3,7 +3,8 @@
 Times the Triton op beside its plain-torch reference and FLA (``fla.ops.gated_delta_rule``, when
 installed), as median/p90 over fixed iterations. Prefill is compared with a FLOP/IO roofline, decode
 with the copy bandwidth on its state read + write. Run alone:
-``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick]``.
+``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick] [--tune]``; `--tune` times
+candidate `ChunkLaunch` configs of the prefill beside fla.
 """
 
 from __future__ import annotations
@@ -172,8 +173,70 @@ def run(args: Any) -> list[Row]:
     )
 
 
+# ChunkLaunch fields to vary one at a time from the default, and a few combinations.
+TUNE_VARIANTS: tuple[dict[str, int], ...] = (
+    {},
+    {"solve_warps": 2}, {"solve_warps": 8}, {"solve_width": 32},
+    {"state_bv": 16}, {"state_bv": 64}, {"state_warps": 2}, {"state_warps": 8},
+    {"state_stages": 3},
+    {"out_chunks": 1}, {"out_chunks": 4}, {"out_bk": 128}, {"out_bv": 64},
+    {"out_warps": 4}, {"out_stages": 3},
+    {"state_bv": 16, "state_warps": 2}, {"out_chunks": 4, "out_bv": 64},
+)  # fmt: skip
+
+
+def tune(device: str = "cuda", lengths: tuple[int, ...] = (16384, 65536)) -> None:
+    """Print each candidate launch config's prefill time, its largest difference from the
+    default config's output, and fla's time on the same inputs."""
+    import dataclasses
+
+    from sparkinfer.kernels.gated_delta_rule import chunk
+
+    default = chunk.LAUNCH
+    fla_gdn = _fla()
+    for num_tokens in lengths:
+        x = _inputs(num_tokens, device)
+        g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
+        kw = {
+            "cu_seqlens": torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+            "state_slots": torch.zeros(1, dtype=torch.int64, device=device),
+            "has_initial_state": torch.ones(1, dtype=torch.bool, device=device),
+        }
+
+        def call(state: torch.Tensor, x=x, g=g, beta=beta, kw=kw) -> torch.Tensor:
+            return chunk_gated_delta_rule(x["q"], x["k"], x["v"], g, beta, state, **kw)
+
+        zeros = torch.zeros(1, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+        expected = call(zeros.clone())
+        if fla_gdn is not None:
+            fla_args = (x["q"][None], x["k"][None], x["v"][None], g[None], beta[None])
+            fla_kw = {"initial_state": zeros, "output_final_state": True}
+            fla_kw |= {"use_qk_l2norm_in_kernel": True}
+            fla_ms, _ = _ms(partial(fla_gdn.chunk_gated_delta_rule, *fla_args, **fla_kw), 3, 10)
+            print(f"T={num_tokens} fla: {fla_ms:.3f} ms", flush=True)
+        for variant in TUNE_VARIANTS:
+            try:
+                chunk.LAUNCH = dataclasses.replace(default, **variant)
+                err = (call(zeros.clone()).float() - expected.float()).abs().max().item()
+                ms, _ = _ms(partial(call, zeros.clone()), 3, 10)
+                print(f"T={num_tokens} {variant or 'default'}: {ms:.3f} ms, max diff {err:.2e}",
+                      flush=True)  # fmt: skip
+            except Exception as e:  # a config may not fit this GPU
+                print(f"T={num_tokens} {variant}: failed {type(e).__name__}: {str(e)[:120]}")
+            finally:
+                chunk.LAUNCH = default
+        del x
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
-    run_alone(run, standalone_parser(__doc__, warmup=10, iters=50).parse_args(), __doc__)
+    parser = standalone_parser(__doc__, warmup=10, iters=50)
+    parser.add_argument("--tune", action="store_true", help="time candidate launch configs")
+    cli = parser.parse_args()
+    if cli.tune:
+        tune()
+        return
+    run_alone(run, cli, __doc__)
 
 
 if __name__ == "__main__":
