@@ -176,16 +176,16 @@ def run(args: Any) -> list[Row]:
 # ChunkLaunch fields to vary one at a time from the default, and a few combinations.
 TUNE_VARIANTS: tuple[dict[str, int], ...] = (
     {},
-    {"solve_warps": 2}, {"solve_warps": 8}, {"solve_width": 32},
-    {"state_bv": 16}, {"state_bv": 64}, {"state_warps": 2}, {"state_warps": 8},
-    {"state_stages": 3},
-    {"out_chunks": 1}, {"out_chunks": 4}, {"out_bk": 128}, {"out_bv": 64},
-    {"out_warps": 4}, {"out_stages": 3},
-    {"state_bv": 16, "state_warps": 2}, {"out_chunks": 4, "out_bv": 64},
+    {"solve_warps": 1}, {"solve_warps": 2}, {"solve_warps": 2, "solve_width": 32},
+    {"solve_warps": 2, "out_warps": 4}, {"solve_warps": 2, "out_chunks": 1},
+    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1},
+    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "state_stages": 3},
+    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "out_bv": 64},
+    {"solve_warps": 2, "out_warps": 4, "state_warps": 2},
 )  # fmt: skip
 
 
-def tune(device: str = "cuda", lengths: tuple[int, ...] = (16384, 65536)) -> None:
+def tune(device: str = "cuda", lengths: tuple[int, ...] = (4096, 16384, 65536)) -> None:
     """Print each candidate launch config's prefill time, its largest difference from the
     default config's output, and fla's time on the same inputs."""
     import dataclasses
