@@ -110,9 +110,14 @@ def _tokens(tracker: offline._Tracker) -> dict[str, list[float]]:
         return {rid: [ts for ts, _ in ev] for rid, ev in tracker.events.items()}
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
+def _wait(predicate, timeout_s: float, what: str, tracker: offline._Tracker) -> None:
+    """Poll until predicate holds; a failed request or the timeout raises with the reason."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
+        with tracker.lock:
+            errors = list(tracker.errors)
+        if errors:
+            raise DeviceError(f"profile: waiting for {what}, requests failed: {errors[:3]}")
         if time.monotonic() > deadline:
             raise DeviceError(f"profile: {what} did not happen within {timeout_s:.0f} s")
         time.sleep(0.001)
@@ -166,7 +171,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         ev = _tokens(tracker)
         return len(ev) == batch and min(len(v) for v in ev.values()) >= warm
 
-    _wait(all_decoding, 600, f"{batch} streams decoding")
+    _wait(all_decoding, 600, f"{batch} streams decoding", tracker)
     with (
         timed_replays(engine) as replays,
         torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof,
@@ -176,12 +181,12 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         counts = {rid: len(ts) for rid, ts in _tokens(tracker).items()}
         last = min(counts, key=counts.__getitem__)  # the stream admitted last counts the steps
         _wait(lambda: len(_tokens(tracker)[last]) >= counts[last] + window, 600,
-              f"{window} decode steps")  # fmt: skip
+              f"{window} decode steps", tracker)  # fmt: skip
         torch.cuda.synchronize()
         t1 = time.perf_counter()
     for rid in ids:
         engine.abort(rid)
-    _wait(tracker.done.is_set, 600, "the decode requests ending")
+    _wait(tracker.done.is_set, 600, "the decode requests ending", tracker)
     if tracker.errors:
         raise DeviceError(f"profile: decode requests failed: {tracker.errors[:3]}")
     steps = sum(1 for ts in _tokens(tracker)[last] if t0 <= ts <= t1) or window
@@ -206,7 +211,7 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         engine.add_request("prefill", prompt, params, on_output=tracker.callback("prefill"))
-        _wait(tracker.done.is_set, 3600, "the prefill")
+        _wait(tracker.done.is_set, 3600, "the prefill", tracker)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
     if tracker.errors:
