@@ -123,10 +123,15 @@ def _wait(predicate, timeout_s: float, what: str, tracker: offline._Tracker) -> 
         time.sleep(0.001)
 
 
+# Decode steps that may run while torch.profiler starts (seconds on some hosts, ~15 ms a step).
+PROFILER_START_STEPS = 1024
+
+
 def decode_room(batch: int, context: int, window: int) -> int:
     """New tokens each decode request may take: streams admitted first decode while later
-    prompts prefill, and the window must end before any stream does."""
-    return 4 + 2 * window + batch * (context // 1024 + 2)
+    prompts prefill and while the profiler starts, and the window must end before any stream
+    does (the streams are aborted once it has)."""
+    return 4 + 2 * window + batch * (context // 1024 + 2) + PROFILER_START_STEPS
 
 
 @contextlib.contextmanager
@@ -180,8 +185,16 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         t0 = time.perf_counter()
         counts = {rid: len(ts) for rid, ts in _tokens(tracker).items()}
         last = min(counts, key=counts.__getitem__)  # the stream admitted last counts the steps
-        _wait(lambda: len(_tokens(tracker)[last]) >= counts[last] + window, 600,
-              f"{window} decode steps", tracker)  # fmt: skip
+
+        def window_done() -> bool:
+            if tracker.done.is_set():
+                raise DeviceError(
+                    f"profile: the decode streams ended before {window} steps were traced; "
+                    "raise PROFILER_START_STEPS"
+                )
+            return len(_tokens(tracker)[last]) >= counts[last] + window
+
+        _wait(window_done, 600, f"{window} decode steps", tracker)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
     for rid in ids:
