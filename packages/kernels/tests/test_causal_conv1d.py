@@ -10,10 +10,16 @@ from sparkinfer.kernels.causal_conv1d import (
     causal_conv1d_ref,
     causal_conv1d_update,
     causal_conv1d_update_ref,
+    fused,
 )
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 C, W = 24, 4
+# At the default 16-token tile: blocks inside one sequence (one of them all padding) beside blocks
+# that straddle a start, hold several sequences, shorter than W - 1 or empty, or end the batch.
+MIXED_LENGTHS = [40, 2, 1, 0, 3, 37, 40, 5]
+MIXED_SLOTS = [0, 1, 2, 3, -1, 4, -1, 5]
+MIXED_INIT = [True, True, False, True, True, False, True, True]
 
 
 def varlen(lengths: list[int], device: str = "cpu") -> torch.Tensor:
@@ -41,6 +47,22 @@ def run_prefill(fn, x, weight, conv_state, lengths, slots, has_init):
         has_initial_state=torch.tensor(has_init, device=x.device),
     )  # fmt: skip
     return y, state
+
+
+def strided(x: torch.Tensor) -> torch.Tensor:
+    """The same values as a view with padded rows, as when x is a slice of a wider projection."""
+    return F.pad(x, (0, 40))[:, : x.shape[1]]
+
+
+@pytest.fixture
+def tile(monkeypatch: pytest.MonkeyPatch):
+    """tile(bt, bc) sets the prefill kernel's token and channel tile for the test."""
+
+    def set_tile(bt: int, bc: int) -> None:
+        monkeypatch.setattr(fused, "BT", bt)
+        monkeypatch.setattr(fused, "BC", bc)
+
+    return set_tile
 
 
 def test_ref_matches_transformers_prefill_then_update():
@@ -109,6 +131,40 @@ def test_causal_conv1d_varlen(dtype, assert_close):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_conv1d_blocks_inside_and_across_sequences(dtype, assert_close):
+    x, weight, conv_state = make_inputs(sum(MIXED_LENGTHS), seed=7, dtype=dtype)
+    args = (strided(x), weight, conv_state, MIXED_LENGTHS, MIXED_SLOTS, MIXED_INIT)
+    y, state = run_prefill(causal_conv1d, *args)
+    y_ref, state_ref = run_prefill(causal_conv1d_ref, *args)
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)
+    assert y[43:46].abs().max() == 0 and y[83:123].abs().max() == 0
+
+
+def test_causal_conv1d_same_bits_for_every_tile(tile):
+    x, weight, conv_state = make_inputs(sum(MIXED_LENGTHS), seed=8, dtype=torch.bfloat16)
+    args = (strided(x), weight, conv_state, MIXED_LENGTHS, MIXED_SLOTS, MIXED_INIT)
+    y, state = run_prefill(causal_conv1d, *args)
+    for bt, bc in [(4, 256), (2, 256), (32, 256)]:
+        tile(bt, bc)
+        y_tile, state_tile = run_prefill(causal_conv1d, *args)
+        assert torch.equal(y_tile, y) and torch.equal(state_tile, state), (bt, bc)
+
+
+def test_causal_conv1d_many_short_sequences(assert_close):
+    # More sequences than one lookup step compares, lengths 0 .. 6 around W - 1.
+    lengths = [5 * i % 7 for i in range(45)]
+    slots = [i if i % 5 else -1 for i in range(45)]
+    has_init = [i % 3 > 0 for i in range(45)]
+    x, weight, conv_state = make_inputs(sum(lengths), seed=9, dtype=torch.float32, num_slots=45)
+    args = (x, weight, conv_state, lengths, slots, has_init)
+    y, state = run_prefill(causal_conv1d, *args)
+    y_ref, state_ref = run_prefill(causal_conv1d_ref, *args)
+    assert_close(y, y_ref)
+    assert torch.equal(state, state_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_causal_conv1d_update_batch(dtype, assert_close):
     x, weight, conv_state = make_inputs(4, seed=2, dtype=dtype)
     slots = torch.tensor([6, -1, 0, 3])
@@ -172,3 +228,19 @@ def test_causal_conv1d_real_shapes_gpu(assert_close):
     y_ref = causal_conv1d_update_ref(x[:4], weight, state_ref, state_slots=slots)
     assert_close(y, y_ref)
     assert torch.equal(state, state_ref)
+
+
+@pytest.mark.gpu
+def test_causal_conv1d_same_bits_for_every_tile_gpu(tile):
+    # Compiled, a row computed from registers and one computed token by token must still agree.
+    lengths = [3000, 1, 2, 190, 900]
+    x, weight, conv_state = (
+        t.cuda() for t in make_inputs(sum(lengths), seed=10, dtype=torch.bfloat16, channels=10240)
+    )
+    slots, has_init = [3, 0, -1, 5, 1], [True, False, True, True, False]
+    args = (strided(x), weight, conv_state, lengths, slots, has_init)
+    y, state = run_prefill(causal_conv1d, *args)
+    for bt, bc in [(4, 256), (2, 64), (32, 128)]:
+        tile(bt, bc)
+        y_tile, state_tile = run_prefill(causal_conv1d, *args)
+        assert torch.equal(y_tile, y) and torch.equal(state_tile, state), (bt, bc)

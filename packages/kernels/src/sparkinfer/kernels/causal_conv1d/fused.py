@@ -5,8 +5,8 @@ Prefill runs two kernels: the conv reads the initial windows, then a second laun
 windows back, so that no program overwrites a window another one still reads.
 """
 
-# Triton's annotations misread valid kernel code: constexpr arguments, tl.static_range.
-# pyright: reportArgumentType=false, reportGeneralTypeIssues=false
+# Triton's annotations misread valid kernel code: constexpr and launch arguments, tl.static_range.
+# pyright: reportArgumentType=false, reportCallIssue=false, reportGeneralTypeIssues=false
 
 import torch
 import triton
@@ -22,8 +22,10 @@ from sparkinfer.kernels._triton import (
 )
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-BT = 16
-BC = 128
+BT = 16  # prefill tokens per program; its W - 1 + BT input rows live in registers, bounding it
+BC = 128  # prefill channels per program, 4 per thread
+BB = 32  # cu_seqlens entries a prefill program compares per step to find its sequence
+UPDATE_BC = 128  # channels per program of the decode update and the conv-state write-back
 
 
 @triton.jit
@@ -32,35 +34,97 @@ def _silu(b_x):
 
 
 @triton.jit
-def _causal_conv1d_kernel(
-    x, weight, conv_state, y, cu_seqlens, seq_idx, state_slots, has_initial_state,
-    num_tokens, C, stride_xt, stride_wc,
-    W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+def _seq_of_token(cu_seqlens, num_seqs, t, BB: tl.constexpr):
+    """Index of the sequence holding token t: how many sequences end at or before t."""
+    i_n = tl.full([], 0, tl.int32)
+    for i_k in range(0, num_seqs, BB):
+        o_k = i_k + tl.arange(0, BB)
+        m_k = o_k < num_seqs
+        b_eos = tl.load(cu_seqlens + 1 + o_k, mask=m_k, other=0)
+        i_n += tl.sum((m_k & (b_eos <= t)).to(tl.int32), 0)
+    return tl.minimum(i_n, num_seqs - 1)
+
+
+@triton.jit
+def _conv_rows(b_x, p_y, b_w, m_c, C, W: tl.constexpr, BT: tl.constexpr):
+    """BT output rows from the W - 1 + BT input rows b_x, all of one sequence."""
+    for r in tl.static_range(BT):
+        b_acc = tl.zeros(p_y.shape, dtype=tl.float32)
+        for j in tl.static_range(W):
+            b_acc += b_x[r + j].to(tl.float32) * b_w[j]
+        tl.store(p_y + r * C, _silu(b_acc).to(p_y.dtype.element_ty), mask=m_c)
+
+
+@triton.jit
+def _conv_rows_varlen(
+    p_x, p_y, conv_state, cu_seqlens, state_slots, has_initial_state, b_w, o_c, m_c,
+    t0, i_n, bos, eos, num_tokens, num_seqs, C, stride_xt,
+    W: tl.constexpr, BT: tl.constexpr,
 ):  # fmt: skip
-    i_t, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    o_t = i_t * BT + tl.arange(0, BT)
+    """Rows t0 .. t0 + BT - 1 one at a time, for blocks near a sequence start or end.
+
+    A tap before its sequence's start reads the initial window, or zero without one.
+    """
+    for r in range(0, tl.minimum(BT, num_tokens - t0)):
+        t = t0 + r
+        while (eos <= t) & (i_n < num_seqs - 1):
+            i_n += 1
+            bos = eos
+            eos = tl.load(cu_seqlens + i_n + 1)
+        slot = tl.load(state_slots + i_n).to(tl.int64)
+        use_state = (tl.load(has_initial_state + i_n) != 0) & (slot >= 0)
+        b_acc = tl.zeros(o_c.shape, dtype=tl.float32)
+        for j in tl.static_range(W):
+            o_src = t - (W - 1) + j  # input position read by tap j
+            m_x = tl.where(o_src >= bos, m_c, False)
+            b_x = tl.load(p_x + (r - (W - 1) + j) * stride_xt, mask=m_x, other=0.0)
+            b_x = b_x.to(tl.float32)
+            o_row = slot * (W - 1) + (W - 1) + o_src - bos  # row of the initial window
+            m_s = tl.where(use_state & (o_src < bos), m_c, False)
+            b_x += tl.load(conv_state + o_row * C + o_c, mask=m_s, other=0.0).to(tl.float32)
+            b_acc += b_x * b_w[j]
+        b_y = tl.where(slot >= 0, _silu(b_acc), 0.0)
+        tl.store(p_y + r * C, b_y.to(p_y.dtype.element_ty), mask=m_c)
+
+
+@triton.jit
+def _causal_conv1d_kernel(
+    x, weight, conv_state, y, cu_seqlens, state_slots, has_initial_state,
+    num_tokens, num_seqs, C, stride_xt, stride_wc,
+    W: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BB: tl.constexpr,
+):  # fmt: skip
+    """One [BT, BC] block of y: from rows in registers unless it reaches a sequence start."""
+    i_t, i_c = tl.program_id(0), tl.program_id(1)
+    t0 = i_t * BT
     o_c = i_c * BC + tl.arange(0, BC)
-    m_t, m_c = o_t < num_tokens, o_c < C
-    i_n = tl.load(seq_idx + o_t, mask=m_t, other=0).to(tl.int64)  # [BT] sequence of each token
-    bos = tl.load(cu_seqlens + i_n, mask=m_t, other=0).to(tl.int64)
-    slot = tl.load(state_slots + i_n, mask=m_t, other=-1).to(tl.int64)
-    has_init = tl.load(has_initial_state + i_n, mask=m_t, other=0) != 0
-    m_state = m_t & has_init & (slot >= 0)
-    b_acc = tl.zeros([BT, BC], dtype=tl.float32)
+    m_c = o_c < C
+    # Input rows t0 - W + 1 .. t0 + BT - 1 go out first: they do not wait for the lookup below.
+    p_x = x + t0.to(tl.int64) * stride_xt + o_c
+    b_x = ()
+    for r in tl.static_range(1 - W, BT):
+        # tl.where, not &: the interpreter mistypes a tensor & scalar mask.
+        m_x = tl.where((t0 + r >= 0) & (t0 + r < num_tokens), m_c, False)
+        b_x += (tl.load(p_x + r * stride_xt, mask=m_x, other=0.0),)
+    b_w = ()
     for j in tl.static_range(W):
-        o_src = o_t - (W - 1) + j  # input position read by tap j
-        m_x = m_t & (o_src >= bos)
-        m_s = m_state & (o_src < bos)
-        p_x = x + o_src[:, None] * stride_xt + o_c[None, :]
-        b_x = tl.load(p_x, mask=m_x[:, None] & m_c[None, :], other=0.0).to(tl.float32)
-        o_row = slot * (W - 1) + (W - 1) + o_src - bos  # row of the initial window
-        p_s = conv_state + o_row[:, None] * C + o_c[None, :]
-        b_x += tl.load(p_s, mask=m_s[:, None] & m_c[None, :], other=0.0).to(tl.float32)
-        b_w = tl.load(weight + o_c * stride_wc + j, mask=m_c, other=0.0).to(tl.float32)
-        b_acc += b_x * b_w[None, :]
-    b_y = tl.where((slot >= 0)[:, None], _silu(b_acc), 0.0)
-    p_y = y + o_t[:, None] * C + o_c[None, :]
-    tl.store(p_y, b_y.to(y.dtype.element_ty), mask=m_t[:, None] & m_c[None, :])
+        b_w += (tl.load(weight + o_c * stride_wc + j, mask=m_c, other=0.0).to(tl.float32),)
+    i_n = _seq_of_token(cu_seqlens, num_seqs, t0, BB)
+    bos = tl.load(cu_seqlens + i_n)
+    eos = tl.load(cu_seqlens + i_n + 1)
+    slot = tl.load(state_slots + i_n)
+    p_y = y + t0.to(tl.int64) * C + o_c
+    # One sequence, and no tap reaches before its start: the rows loaded above are the whole input.
+    if (bos <= t0 - (W - 1)) & (t0 + BT <= tl.minimum(eos, num_tokens)):
+        if slot < 0:
+            for r in tl.static_range(BT):
+                tl.store(p_y + r * C, tl.zeros([BC], dtype=p_y.dtype.element_ty), mask=m_c)
+        else:
+            _conv_rows(b_x, p_y, b_w, m_c, C, W, BT)
+    else:
+        _conv_rows_varlen(
+            p_x, p_y, conv_state, cu_seqlens, state_slots, has_initial_state, b_w, o_c, m_c,
+            t0, i_n, bos, eos, num_tokens, num_seqs, C, stride_xt, W, BT,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -176,15 +240,14 @@ def causal_conv1d(
     has_init = has_initial_state.view(torch.uint8)
     y = torch.empty(num_tokens, channels, dtype=x.dtype, device=x.device)
     if num_tokens > 0:
-        positions = torch.arange(num_tokens, device=x.device, dtype=cu_seqlens.dtype)
-        seq_idx = torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
         _causal_conv1d_kernel[(triton.cdiv(num_tokens, BT), triton.cdiv(channels, BC))](
-            x, weight, conv_state, y, cu_seqlens, seq_idx, state_slots, has_init,
-            num_tokens, channels, x.stride(0), weight.stride(0), W=width, BT=BT, BC=BC,
+            x, weight, conv_state, y, cu_seqlens, state_slots, has_init,
+            num_tokens, num_seqs, channels, x.stride(0), weight.stride(0),
+            W=width, BT=BT, BC=BC, BB=BB, num_warps=max(1, BC // 128),
         )  # fmt: skip
-    _conv_state_out_kernel[(num_seqs, triton.cdiv(channels, BC))](
+    _conv_state_out_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
         x, conv_state, cu_seqlens, state_slots, has_init, channels, x.stride(0),
-        W=width, BR=triton.next_power_of_2(width - 1), BC=BC,
+        W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC,
     )  # fmt: skip
     return y
 
@@ -219,8 +282,8 @@ def causal_conv1d_update(
     width = weight.shape[1]
     y = torch.empty(num_seqs, channels, dtype=x.dtype, device=x.device)
     if num_seqs > 0:
-        _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, BC))](
+        _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
             x, weight, conv_state, y, state_slots, channels, x.stride(0), weight.stride(0),
-            W=width, BR=triton.next_power_of_2(width - 1), BC=BC,
+            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC,
         )  # fmt: skip
     return y
