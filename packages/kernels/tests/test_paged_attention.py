@@ -317,19 +317,6 @@ def test_launchers_reject_bad_inputs():
                                scale=0.1)  # fmt: skip
 
 
-
-def test_prefill_rejects_more_tiles_than_a_grid_column_holds():
-    # One token in each of 65,535 sequences needs 65,536 query tiles: past CUDA's grid limit.
-    num_seqs, d = 65535, 32
-    cu_seqlens = torch.zeros(num_seqs + 1, dtype=torch.int32)
-    cu_seqlens[-1] = 1
-    cache = torch.zeros(1, 16, 2, d)
-    with pytest.raises(ValueError, match="split the batch into smaller chunks"):
-        paged_attention_prefill(torch.randn(1, 4, d), cache, cache, cu_seqlens=cu_seqlens,
-                                cached_lens=torch.zeros(num_seqs, dtype=torch.int32),
-                                block_tables=torch.zeros(num_seqs, 1, dtype=torch.int32),
-                                scale=0.1)  # fmt: skip
-
 def _strided(t: torch.Tensor) -> torch.Tensor:
     """The same values as t [N], read with stride 2 (every other element of a wider buffer)."""
     return torch.stack([t, torch.full_like(t, -7)], dim=1)[:, 0]

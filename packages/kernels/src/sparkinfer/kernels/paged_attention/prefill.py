@@ -3,9 +3,8 @@
 One program computes BM query rows of one query head of one sequence (flash attention: online
 softmax in fp32 over BN-key tiles gathered through the block table), then applies the sigmoid
 output gate. Query tiles of all sequences are numbered in one grid axis without a host sync: a
-small device-side map sends each tile to its sequence. Heads are the grid's fast axis, so within
-a sequence every head's latest (longest) tile runs before any earlier tile, and the query heads
-of one KV head share its key tiles in L2. `PrefillConfig.use_tma` selects the Hopper variant in prefill_tma.py (descriptor
+small device-side map sends each tile to its sequence. Within a sequence the latest (longest)
+tiles run first. `PrefillConfig.use_tma` selects the Hopper variant in prefill_tma.py (descriptor
 tile loads) whenever the layout allows it; otherwise this pointer kernel runs.
 """
 
@@ -29,7 +28,6 @@ from sparkinfer.kernels.paged_attention.checks import (
 from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
-MAX_GRID_Y = 65535  # CUDA's limit on grid dimension y, which numbers the query tiles
 
 
 @dataclass(frozen=True)
@@ -106,9 +104,7 @@ def _prefill_kernel(
     GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, HAS_GATE: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    # Heads vary fastest: every head's latest (longest) tile runs before any earlier tile, and
-    # the query heads of one KV head read its tiles together from L2.
-    i_h, i_tile = tl.program_id(0), tl.program_id(1)
+    i_tile, i_h = tl.program_id(0), tl.program_id(1)
     i_b = tl.load(p_tile_seq + i_tile)
     tile_end = tl.load(p_cu_tiles + i_b + 1)
     if i_tile >= tile_end:
@@ -224,12 +220,6 @@ def launch_prefill(
     if num_tokens == 0 or num_seqs == 0:
         return o
     tile_seq, cu_tiles, grid = _tile_map(cu_seqlens, num_tokens, config.BM)
-    if grid > MAX_GRID_Y:
-        raise ValueError(
-            f"paged_attention_prefill: {num_tokens} tokens in {num_seqs} sequences need {grid} "
-            f"query tiles of {config.BM}, above CUDA's {MAX_GRID_Y} per grid column; "
-            "split the batch into smaller chunks"
-        )
     if config.use_tma and tma_layout_error(q, k_cache, v_cache, gate, config) is None:
         launch_prefill_tma(
             o, q, k_cache, v_cache, gate=gate, index=(cu_seqlens, cached_lens, block_tables),
@@ -237,7 +227,7 @@ def launch_prefill(
         )  # fmt: skip
         return o
     g = gate if gate is not None else q
-    _prefill_kernel[(num_heads, grid)](
+    _prefill_kernel[(grid, num_heads)](
         q, k_cache, v_cache, g, o,
         cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
         scale * LOG2E,

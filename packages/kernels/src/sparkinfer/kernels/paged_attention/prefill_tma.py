@@ -98,9 +98,7 @@ def _prefill_tma_kernel(
     BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    # Heads vary fastest: every head's latest (longest) tile runs before any earlier tile, and
-    # the query heads of one KV head read its tiles together from L2.
-    i_h, i_tile = tl.program_id(0), tl.program_id(1)
+    i_tile, i_h = tl.program_id(0), tl.program_id(1)
     i_b = tl.load(p_tile_seq + i_tile)
     tile_end = tl.load(p_cu_tiles + i_b + 1)
     if i_tile >= tile_end:
@@ -235,7 +233,7 @@ def launch_prefill_tma(
     desc_o = TensorDescriptor(o, [num_tokens, num_heads * d], [o.stride(0), 1], [bm, d])
     cu_seqlens, cached_lens, block_tables = index
     tile_seq, cu_tiles, grid = tile_map
-    _prefill_tma_kernel[(num_heads, grid)](
+    _prefill_tma_kernel[(grid, num_heads)](
         desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o,
         cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
         qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
