@@ -169,6 +169,25 @@ def test_chunk_deterministic_and_batch_invariant():
     assert torch.equal(o3, o1[75:]) and torch.equal(s3[2], s1[2])
 
 
+def test_chunk_cut_at_output_blocks_equals_one_call():
+    """A prompt run in pieces that end on output-block multiples (64 * out_chunks), each piece
+    starting from the previous one's state, gives the bits of one call: the contract that lets
+    a deterministic scheduler cut prompts wherever its budget ends on such a multiple."""
+    block = chunk.BT * chunk.LAUNCH.out_chunks
+    total = 2 * block + 22
+    x = make_inputs(total, seed=21, dtype=torch.bfloat16, num_slots=1)
+    x["state"].zero_()
+    whole, whole_state = run_chunk(chunk_gated_delta_rule, x, [total], [0], [False])
+    for cuts in ([block], [block, 2 * block]):
+        outs, state = [], x["state"]
+        for start, end in itertools.pairwise([0, *cuts, total]):
+            piece = {n: t[start:end] if t.shape[0] == total else t for n, t in x.items()}
+            piece["state"] = state
+            o, state = run_chunk(chunk_gated_delta_rule, piece, [end - start], [0], [start > 0])
+            outs.append(o)
+        assert torch.equal(torch.cat(outs), whole) and torch.equal(state, whole_state), cuts
+
+
 def wy_ref(x: dict, g: torch.Tensor, beta: torch.Tensor, lengths: list[int], scale: float):
     """Per-chunk (64) WY form in fp32 with torch.linalg: (q̂, k̂, g_cum, w, u) as in ChunkWY."""
     num_heads, num_v_heads = x["q"].shape[1], x["v"].shape[1]

@@ -1,7 +1,8 @@
 import dataclasses
 
 import pytest
-from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.kernels.gated_delta_rule import chunk
+from sparkinfer.scheduler.config import PREFILL_CHUNK_ALIGNMENT, SchedulerConfig
 
 
 def test_defaults():
@@ -34,3 +35,8 @@ def test_graph_batch_sizes_follow_buckets():
     assert cfg.graph_batch_sizes(64) == (1, 2, 4, 8, 16, 24, 32, 48, 64)
     assert cfg.graph_batch_sizes(20) == (1, 2, 4, 8, 16, 20)
     assert cfg.graph_batch_sizes(200)[-4:] == (128, 160, 192, 200)
+
+
+def test_chunk_alignment_is_a_whole_gdn_output_block():
+    # Deterministic prompt cuts keep numerics only on the GDN prefill's output-block boundaries.
+    assert PREFILL_CHUNK_ALIGNMENT % (chunk.BT * chunk.LAUNCH.out_chunks) == 0

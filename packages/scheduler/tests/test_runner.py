@@ -47,7 +47,7 @@ def references(tiny_model):
 
 @pytest.fixture(scope="module")
 def alone(tiny_model):
-    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=64, deterministic=True))
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=128, deterministic=True))
     try:
         yield [run_together(engine, [p])[0] for p in PROMPTS]
     finally:
@@ -60,7 +60,7 @@ def test_alone_matches_reference_decode(alone, references):
 
 @pytest.mark.parametrize("num_concurrent", range(1, 17))
 def test_batch_invariant_bitwise(tiny_model, alone, num_concurrent):
-    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=64, deterministic=True))
+    engine = Engine.from_model(tiny_model, config(max_num_batched_tokens=128, deterministic=True))
     try:
         together = run_together(engine, PROMPTS[:num_concurrent])
     finally:

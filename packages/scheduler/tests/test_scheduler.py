@@ -64,13 +64,13 @@ def test_long_prompt_is_chunked_under_the_token_budget():
     assert tokens_of(outputs["long"]) == expected(range(20), 4)
 
 
-def test_deterministic_chunks_end_on_gdn_chunk_multiples():
-    """Two decodes take 2 of a 100-token budget: the prompt is cut at 64, not at 98, so its cut
+def test_deterministic_chunks_end_on_gdn_block_multiples():
+    """Two decodes take 2 of a 200-token budget: the prompt is cut at 128, not at 198, so its cut
     points are the same as when it runs alone; the last chunk is whatever is left."""
     sched, runner, outputs = make(
-        num_blocks=128, max_num_batched_tokens=100, max_model_len=512, deterministic=True
+        num_blocks=128, max_num_batched_tokens=200, max_model_len=512, deterministic=True
     )
-    assert sched.config.chunk_alignment == 64
+    assert sched.config.chunk_alignment == 128
     for rid in ("a", "b"):
         sched.add_request(rid, [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=30))
     batch = sched.schedule()
@@ -86,11 +86,11 @@ def test_deterministic_chunks_end_on_gdn_chunk_multiples():
             if s.req.request_id == "long" and not s.is_decode
         ]
         sched.update(batch, runner.run(batch))
-    assert ends == [64, 128, 192, 256, 300]
+    assert ends == [128, 300]
     assert tokens_of(outputs["long"]) == expected(prompt, 4)
     loose = SchedulerConfig(max_num_batched_tokens=100, deterministic=False)
     assert loose.chunk_alignment == 1
-    assert SchedulerConfig(max_num_batched_tokens=63, deterministic=True).chunk_alignment == 1
+    assert SchedulerConfig(max_num_batched_tokens=127, deterministic=True).chunk_alignment == 1
 
 
 def test_decodes_are_scheduled_before_prefill_chunks():
@@ -227,8 +227,8 @@ def test_failed_step_ends_only_its_requests():
     ("cfg", "max_prompt"),
     [
         ({"num_blocks": 40, "max_num_batched_tokens": 24}, 30),
-        # deterministic: chunks cut on multiples of 64 under block pressure and preemption
-        ({"num_blocks": 90, "max_num_batched_tokens": 100, "max_model_len": 320,
+        # deterministic: chunks cut on multiples of 128 under block pressure and preemption
+        ({"num_blocks": 90, "max_num_batched_tokens": 200, "max_model_len": 320,
           "deterministic": True}, 250),
     ],
     ids=["cut_anywhere", "aligned_chunks"],

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The chunk length of the GDN prefill kernels: with `deterministic`, prompt chunks are cut only at
-# multiples of it, so where the budget cuts a prompt never changes the prompt's numerics.
-PREFILL_CHUNK_ALIGNMENT = 64
+# The output block of the GDN prefill kernels (two 64-token chunks share one stored state): with
+# `deterministic`, prompt chunks are cut only at multiples of it, so where the budget cuts a
+# prompt never changes the prompt's numerics (kernels.gated_delta_rule's README, contract).
+PREFILL_CHUNK_ALIGNMENT = 128
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 
@@ -78,7 +79,7 @@ class SchedulerConfig:
     def chunk_alignment(self) -> int:
         """Tokens a partial prompt chunk's end is a multiple of (1: cut anywhere).
 
-        A step budget below PREFILL_CHUNK_ALIGNMENT cannot hold one whole GDN chunk, so prompts
+        A step budget below PREFILL_CHUNK_ALIGNMENT cannot hold one whole GDN block, so prompts
         are cut anywhere then (and CUDA numerics may depend on where).
         """
         if not self.deterministic or self.max_num_batched_tokens < PREFILL_CHUNK_ALIGNMENT:
