@@ -14,6 +14,8 @@ def test_kernel_names_fall_into_their_ops():
     assert profile.category("_fused_recurrent_kernel") == "GDN recurrent decode"
     assert profile.category("_decode_merge_kernel") == "attention decode"
     assert profile.category("_prefill_kernel") == "attention prefill"
+    assert profile.category("_prefill_tma_kernel") == "attention prefill"
+    assert profile.category("_chunk_solve_kernel") == "GDN chunk prefill"
     assert profile.category("_gated_rms_norm_kernel") == "RMSNorm (plain, gated)"
     assert profile.category("void at::native::vectorized_elementwise_kernel<4>") == (
         "torch copies, fills, elementwise"
