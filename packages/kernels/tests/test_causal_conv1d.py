@@ -141,14 +141,19 @@ def test_causal_conv1d_blocks_inside_and_across_sequences(dtype, assert_close):
     assert y[43:46].abs().max() == 0 and y[83:123].abs().max() == 0
 
 
-def test_causal_conv1d_same_bits_for_every_tile(tile):
-    x, weight, conv_state = make_inputs(sum(MIXED_LENGTHS), seed=8, dtype=torch.bfloat16)
-    args = (strided(x), weight, conv_state, MIXED_LENGTHS, MIXED_SLOTS, MIXED_INIT)
+def assert_same_bits_for_tiles(tile, args, tiles) -> None:
+    """The prefill with each (BT, BC) in tiles gives the default tile's output and state bits."""
     y, state = run_prefill(causal_conv1d, *args)
-    for bt, bc in [(4, 256), (2, 256), (32, 256)]:
+    for bt, bc in tiles:
         tile(bt, bc)
         y_tile, state_tile = run_prefill(causal_conv1d, *args)
         assert torch.equal(y_tile, y) and torch.equal(state_tile, state), (bt, bc)
+
+
+def test_causal_conv1d_same_bits_for_every_tile(tile):
+    x, weight, conv_state = make_inputs(sum(MIXED_LENGTHS), seed=8, dtype=torch.bfloat16)
+    args = (strided(x), weight, conv_state, MIXED_LENGTHS, MIXED_SLOTS, MIXED_INIT)
+    assert_same_bits_for_tiles(tile, args, [(4, 256), (2, 256), (32, 256)])
 
 
 def test_causal_conv1d_many_short_sequences(assert_close):
@@ -239,8 +244,4 @@ def test_causal_conv1d_same_bits_for_every_tile_gpu(tile):
     )
     slots, has_init = [3, 0, -1, 5, 1], [True, False, True, True, False]
     args = (strided(x), weight, conv_state, lengths, slots, has_init)
-    y, state = run_prefill(causal_conv1d, *args)
-    for bt, bc in [(4, 256), (2, 64), (32, 128)]:
-        tile(bt, bc)
-        y_tile, state_tile = run_prefill(causal_conv1d, *args)
-        assert torch.equal(y_tile, y) and torch.equal(state_tile, state), (bt, bc)
+    assert_same_bits_for_tiles(tile, args, [(4, 256), (2, 64), (32, 128)])
