@@ -1,10 +1,12 @@
 """Paged attention kernels against the references, and the references against transformers."""
 
+import contextlib
 import inspect
 from types import SimpleNamespace
 
 import pytest
 import torch
+from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode,
     paged_attention_decode_ref,
@@ -14,7 +16,13 @@ from sparkinfer.kernels.paged_attention import (
     write_kv_cache_ref,
 )
 from sparkinfer.kernels.paged_attention import prefill as prefill_module
-from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
+from sparkinfer.kernels.paged_attention.decode import (
+    DecodeConfig,
+    choose_min_split_len,
+    default_decode_config,
+    launch_decode,
+    num_multiprocessors,
+)
 from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
 from sparkinfer.kernels.paged_attention.prefill_tma import tma_layout_error
 from transformers.models.qwen3_5.modeling_qwen3_5 import eager_attention_forward
@@ -255,6 +263,12 @@ def test_prefill_config_rejects_bad_fields():
         PrefillConfig(use_qk_prefetch=True)
 
 
+def _is_short_split_plan(b) -> bool:
+    """The default mode cuts this batch's contexts into one-tile splits on the CPU interpreter."""
+    config = default_decode_config(b["q"], b["k_cache"].shape[2])
+    return config.MIN_SPLIT_LEN == config.BN
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_decode_matches_ref(dtype, assert_close):
     """Contexts of 1, 15-17, 63-65 and several splits, plus a padding row (length 0)."""
@@ -266,6 +280,27 @@ def test_decode_matches_ref(dtype, assert_close):
     out = _decode(paged_attention_decode, b, q, gate)
     _check(out, _decode(paged_attention_decode_ref, b, q, gate), assert_close)
     assert torch.equal(out[-1], torch.zeros_like(out[-1]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 63, 64, 65, 200])
+def test_decode_small_batch_short_splits(dtype, length, assert_close):
+    """One sequence in the default mode: one-tile splits, up to the MAX_SPLITS cap at 200."""
+    b = _paged_batch([1], [length - 1], dtype=dtype, seed=30 + length)
+    assert _is_short_split_plan(b)
+    _check(_decode(paged_attention_decode, b, b["q"], b["gate"]),
+           _decode(paged_attention_decode_ref, b, b["q"], b["gate"]), assert_close)  # fmt: skip
+
+
+@pytest.mark.parametrize("heads", [(4, 2), (3, 1)])
+def test_decode_small_varlen_batch_short_splits(heads, assert_close):
+    """Odd ragged contexts, a padding row among them, through the small-batch plan."""
+    b = _paged_batch([1, 1, 1], [64, 0, 130], heads=heads, seed=31)
+    b["context_lens"][1] = 0
+    assert _is_short_split_plan(b)
+    out = _decode(paged_attention_decode, b, b["q"], b["gate"])
+    assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
 
 
 def test_decode_equals_prefill_last_row(assert_close):
@@ -284,15 +319,51 @@ def test_decode_long_context_with_gpu_split_plan(assert_close):
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], scale=0.25))
 
 
-def test_decode_is_batch_invariant():
-    """A sequence's output is bit-identical alone or batched with others of other lengths."""
-    b = _paged_batch([1, 1, 1, 1], [90, 3, 250, 33], dtype=torch.bfloat16, seed=9)
-    full = _decode(paged_attention_decode, b, b["q"], b["gate"])
-    for i in range(4):
-        alone = {**b, "context_lens": b["context_lens"][i : i + 1],
-                 "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
-        out = _decode(paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1])
-        assert torch.equal(out[0], full[i])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_is_batch_invariant_in_batch_invariant_mode(dtype):
+    """Inside batch_invariant("decode") a sequence's output is bit-identical alone or batched
+    (fp32 outputs show the split plan's rounding, which the default mode's plan changes)."""
+    b = _paged_batch([1, 1, 1, 1], [90, 3, 250, 33], dtype=dtype, seed=9)
+    with batch_invariant("decode"):
+        full = _decode(paged_attention_decode, b, b["q"], b["gate"])
+        for i in range(4):
+            alone = {**b, "context_lens": b["context_lens"][i : i + 1],
+                     "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
+            out = _decode(paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1])
+            assert torch.equal(out[0], full[i])
+
+
+def test_decode_config_keeps_the_fixed_plan_in_batch_invariant_mode():
+    q = torch.randn(1, 4, 32)
+    fixed = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
+    for phase in ("decode", "prefill"):
+        with batch_invariant(phase):
+            assert default_decode_config(q, 2) == fixed
+    assert default_decode_config(q, 2).MIN_SPLIT_LEN == 16  # one sequence: one-tile splits
+    assert num_multiprocessors(q.device) == 8
+
+
+@pytest.mark.parametrize(
+    ("num_seqs", "expected"),
+    [(1, 64), (2, 64), (4, 64), (5, 128), (6, 128), (7, 192), (8, 192), (9, 256), (32, 256)],
+)
+def test_choose_min_split_len_at_the_27b_shape_on_an_h200(num_seqs, expected):
+    """4 KV heads, 132 SMs: small batches get shorter splits; from 9 on the config's 256."""
+    config = DecodeConfig()
+    min_split_len = choose_min_split_len(num_seqs, 4, 132, config)
+    assert min_split_len == expected
+    # A 4096-key context then gives at least 4 programs per SM, or MAX_SPLITS one-tile splits.
+    num_splits = min(-(-4096 // min_split_len), config.MAX_SPLITS)
+    assert num_seqs * 4 * num_splits >= 4 * 132 or min_split_len == config.BN
+
+
+def test_choose_min_split_len_stays_within_one_tile_and_the_config():
+    config = DecodeConfig(BN=32, MIN_SPLIT_LEN=160, MAX_SPLITS=16)
+    lens = [choose_min_split_len(n, 2, 40, config) for n in range(0, 200)]
+    assert lens == sorted(lens)  # never shorter for a larger batch
+    assert all(n % 32 == 0 and 32 <= n <= 160 for n in lens)
+    assert lens[0] == 32 and lens[-1] == 160
+    assert choose_min_split_len(1, 1, 1000, DecodeConfig(MIN_SPLIT_LEN=64)) == 64
 
 
 def test_launchers_reject_bad_inputs():
@@ -355,20 +426,38 @@ def test_prefill_real_shapes_on_gpu(block_size, assert_close):
 
 
 @pytest.mark.gpu
-def test_decode_real_shapes_on_gpu(assert_close):
+@pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
+def test_decode_real_shapes_on_gpu(is_invariant, assert_close):
     cached = [0, 63, 64, 255, 256, 4095, 20000, 70000]
     b = _paged_batch([1] * 8, cached, heads=(24, 4), d=256, block_size=64,
                      dtype=torch.bfloat16, device="cuda", seed=12)  # fmt: skip
     scale = 256**-0.5
+    phase = batch_invariant("decode") if is_invariant else contextlib.nullcontext()
+    with phase:
+        out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
+        assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
+        for i in (0, 5, 7):
+            alone = {**b, "context_lens": b["context_lens"][i : i + 1],
+                     "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
+            single = _decode(
+                paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1], scale
+            )
+            if is_invariant:
+                assert torch.equal(single[0], out[i])
+            else:  # one sequence runs one-tile splits, the batch of 8 longer ones
+                assert_close(single[0], out[i])
+
+
+@pytest.mark.gpu
+def test_decode_small_batch_plan_on_gpu(assert_close):
+    """Four sequences in the default mode (one-tile splits on an H200): 1 key, one tile, the
+    4096 keys where 64 one-tile splits reach MAX_SPLITS, and past it."""
+    b = _paged_batch([1] * 4, [0, 63, 4095, 40000], heads=(24, 4), d=256, block_size=64,
+                     dtype=torch.bfloat16, device="cuda", seed=14)  # fmt: skip
+    scale = 256**-0.5
+    assert default_decode_config(b["q"], 4).MIN_SPLIT_LEN < DecodeConfig().MIN_SPLIT_LEN
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
-    for i in (0, 5, 7):
-        alone = {**b, "context_lens": b["context_lens"][i : i + 1],
-                 "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
-        single = _decode(
-            paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1], scale
-        )
-        assert torch.equal(single[0], out[i])
 
 
 @pytest.mark.gpu

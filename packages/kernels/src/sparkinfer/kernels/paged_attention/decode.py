@@ -3,8 +3,22 @@
 Pass 1: program (b, kv head, split) reads one slice of the context once for all GROUP query heads
 of that KV head (packed as rows of one tile) and writes a normalised partial output with its
 softmax max and sum. Pass 2: program (b, head) merges the splits in split order, in fp32, and
-applies the sigmoid gate. The split plan depends on the context length alone, never on the batch,
-so a sequence's output is bit-identical whatever else shares the batch.
+applies the sigmoid gate.
+
+Split plan: a context of len keys is cut into min(MAX_SPLITS, ceil(len / MIN_SPLIT_LEN)) slices
+of whole BN-key tiles, a function of the length and the launch's constants alone (no host sync,
+so a CUDA graph captures it).
+
+- Inside a `batch_invariant` phase MIN_SPLIT_LEN is the config's (256 on CUDA) whatever the
+  batch, so a sequence's output is bit-identical whatever else shares the batch.
+- Otherwise (the default mode) MIN_SPLIT_LEN is chosen from the batch size and the KV-head count
+  (`choose_min_split_len`): the longest multiple of BN, at most the config's and at least one
+  tile, that cuts a BN * MAX_SPLITS-key context (4096 on CUDA) into enough splits for
+  num_seqs * HKV * splits >= PROGRAMS_PER_SM * multiprocessors. On an H200 (132 SMs) at 4 KV
+  heads that is 64 keys for 1-4 sequences, 128 for 5-6, 192 for 7-8 and the config's 256 from 9
+  on, so batch 32 keeps the batch-invariant plan. A row's output then depends on the batch size
+  (a CUDA graph bucket), through the split plan only. Splits shorten only while the grid is too
+  small: each extra split is one more fp32 partial to write and merge.
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
@@ -12,12 +26,15 @@ so a sequence's output is bit-identical whatever else shares the batch.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import check_device, dot_dtype
+from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
     check_cache,
@@ -26,6 +43,11 @@ from sparkinfer.kernels.paged_attention.checks import (
 )
 
 LOG2E = 1.4426950408889634
+# Split programs per multiprocessor that a small batch's grid aims for at a BN * MAX_SPLITS-key
+# context: a few waves, so no SM idles for want of a program and a part-filled last wave costs
+# little.
+PROGRAMS_PER_SM = 4
+INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
 
 
 @dataclass(frozen=True)
@@ -150,11 +172,48 @@ def _decode_merge_kernel(
     tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
 
 
-def default_decode_config(q: torch.Tensor) -> DecodeConfig:
-    """Tiles measured on an H200 on CUDA; small tiles and splits for the CPU interpreter."""
-    if not q.is_cuda:
-        return DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
-    return DecodeConfig()
+@functools.cache
+def _multiprocessor_count(device_idx: int) -> int:
+    return torch.cuda.get_device_properties(device_idx).multi_processor_count
+
+
+def num_multiprocessors(device: torch.device) -> int:
+    """SMs of a CUDA device (cached: fixed data); INTERPRETER_NUM_SMS for the CPU interpreter."""
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return _multiprocessor_count(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+
+
+def choose_min_split_len(
+    num_seqs: int, num_kv_heads: int, num_sms: int, config: DecodeConfig
+) -> int:
+    """MIN_SPLIT_LEN of the default mode for a batch: see the module docstring.
+
+    The longest multiple of config.BN, between one tile and config.MIN_SPLIT_LEN, that cuts a
+    config.BN * config.MAX_SPLITS-key context into enough splits (at most MAX_SPLITS) for
+    num_seqs * num_kv_heads * splits >= PROGRAMS_PER_SM * num_sms.
+    """
+    num_rows = max(num_seqs * num_kv_heads, 1)
+    num_splits = min(triton.cdiv(PROGRAMS_PER_SM * num_sms, num_rows), config.MAX_SPLITS)
+    split_len = config.BN * config.MAX_SPLITS // num_splits // config.BN * config.BN
+    return min(config.MIN_SPLIT_LEN, max(config.BN, split_len))
+
+
+def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
+    """Tiles measured on an H200 on CUDA, small tiles and splits for the CPU interpreter; outside
+    a batch-invariant phase the split length is chosen for q's batch size."""
+    if q.is_cuda:
+        config = DecodeConfig()
+    else:
+        config = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
+    if current_phase() is not None:
+        return config
+    min_split_len = choose_min_split_len(
+        q.shape[0], num_kv_heads, num_multiprocessors(q.device), config
+    )
+    return dataclasses.replace(config, MIN_SPLIT_LEN=min_split_len)
 
 
 def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
@@ -187,6 +246,10 @@ def launch_decode(
 ) -> torch.Tensor:
     """paged_attention_decode with an explicit split plan and tiles (the benchmark sweeps them)."""
     _check(q, k_cache, v_cache, context_lens, block_tables, gate)
+    return _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config)
+
+
+def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config) -> torch.Tensor:
     num_seqs, num_heads, d = q.shape
     hkv, bd = k_cache.shape[2], triton.next_power_of_2(d)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -230,7 +293,9 @@ def paged_attention_decode(
     """Attention of one new token per sequence over its first context_lens[b] cached positions.
 
     The new token's K and V must already be in the cache. A row with context_lens[b] == 0 is
-    padding and its output is zero. Results for a sequence do not depend on the rest of the batch.
+    padding and its output is zero. Inside `batch_invariant("decode")` a sequence's result does
+    not depend on the rest of the batch; outside it, it depends on the batch size through the
+    split plan only (shorter splits for small batches, see the module docstring).
 
     Args:
         q: [B, H, D] one query per sequence (any strides, unit last stride).
@@ -245,5 +310,6 @@ def paged_attention_decode(
     Returns:
         o: [B, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
-    config = default_decode_config(q)
-    return launch_decode(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config)
+    _check(q, k_cache, v_cache, context_lens, block_tables, gate)
+    config = default_decode_config(q, k_cache.shape[2])
+    return _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config)
