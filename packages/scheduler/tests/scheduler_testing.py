@@ -25,9 +25,22 @@ class FakeRunner:
     """Next token = a hash of the request's tokens so far, so recompute gives the same output.
 
     Prompt logprobs are fake too: prompt token i gets logprob -i (see `fake_prompt_logprobs`).
+    With `overlap`, a step's samples come back with the next call, as the real runner's do
+    (None: `default_overlap`, which a test module may parametrize).
     """
 
-    def __init__(self, *, num_blocks: int = 64, num_slots: int = 8, vocab_size: int = 100) -> None:
+    default_overlap = False
+
+    def __init__(
+        self,
+        *,
+        num_blocks: int = 64,
+        num_slots: int = 8,
+        vocab_size: int = 100,
+        overlap: bool | None = None,
+    ) -> None:
+        self.overlap = type(self).default_overlap if overlap is None else overlap
+        self._inflight: list[ScheduledSeq] = []
         self.num_blocks = num_blocks
         self.num_slots = num_slots
         self.vocab_size = vocab_size
@@ -46,13 +59,22 @@ class FakeRunner:
             needed = s.num_cached_tokens + s.num_new_tokens
             assert len(s.req.block_ids) * self.block_size >= needed
             if s.req.request_id in self.fail_when:
+                self._inflight = []
                 raise RuntimeError(f"boom in {s.req.request_id}")
+            assert s.is_input_inflight == any(p.req is s.req for p in self._inflight), s
+        # A sample is drawn from the tokens before it, all known by the time it is resolved.
+        before = [
+            (p, SampledToken(next_token(p.req.token_ids, self.vocab_size))) for p in self._inflight
+        ]
+        sampled = [s for s in batch.seqs if s.is_sampled]
+        self._inflight = sampled if self.overlap else []
+        now = (
+            []
+            if self.overlap
+            else [(s, SampledToken(next_token(s.req.token_ids, self.vocab_size))) for s in sampled]
+        )
         return ModelOutput(
-            samples={
-                s.req.request_id: SampledToken(next_token(s.req.token_ids, self.vocab_size))
-                for s in batch.seqs
-                if s.is_sampled
-            },
+            samples=tuple(before + now),
             prompt_logprobs={
                 s.req.request_id: _fake_prompt_logprobs(s)
                 for s in batch.seqs
@@ -202,7 +224,7 @@ class RowSnapshot:
     @classmethod
     def of(cls, seq: ScheduledSeq) -> RowSnapshot:
         req = seq.req
-        return cls(seq.num_cached_tokens, seq.num_new_tokens, req.num_prompt_tokens, req.num_tokens)
+        return cls(seq.num_cached_tokens, seq.num_new_tokens, req.num_prompt_tokens, seq.num_tokens)
 
     @property
     def is_generated_last_token(self) -> bool:
@@ -271,9 +293,11 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
     replayed: list[list[RowSnapshot]] = []
     run = graphs.run
 
-    def recording_run(seqs: Sequence[ScheduledSeq], bucket: int) -> torch.Tensor:
+    def recording_run(
+        seqs: Sequence[ScheduledSeq], bucket: int, sources: Sequence[int], inflight: object
+    ) -> torch.Tensor:
         replayed.append([RowSnapshot.of(s) for s in seqs])
-        return run(seqs, bucket)
+        return run(seqs, bucket, sources, inflight)  # type: ignore[arg-type]
 
     monkeypatch.setattr(graphs, "run", recording_run)
     runner.graphs = graphs

@@ -11,6 +11,7 @@ from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams
 from sparkinfer.scheduler.runner import Runner, plan_cache
+from sparkinfer.scheduler.scheduler import Scheduler
 
 NUM_NEW = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=1)
@@ -155,3 +156,35 @@ def test_cpu_cache_sizing_from_budget(tiny_model):
     assert (runner.num_blocks, runner.num_slots, runner.vocab_size) == (5, 3, 256)
     with pytest.raises(CacheAllocationError, match="raise gpu_memory_utilization"):
         plan_cache(spec, cfg, budget_bytes=10, cap_blocks=True)
+
+
+def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, references):
+    """With a step's samples left in flight (decode inputs taken on the device, samples read a
+    step later) every request gets the tokens it gets when each step is read at once: greedy,
+    seeded draws, penalties (their steps are read at once) and a stop id, under preemption."""
+    stop = references[3][4]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=NUM_NEW),
+        SamplingParams(temperature=0.9, seed=7, max_tokens=NUM_NEW),
+        SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=NUM_NEW, presence_penalty=1.0),
+        SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
+    ] * 2
+
+    def generate(overlap: bool) -> tuple[list[list[int]], int]:
+        cfg = config(num_kv_blocks=8, max_num_batched_tokens=40, overlap_steps=overlap)
+        runner = Runner(tiny_model, cfg)
+        sched = Scheduler(
+            cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
+        )
+        reqs = [sched.add_request(f"r{i}", PROMPTS[i], p) for i, p in enumerate(params)]
+        while sched.has_work():
+            batch = sched.schedule()
+            sched.update(batch, runner.run(batch))
+        assert all(r.error is None for r in reqs)
+        return [r.output_token_ids for r in reqs], sched.stats().num_preemptions
+
+    at_once, _ = generate(False)
+    overlapped, num_preemptions = generate(True)
+    assert overlapped == at_once and num_preemptions > 0
+    assert at_once[0] == references[0] and at_once[4] == references[4]
+    assert at_once[3] == references[3][: references[3].index(stop) + 1]

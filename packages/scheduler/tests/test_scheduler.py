@@ -10,6 +10,13 @@ from sparkinfer.scheduler.scheduler import Scheduler
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 
 
+@pytest.fixture(autouse=True, params=[False, True], ids=["sync", "overlapped"])
+def overlap(request, monkeypatch):
+    """Every test runs with samples read at once and with them one step in flight."""
+    monkeypatch.setattr(FakeRunner, "default_overlap", request.param)
+    return request.param
+
+
 def make(num_blocks=64, num_slots=8, **cfg):
     config = SchedulerConfig(**{"block_size": 4, "max_model_len": 128, **cfg})
     outputs: dict[str, list[RequestOutput]] = {}
@@ -52,7 +59,7 @@ def test_admission_is_fifo_and_bounded_by_max_num_seqs():
     assert [r.request_id for r in sched.waiting] == ["r2"]
 
 
-def test_long_prompt_is_chunked_under_the_token_budget():
+def test_long_prompt_is_chunked_under_the_token_budget(overlap):
     sched, runner, outputs = make(max_num_batched_tokens=8)
     sched.add_request("long", list(range(20)), GREEDY)
     sizes = []
@@ -60,6 +67,8 @@ def test_long_prompt_is_chunked_under_the_token_budget():
         batch = sched.schedule()
         sizes.append([s.num_new_tokens for s in batch.seqs])
         sched.update(batch, runner.run(batch))
+    if overlap:  # the last step only reads the last sample
+        assert sizes.pop() == []
     assert sizes[:3] == [[8], [8], [4]] and all(s == [1] for s in sizes[3:])
     assert tokens_of(outputs["long"]) == expected(range(20), 4)
 
@@ -152,7 +161,7 @@ def test_preempted_request_goes_back_to_the_front():
     assert tokens_of(outputs["new"]) == expected([2] * 7, 8)
 
 
-def test_abort_frees_blocks_and_slot_and_emits_once():
+def test_abort_frees_blocks_and_slot_and_emits_once(overlap):
     sched, runner, outputs = make()
     sched.add_request("a", [1, 2, 3, 4, 5], SamplingParams(max_tokens=50))
     sched.add_request("w", [1], GREEDY)
@@ -161,7 +170,9 @@ def test_abort_frees_blocks_and_slot_and_emits_once():
     assert sched.abort("a") and sched.abort("w")
     assert not sched.abort("a")
     assert outputs["a"][-1].finish_reason is FinishReason.ABORT
-    assert [o.finish_reason for o in outputs["w"]] == [None, FinishReason.ABORT]
+    # Overlapped, w's first sample was still in flight: it is dropped with the request.
+    first = [] if overlap else [None]
+    assert [o.finish_reason for o in outputs["w"]] == [*first, FinishReason.ABORT]
     assert sched.blocks.num_free_blocks == 64 and sched.slots.num_free_slots == 8
     assert not sched.has_work()
 
@@ -247,7 +258,7 @@ def test_no_leaks_after_random_requests_and_aborts(cfg, max_prompt):
                 batch = sched.schedule()
                 for seq in batch.seqs:  # a chunk that leaves prompt behind ends aligned
                     end = seq.num_cached_tokens + seq.num_new_tokens
-                    assert end == seq.req.num_tokens or end % sched.config.chunk_alignment == 0
+                    assert end == seq.num_tokens or end % sched.config.chunk_alignment == 0
                 sched.update(batch, runner.run(batch))
         if rng.random() < 0.2:
             sched.abort(rng.choice(live))
@@ -258,3 +269,41 @@ def test_no_leaks_after_random_requests_and_aborts(cfg, max_prompt):
         assert sum(o.is_finished for o in outs) == 1 and outs[-1].is_finished
     stats = sched.stats()
     assert stats.num_finished + stats.num_aborted == 1000 and stats.num_preemptions > 0
+
+
+def test_overlapped_requests_never_run_past_max_tokens():
+    """A request whose last token is in flight is not scheduled again: it finishes when that
+    token is read, with no row wasted and no block allocated past its length."""
+    sched, runner, outputs = make(max_num_seqs=2)
+    runner.overlap = True
+    sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=4))
+    rows = 0
+    while sched.has_work():
+        batch = sched.schedule()
+        rows += sum(s.num_new_tokens for s in batch.seqs)
+        sched.update(batch, runner.run(batch))
+    assert rows == 3 + 3  # the prompt, then the first three samples fed back
+    assert tokens_of(outputs["r"]) == expected([1, 2, 3], 4)
+    assert outputs["r"][-1].finish_reason is FinishReason.LENGTH
+
+
+def test_a_failed_step_also_ends_requests_with_samples_in_flight():
+    """The runner drops the step in flight when a step fails; the requests waiting for its
+    samples end with ERROR too, instead of waiting forever."""
+    sched, runner, outputs = make()
+    runner.overlap = True
+    sched.add_request("a", [1, 2], GREEDY)
+    sched.add_request("b", [3], GREEDY)
+    batch = sched.schedule()
+    sched.update(batch, runner.run(batch))  # both samples in flight
+    sched.abort("a")
+    sched.add_request("c", [4], GREEDY)
+    runner.fail_when = {"c"}
+    batch = sched.schedule()
+    with pytest.raises(RuntimeError):
+        runner.run(batch)
+    sched.fail(batch, RuntimeError("boom"))
+    assert outputs["b"][-1].finish_reason is FinishReason.ERROR
+    assert outputs["c"][-1].finish_reason is FinishReason.ERROR
+    assert not sched.has_work()
+    assert sched.blocks.num_free_blocks == 64 and sched.slots.num_free_slots == 8

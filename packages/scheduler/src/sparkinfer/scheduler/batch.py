@@ -9,11 +9,24 @@ from sparkinfer.scheduler.request import Request, TokenLogprob
 
 @dataclass(frozen=True)
 class ScheduledSeq:
-    """One request's share of a step: `num_new_tokens` tokens after `num_cached_tokens`."""
+    """One request's share of a step: `num_new_tokens` tokens after `num_cached_tokens`.
+
+    Built when the step is scheduled, it keeps the request's length at that moment
+    (`num_tokens`, an in-flight sample included), so what it says about the step does not change
+    when the request grows later. `is_input_inflight`: its one input token is the previous step's
+    sample, still on the device (the runner takes it from there).
+    """
 
     req: Request
     num_cached_tokens: int
     num_new_tokens: int
+    num_tokens: int = field(init=False)
+    is_input_inflight: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        req = self.req
+        object.__setattr__(self, "num_tokens", req.num_tokens + req.num_inflight_tokens)
+        object.__setattr__(self, "is_input_inflight", req.num_inflight_tokens > 0)
 
     @property
     def is_decode(self) -> bool:
@@ -33,8 +46,13 @@ class ScheduledSeq:
 
     @property
     def is_sampled(self) -> bool:
-        """The chunk reaches the last known token, so the step samples the next one."""
-        return self.num_cached_tokens + self.num_new_tokens == self.req.num_tokens
+        """The chunk reaches the last token, so the step samples the next one."""
+        return self.num_cached_tokens + self.num_new_tokens == self.num_tokens
+
+    @property
+    def output_idx(self) -> int:
+        """Index among the request's outputs of the token this step samples."""
+        return self.num_tokens - self.req.num_prompt_tokens
 
     @property
     def num_prompt_logprobs(self) -> int:
@@ -51,6 +69,7 @@ class ScheduledSeq:
 
     @property
     def new_token_ids(self) -> list[int]:
+        """The chunk's input tokens known on the host (an in-flight input is not among them)."""
         start = self.num_cached_tokens
         return self.req.token_ids[start : start + self.num_new_tokens]
 
@@ -77,13 +96,17 @@ class SampledToken:
 
 @dataclass(frozen=True)
 class ModelOutput:
-    """What `Runner.run` returns: a sampled token per request whose chunk reached its end.
+    """What `Runner.run` returns.
 
-    `prompt_logprobs`: per request, the logprobs of its chunk's first `num_prompt_logprobs` rows
-    (the prompt tokens at positions num_cached_tokens + 1 onwards).
+    `samples`: the tokens whose values the host now has, each with the row that sampled it, in
+    step order. They are this step's samples, or, when the runner overlaps steps, the previous
+    step's (this step's follow at the next call); a step that needs its samples on the host at
+    once (penalties, logits processors, logprobs) brings them in the same call.
+    `prompt_logprobs`: per request of this step, the logprobs of its chunk's first
+    `num_prompt_logprobs` rows (the prompt tokens at positions num_cached_tokens + 1 onwards).
     """
 
-    samples: dict[str, SampledToken]
+    samples: tuple[tuple[ScheduledSeq, SampledToken], ...] = ()
     prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = field(
         default_factory=dict[str, tuple[TokenLogprob, ...]]
     )

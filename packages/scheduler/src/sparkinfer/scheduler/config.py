@@ -26,6 +26,11 @@ class SchedulerConfig:
         and from `cpu_cache_bytes` on CPU.
     cpu_cache_bytes: cache budget on CPU when the sizes are not given.
     enforce_eager: never capture CUDA graphs.
+    overlap_steps: queue each step before reading the previous step's samples, so the host
+        schedules step N+1 while the device runs step N (a decode row takes its input token from
+        the device); a step with penalties, a logits processor or logprobs is read at once.
+        Tokens, and greedy outputs, are the same either way; outputs reach callbacks one step
+        later, and a request that stops on a sampled token has run one extra row.
     deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards
         with fixed-shape matmuls (fixed-tile Triton GEMMs on CUDA, row-blocked on CPU), and a
         prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
@@ -43,6 +48,7 @@ class SchedulerConfig:
     num_state_slots: int | None = None
     cpu_cache_bytes: int = 1 << 30
     enforce_eager: bool = False
+    overlap_steps: bool = True
     deterministic: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int = 0

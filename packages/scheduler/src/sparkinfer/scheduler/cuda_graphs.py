@@ -1,7 +1,8 @@
 """Decode under CUDA graphs: one graph per batch-size bucket, captured once, replayed every step.
 
 Every per-request index lives in a static device buffer sized for the largest bucket. A step
-copies its rows in (from pinned host buffers, refilled only once the last copy out of them is
+copies its rows in (input ids taken on the device from the step in flight where the host does
+not know them yet; from pinned host buffers, refilled only once the last copy out of them is
 done), pads the bucket with rows that touch nothing
 (state slot -1, context length 0, KV slot -1) and replays. Graphs are never rebuilt; a batch
 larger than the largest bucket runs eagerly. The buffers are filled on the caller's stream, so
@@ -18,6 +19,7 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import GraphCaptureError
 
@@ -64,8 +66,9 @@ class DecodeGraphs:
         self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
         self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
         self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
-        # Host staging: [ids, positions, slot mapping, cached, context, state slot] per row.
-        self._rows_cpu = torch.zeros(6, n, dtype=torch.int64).pin_memory()
+        # Host staging: [ids, positions, slot mapping, cached, context, state slot, in-flight
+        # source row] per row.
+        self._rows_cpu = torch.zeros(7, n, dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         # Filled through numpy views: a torch op per element costs microseconds of host time.
         self._rows_np = self._rows_cpu.numpy()
@@ -104,8 +107,17 @@ class DecodeGraphs:
         """The smallest captured batch size holding `num_seqs` rows (None: run eagerly)."""
         return next((b for b in self.batch_sizes if b >= num_seqs), None)
 
-    def run(self, seqs: Sequence[ScheduledSeq], bucket: int) -> torch.Tensor:
-        """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32."""
+    def run(
+        self,
+        seqs: Sequence[ScheduledSeq],
+        bucket: int,
+        sources: Sequence[int],
+        inflight: StepInFlight | None,
+    ) -> torch.Tensor:
+        """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32.
+
+        sources[i] >= 0: row i's input is that row's sample in `inflight` (still on the device).
+        """
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
         self._staging_read.synchronize()  # unrecorded: returns at once
@@ -113,10 +125,12 @@ class DecodeGraphs:
         rows[:, :bucket] = 0
         rows[2, :bucket] = -1  # padding rows write no KV
         rows[5, :bucket] = -1  # and touch no state slot
+        rows[6, :bucket] = -1  # and feed known tokens
+        rows[6, : len(seqs)] = sources
         for i, seq in enumerate(seqs):
             pos = seq.num_cached_tokens
             table = seq.req.block_ids
-            rows[0, i] = seq.req.token_ids[pos]
+            rows[0, i] = 0 if seq.is_input_inflight else seq.req.token_ids[pos]
             rows[1, i] = pos + seq.req.rope_delta  # after an image, positions run behind
             rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
             rows[3, i] = pos
@@ -126,7 +140,7 @@ class DecodeGraphs:
             tables[i, : len(table)] = table
         with torch.cuda.stream(self.stream):
             dev = self._rows_cpu[:, :bucket].to(self.stream.device, non_blocking=True)
-            self.input_ids[:bucket].copy_(dev[0])
+            self.input_ids[:bucket].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
             self.positions[:bucket].copy_(dev[1])
             self.slot_mapping[:bucket].copy_(dev[2])
             self.cached_lens[:bucket].copy_(dev[3])

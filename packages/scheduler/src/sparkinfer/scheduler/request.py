@@ -166,7 +166,9 @@ class Request:
     slot.
 
     `token_ids` holds prompt then generated tokens. `num_computed_tokens` of them are in the KV
-    cache and the recurrent state; the scheduler owns every change to this object.
+    cache and the recurrent state. `num_inflight_tokens` more were sampled on the device by a step
+    whose results the host has not read yet (the runner overlaps one step with the next); they
+    join `token_ids` when that step is resolved. The scheduler owns every change to this object.
     """
 
     def __init__(
@@ -189,6 +191,7 @@ class Request:
         self.on_output = on_output
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
+        self.num_inflight_tokens = 0
         self.block_ids: list[int] = []
         self.state_slot: int | None = None
         self.num_preemptions = 0
@@ -218,8 +221,14 @@ class Request:
 
     @property
     def num_pending_tokens(self) -> int:
-        """Tokens not in the cache yet: the prompt (all, after preemption), or the last sample."""
-        return self.num_tokens - self.num_computed_tokens
+        """Tokens not in the cache yet: the prompt (all, after preemption), or the last sample
+        (known, or still in flight on the device)."""
+        return self.num_tokens + self.num_inflight_tokens - self.num_computed_tokens
+
+    @property
+    def is_at_max_len(self) -> bool:
+        """Every token it may hold is known or in flight: it finishes once they are resolved."""
+        return self.num_tokens + self.num_inflight_tokens >= self.max_len
 
     @property
     def is_finished(self) -> bool:

@@ -30,12 +30,13 @@ from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
-from sparkinfer.scheduler.sampler import Sampler, token_logprobs
+from sparkinfer.scheduler.sampler import Sampler, to_device, token_logprobs
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class Runner:
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
         self.vision = VisionInputs(model, self.device)
+        self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self.graphs: DecodeGraphs | None = None
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
@@ -134,7 +136,10 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> ModelOutput:
-        """Forward every scheduled chunk, sample where a chunk reached its end."""
+        """Forward every scheduled chunk and sample where a chunk reached its end; return the
+        samples the host can read now (see ModelOutput: with `overlap_steps`, the step before's).
+        """
+        inflight, self._inflight = self._inflight, None  # a failed step drops it too
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
@@ -143,19 +148,28 @@ class Runner:
         with self._on_stream():
             for group in self._groups(batch.seqs):
                 with self._numerics(is_decode=all(s.is_decode for s in group)):
-                    logits.append(self._forward(group, prompt_logprobs))
+                    logits.append(self._forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
-            if not sampled:
-                return ModelOutput(samples={}, prompt_logprobs=prompt_logprobs)
-            tokens = self.sampler.sample(torch.cat(logits), [s.req for s in sampled])
-        return ModelOutput(
-            samples={s.req.request_id: t for s, t in zip(sampled, tokens, strict=True)},
-            prompt_logprobs=prompt_logprobs,
-        )
+            now = self._sample(sampled, logits) if sampled else []
+            # Read after this step is queued: the wait ends with the step before, not this one.
+            before = inflight.resolve() if inflight is not None else []
+        return ModelOutput(samples=tuple(before + now), prompt_logprobs=prompt_logprobs)
+
+    def _sample(
+        self, sampled: list[ScheduledSeq], logits: list[torch.Tensor]
+    ) -> list[tuple[ScheduledSeq, SampledToken]]:
+        """Draw this step's tokens: left in flight when overlapping, else read at once."""
+        rows, reqs = torch.cat(logits), [s.req for s in sampled]
+        idxs = [s.output_idx for s in sampled]
+        if self.config.overlap_steps and not any(map(Sampler.needs_host_history, reqs)):
+            self._inflight = StepInFlight(sampled, self.sampler.sample_on_device(rows, reqs, idxs))
+            return []
+        return list(zip(sampled, self.sampler.sample(rows, reqs, idxs), strict=True))
 
     def close(self) -> None:
-        """Drop graphs, vision rows and caches so their memory can be reused."""
+        """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""
         self.graphs = None
+        self._inflight = None
         self.vision.clear()
         if self._is_cuda:
             torch.cuda.synchronize(self.device)
@@ -163,20 +177,27 @@ class Runner:
 
     def _groups(self, seqs: Sequence[ScheduledSeq]) -> list[list[ScheduledSeq]]:
         if not self.config.deterministic:
-            return [list(seqs)]
+            return [list(seqs)] if seqs else []
         decodes = [s for s in seqs if s.is_decode]
         prefills = [s for s in seqs if not s.is_decode]
         return [g for g in (decodes, prefills) if g]
 
     def _forward(
-        self, seqs: list[ScheduledSeq], prompt_logprobs: dict[str, tuple[TokenLogprob, ...]]
+        self,
+        seqs: list[ScheduledSeq],
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
+        inflight: StepInFlight | None,
     ) -> torch.Tensor:
-        """One packed forward -> logits [num sampled seqs, vocab] fp32; fills prompt_logprobs."""
+        """One packed forward -> logits [num sampled seqs, vocab] fp32; fills prompt_logprobs.
+
+        Rows whose input is the previous step's sample read it from `inflight` on the device.
+        """
         is_scoring = any(s.num_prompt_logprobs for s in seqs)
+        sources = inflight.source_rows(seqs) if inflight is not None else _no_sources(seqs)
         if self.graphs is not None and all(s.is_decode for s in seqs) and not is_scoring:
             bucket = self.graphs.bucket_for(len(seqs))
             if bucket is not None:
-                return self.graphs.run(seqs, bucket)
+                return self.graphs.run(seqs, bucket, sources, inflight)
         batch = ForwardBatch.build(
             [s.num_new_tokens for s in seqs],
             [s.num_cached_tokens for s in seqs],
@@ -185,11 +206,13 @@ class Runner:
             caches=self.caches,
             block_size=self.config.block_size,
             device=self.device,
-            positions=step_positions(seqs).to(self.device, non_blocking=True),
+            positions=to_device(step_positions(seqs), self.device),
             logits_indices=_logits_indices(seqs),
         )
-        ids = [t for s in seqs for t in s.new_token_ids]
-        input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        ids = [t for s in seqs for t in (s.new_token_ids if not s.is_input_inflight else [0])]
+        rows = torch.tensor([ids, _token_sources(seqs, sources)], dtype=torch.int64)
+        rows = to_device(rows, self.device)
+        input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)
         if is_scoring:
@@ -284,6 +307,17 @@ class Runner:
         with torch.inference_mode(), self._numerics(is_decode=True):
             graphs.capture()
         return graphs
+
+
+def _no_sources(seqs: Sequence[ScheduledSeq]) -> list[int]:
+    if any(s.is_input_inflight for s in seqs):
+        raise RuntimeError("a row's input token is in flight, but no step is: step results lost")
+    return [-1] * len(seqs)
+
+
+def _token_sources(seqs: Sequence[ScheduledSeq], sources: Sequence[int]) -> list[int]:
+    """Per token of the packed step: the in-flight row that feeds it, or -1."""
+    return [src for s, row in zip(seqs, sources, strict=True) for src in [row] * s.num_new_tokens]
 
 
 def _slot(seq: ScheduledSeq) -> int:

@@ -34,23 +34,22 @@ class Sampler:
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._row_generator = torch.Generator(self.device)
 
-    def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[SampledToken]:
-        """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request."""
+    def sample(
+        self,
+        logits: torch.Tensor,
+        reqs: Sequence[Request],
+        output_idxs: Sequence[int] | None = None,
+    ) -> list[SampledToken]:
+        """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request, on the host.
+
+        output_idxs[i]: index among reqs[i]'s outputs of the token drawn (default: the next one
+        after those it holds); it seeds the row's draw and counts toward min_tokens.
+        """
+        idxs = [r.num_output_tokens for r in reqs] if output_idxs is None else list(output_idxs)
         raw_logprobs = None
         if any(r.params.logprobs is not None for r in reqs):
             raw_logprobs = torch.log_softmax(logits, dim=-1)
-        logits = logits.clone()
-        self._apply_bias(logits, reqs)
-        self._apply_penalties(logits, reqs)
-        self._mask_early_stops(logits, reqs)
-        self._apply_processors(logits, reqs)
-        token_ids = logits.argmax(dim=-1)
-        random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
-        if random_rows:
-            rows = torch.tensor(random_rows, device=logits.device)
-            drawn = self._draw(logits[rows], [reqs[i] for i in random_rows])
-            token_ids[rows] = drawn
-        tokens: list[int] = host_list(token_ids)
+        tokens: list[int] = host_list(self.sample_on_device(logits, reqs, idxs))
         if raw_logprobs is None:
             return [SampledToken(t) for t in tokens]
         return [
@@ -58,13 +57,38 @@ class Sampler:
             for i, (t, r) in enumerate(zip(tokens, reqs, strict=True))
         ]
 
+    def sample_on_device(
+        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+    ) -> torch.Tensor:
+        """The drawn token ids [N] int64, left on the device (no host sync on the way)."""
+        logits = logits.clone()
+        self._apply_bias(logits, reqs)
+        self._apply_penalties(logits, reqs)
+        self._mask_early_stops(logits, reqs, output_idxs)
+        self._apply_processors(logits, reqs)
+        token_ids = logits.argmax(dim=-1)
+        random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
+        if random_rows:
+            rows = _ints(random_rows, logits.device)
+            picked = [reqs[i] for i in random_rows]
+            drawn = self._draw(logits[rows], picked, [output_idxs[i] for i in random_rows])
+            token_ids[rows] = drawn
+        return token_ids
+
+    @staticmethod
+    def needs_host_history(req: Request) -> bool:
+        """Whether drawing req's next token reads its earlier tokens on the host (penalties, a
+        logits processor) or hands logprobs back: its step cannot leave samples in flight."""
+        p = req.params
+        return _has_penalty(req) or p.logits_processor is not None or p.logprobs is not None
+
     def _apply_bias(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
         entries = [(i, t, b) for i, r in enumerate(reqs) for t, b in r.params.logit_bias]
         if not entries:
             return
         rows, cols, values = zip(*entries, strict=True)
         index = (_ints(rows, logits.device), _ints(cols, logits.device))
-        logits.index_put_(index, torch.tensor(values, device=logits.device), accumulate=True)
+        logits.index_put_(index, _floats(values, logits.device), accumulate=True)
 
     def _apply_penalties(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
         rows = [i for i, r in enumerate(reqs) if _has_penalty(r)]
@@ -87,10 +111,12 @@ class Sampler:
                 row.copy_(torch.where(seen, scaled, row))
             row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
 
-    def _mask_early_stops(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+    def _mask_early_stops(
+        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+    ) -> None:
         for i, req in enumerate(reqs):
             p = req.params
-            if req.num_output_tokens >= p.min_tokens:
+            if output_idxs[i] >= p.min_tokens:
                 continue
             stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
             if stops:
@@ -101,14 +127,16 @@ class Sampler:
             if req.params.logits_processor is not None:
                 req.params.logits_processor(req.output_token_ids, logits[i])
 
-    def _draw(self, logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
+    def _draw(
+        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+    ) -> torch.Tensor:
         """Temperature, min_p, top_k, top_p, then a draw by the exponential race. -> [n]."""
-        temps = torch.tensor([r.params.temperature for r in reqs], device=logits.device)
+        temps = _floats([r.params.temperature for r in reqs], logits.device)
         logits = logits / temps.unsqueeze(1)
         min_ps = [r.params.min_p for r in reqs]
         if any(m > 0 for m in min_ps):
             probs = torch.softmax(logits, dim=-1)
-            floor = torch.tensor(min_ps, device=logits.device).unsqueeze(1)
+            floor = _floats(min_ps, logits.device).unsqueeze(1)
             cut = probs < floor * probs.max(dim=-1, keepdim=True).values
             logits = logits.masked_fill(cut, float("-inf"))
         top_ks = [r.params.top_k if r.params.top_k > 0 else logits.shape[1] for r in reqs]
@@ -123,7 +151,7 @@ class Sampler:
             if seed is None:
                 noise[i].exponential_(generator=self._generator)
             else:
-                row_seed = (seed * _SEED_STRIDE + req.num_output_tokens) % (1 << 63)
+                row_seed = (seed * _SEED_STRIDE + output_idxs[i]) % (1 << 63)
                 self._row_generator.manual_seed(row_seed)
                 noise[i].exponential_(generator=self._row_generator)
         return (probs / noise).argmax(dim=-1)
@@ -133,11 +161,11 @@ def _top_k_top_p(logits: torch.Tensor, top_ks: list[int], top_ps: list[float]) -
     """Mask all but each row's top_k logits, then the tail beyond top_p of the probability mass."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     ranks = torch.arange(logits.shape[1], device=logits.device).unsqueeze(0)
-    k = torch.tensor(top_ks, device=logits.device).unsqueeze(1)
+    k = _ints(top_ks, logits.device).unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(ranks >= k, float("-inf"))
     probs = torch.softmax(sorted_logits, dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs  # the top token always stays
-    p = torch.tensor(top_ps, device=logits.device).unsqueeze(1)
+    p = _floats(top_ps, logits.device).unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(mass_before > p, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
 
@@ -179,4 +207,17 @@ def host_list(t: torch.Tensor) -> Any:
 
 
 def _ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
+    return to_device(torch.tensor(values, dtype=torch.int64), device)
+
+
+def _floats(values: Sequence[float], device: torch.device) -> torch.Tensor:
+    return to_device(torch.tensor(values, dtype=torch.float32), device)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the stream: a blocking copy (as
+    torch.tensor(..., device=cuda) does) waits for the work queued before it, so the host would
+    stop overlapping the step in flight. Pinned first, so the copy is truly asynchronous."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.block_manager import BlockManager
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import ContextLengthExceeded, InvalidRequest, RequestTooLarge
@@ -181,8 +181,6 @@ class Scheduler:
         req = self._requests.get(request_id)
         if req is None:
             return False
-        if req.status is RequestStatus.WAITING:
-            self.waiting.remove(req)
         self._finish(req, FinishReason.ABORT)
         self._emit_final(req)
         return True
@@ -192,8 +190,10 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         num_preempted = self._counters["preempted"]
         scheduled: dict[str, ScheduledSeq] = {}
-        decodes = [r for r in self.running if r.num_pending_tokens == 1]
-        prefills = [r for r in self.running if r.num_pending_tokens > 1]
+        # A request whose last token is known or in flight waits for it, then finishes.
+        runnable = [r for r in self.running if not r.is_at_max_len]
+        decodes = [r for r in runnable if r.num_pending_tokens == 1]
+        prefills = [r for r in runnable if r.num_pending_tokens > 1]
         for req in decodes + prefills:
             if budget == 0:
                 break
@@ -219,7 +219,11 @@ class Scheduler:
         return ScheduledBatch(step_idx=self._step_idx, seqs=tuple(ordered))
 
     def update(self, batch: ScheduledBatch, output: ModelOutput) -> None:
-        """Record the step: advance computed tokens, append samples, stop, free and emit."""
+        """Record the step, then the samples the host got: append, stop, free and emit.
+
+        A sampled row of this step counts as in flight until its sample arrives (in this
+        output, or in the next one when the runner overlaps steps).
+        """
         for seq in batch.seqs:
             req = seq.req
             if req.is_finished:
@@ -231,30 +235,36 @@ class Scheduler:
                 # Entry i scores prompt token i + 1; a recomputed prompt overwrites its own.
                 del req.prompt_logprobs[seq.num_cached_tokens :]
                 req.prompt_logprobs.extend(output.prompt_logprobs[req.request_id])
-            if not seq.is_sampled:
-                continue
-            sample = output.samples[req.request_id]
-            req.token_ids.append(sample.token_id)
-            self._counters["generated"] += 1
-            if req.first_token_time is None:
-                req.first_token_time = _now()
-            reason = self._stop_reason(req, sample.token_id)
-            if reason is not None:
-                self._finish(req, reason)
-            prompt_logprobs, req.prompt_logprobs = tuple(req.prompt_logprobs), []
-            self._emit(req, self._output(req, (sample.token_id,), sample.logprob, prompt_logprobs))
+            if seq.is_sampled:
+                req.num_inflight_tokens += 1
+        for seq, sample in output.samples:
+            self._append(seq.req, sample)
+
+    def _append(self, req: Request, sample: SampledToken) -> None:
+        req.num_inflight_tokens -= 1
+        if req.is_finished:  # ended (stop, abort) while this sample was in flight
+            return
+        req.token_ids.append(sample.token_id)
+        self._counters["generated"] += 1
+        if req.first_token_time is None:
+            req.first_token_time = _now()
+        reason = self._stop_reason(req, sample.token_id)
+        if reason is not None:
+            self._finish(req, reason)
+        prompt_logprobs, req.prompt_logprobs = tuple(req.prompt_logprobs), []
+        self._emit(req, self._output(req, (sample.token_id,), sample.logprob, prompt_logprobs))
 
     def fail(self, batch: ScheduledBatch, error: BaseException) -> None:
-        """End every request of a failed step with ERROR; the state they left behind is lost."""
+        """End every request of a failed step with ERROR, and those whose samples were still in
+        flight (a failed runner drops them); the state they left behind is lost."""
         message = f"engine step failed: {type(error).__name__}: {error}"
-        for seq in batch.seqs:
-            if not seq.req.is_finished:
-                self.fail_request(seq.req, message)
+        inflight = [r for r in (*self.running, *self.waiting) if r.num_inflight_tokens]
+        for req in (*(s.req for s in batch.seqs), *inflight):
+            if not req.is_finished:
+                self.fail_request(req, message)
 
     def fail_request(self, req: Request, message: str) -> None:
         """End one live request with ERROR and `message`, freeing what it holds."""
-        if req.status is RequestStatus.WAITING:
-            self.waiting.remove(req)
         self._finish(req, FinishReason.ERROR, error=message)
         self._emit_final(req)
 
@@ -313,7 +323,12 @@ class Scheduler:
 
     def _admit(self, req: Request, budget: int) -> ScheduledSeq | None:
         num_new = self._chunk_len(req, budget)
-        if num_new == 0 or not self.blocks.can_allocate(self.blocks.blocks_for(num_new)):
+        # A request preempted with a sample in flight waits until that token is known.
+        if (
+            num_new == 0
+            or req.num_inflight_tokens
+            or not self.blocks.can_allocate(self.blocks.blocks_for(num_new))
+        ):
             return None
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
@@ -371,6 +386,8 @@ class Scheduler:
     def _finish(self, req: Request, reason: FinishReason, *, error: str | None = None) -> None:
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
+        elif req.status is RequestStatus.WAITING:  # queued, or preempted with a sample in flight
+            self.waiting.remove(req)
         self._release(req)
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason

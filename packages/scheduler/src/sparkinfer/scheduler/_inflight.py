@@ -1,0 +1,68 @@
+"""A step in flight: its samples stay on the device while the host schedules the next step.
+
+The runner overlaps steps: it queues step N's forward and sampling, then reads step N-1's
+tokens (their copy to the host was queued behind N-1, so the wait ends when N-1 does, while N
+runs). A decode row of step N whose input is N-1's sample takes it from N-1's device tokens
+(`merge_inflight_inputs`), so no host round trip sits between the two steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from sparkinfer.scheduler.batch import SampledToken, ScheduledSeq
+from sparkinfer.scheduler.request import Request
+from sparkinfer.scheduler.sampler import host_list
+
+
+class StepInFlight:
+    """The sampled rows of one step and their token ids [n] int64 on the device."""
+
+    def __init__(self, seqs: Sequence[ScheduledSeq], token_ids: torch.Tensor) -> None:
+        self.seqs = tuple(seqs)
+        self.token_ids = token_ids
+        self._row_of: dict[Request, int] = {s.req: i for i, s in enumerate(self.seqs)}
+        if token_ids.is_cuda:
+            self._host = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
+            self._host.copy_(token_ids, non_blocking=True)
+            self._copied: torch.cuda.Event | None = torch.cuda.Event()
+            self._copied.record()
+        else:
+            self._host, self._copied = token_ids, None
+
+    def source_rows(self, seqs: Sequence[ScheduledSeq]) -> list[int]:
+        """For each row: the row of this step whose sample is its input, or -1 (input known)."""
+        out: list[int] = []
+        for s in seqs:
+            if not s.is_input_inflight:
+                out.append(-1)
+                continue
+            row = self._row_of.get(s.req)
+            if row is None:
+                raise RuntimeError(
+                    f"{s.req.request_id}: its input token is in flight, but not from the step "
+                    "before; the scheduler and runner disagree about the steps in flight"
+                )
+            out.append(row)
+        return out
+
+    def resolve(self) -> list[tuple[ScheduledSeq, SampledToken]]:
+        """Wait for the copy to the host (not for later steps) -> each row with its token."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        tokens: list[int] = host_list(self._host)
+        return [(s, SampledToken(t)) for s, t in zip(self.seqs, tokens, strict=True)]
+
+
+def merge_inflight_inputs(
+    input_ids: torch.Tensor, source_rows: torch.Tensor, inflight: StepInFlight | None
+) -> torch.Tensor:
+    """input_ids [n] with row i replaced by the in-flight sample source_rows[i] where >= 0.
+
+    All on the device: the sample never visits the host before it is fed back.
+    """
+    if inflight is None:
+        return input_ids
+    picked = inflight.token_ids[source_rows.clamp(min=0)]
+    return torch.where(source_rows >= 0, picked, input_ids)
