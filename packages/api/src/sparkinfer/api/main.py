@@ -167,6 +167,7 @@ def _scheduler_config(
         block_size=settings.block_size,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.enforce_eager,
+        overlap_steps=settings.overlap_steps,
         deterministic=settings.deterministic,
         eos_token_ids=tuple(dict.fromkeys(eos)),
     )

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     )
     block_size: int = Field(64, ge=1, description="Tokens per KV-cache block")
     enforce_eager: bool = Field(False, description="Never capture CUDA graphs")
+    overlap_steps: bool = Field(
+        True,
+        description="Schedule the next engine step while the device runs this one (samples "
+        "are read a step later; tokens are the same either way)",
+    )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype (auto: the checkpoint's)"
     )
