@@ -140,6 +140,12 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
     p.add_argument(
+        "--no-overlap-steps",
+        dest="overlap_steps",
+        action="store_false",
+        help="read each step's samples before scheduling the next (price the overlap)",
+    )
+    p.add_argument(
         "--deterministic",
         action="store_true",
         help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
