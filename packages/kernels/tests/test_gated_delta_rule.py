@@ -17,6 +17,7 @@ from sparkinfer.kernels.gated_delta_rule import (
     gdn_gating,
     gdn_gating_ref,
 )
+from sparkinfer.kernels.gated_delta_rule.chunk import _chunk_table
 from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
@@ -167,6 +168,40 @@ def test_chunk_deterministic_and_batch_invariant():
     alone = {name: t[75:] if t.shape[0] == sum(lengths) else t for name, t in x.items()}
     o3, s3 = run_chunk(chunk_gated_delta_rule, alone, [130], [2], [True])
     assert torch.equal(o3, o1[75:]) and torch.equal(s3[2], s1[2])
+
+
+def test_chunk_index_cache_builds_tables_once_per_cu_seqlens(monkeypatch):
+    """Calls sharing an index_cache over one cu_seqlens tensor (the layers of a step) build the
+    chunk tables once and give the bits of calls without it; another cu_seqlens rebuilds them."""
+    built = []
+
+    def counted_chunk_table(*args):
+        built.append(args)
+        return _chunk_table(*args)
+
+    monkeypatch.setattr(chunk, "_chunk_table", counted_chunk_table)
+    lengths, slots, has_init = [70, 5, 130], [0, 1, 2], [True, False, True]
+    x = make_inputs(sum(lengths), seed=13, dtype=torch.bfloat16, num_slots=3)
+    index_cache: dict[str, tuple[torch.Tensor, ...]] = {}
+    cu_seqlens = varlen(lengths)
+
+    def call(cu: torch.Tensor, cache: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        g, beta = gdn_gating_ref(x["a"], x["b"], x["A_log"], x["dt_bias"])
+        state = x["state"].clone()
+        o = chunk_gated_delta_rule(
+            x["q"], x["k"], x["v"], g, beta.to(x["v"].dtype), state, cu_seqlens=cu,
+            state_slots=torch.tensor(slots), has_initial_state=torch.tensor(has_init),
+            index_cache=cache,
+        )  # fmt: skip
+        return o, state
+
+    expected = call(cu_seqlens, None)
+    for _ in range(3):
+        o, state = call(cu_seqlens, index_cache)
+        assert torch.equal(o, expected[0]) and torch.equal(state, expected[1])
+    assert len(built) == 2 and len(index_cache) == 1  # one build without the cache, one with it
+    o, state = call(varlen(lengths), index_cache)  # an equal but distinct tensor: rebuilt
+    assert len(built) == 3 and torch.equal(o, expected[0]) and torch.equal(state, expected[1])
 
 
 def test_chunk_cut_at_output_blocks_equals_one_call():

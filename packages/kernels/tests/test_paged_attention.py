@@ -132,6 +132,35 @@ def test_prefill_past_2048_tokens(assert_close):
     assert_close(launch_prefill(*args, config), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
+def test_prefill_index_cache_builds_tile_map_once_per_cu_seqlens(monkeypatch):
+    """Calls sharing an index_cache over one cu_seqlens tensor (the layers of a step) build the
+    tile map once and give the bits of calls without it; another cu_seqlens rebuilds it."""
+    built = []
+    tile_map = prefill_module._tile_map
+
+    def counted_tile_map(*args):
+        built.append(args)
+        return tile_map(*args)
+
+    monkeypatch.setattr(prefill_module, "_tile_map", counted_tile_map)
+    b = _paged_batch([1, 63, 17, 40], [0, 5, 31, 100], seed=6)
+    index_cache: dict[str, tuple[torch.Tensor, ...]] = {}
+
+    def call(cu_seqlens: torch.Tensor) -> torch.Tensor:
+        return paged_attention_prefill(
+            b["q"], b["k_cache"], b["v_cache"], cu_seqlens=cu_seqlens,
+            cached_lens=b["cached_lens"], block_tables=b["block_tables"], scale=0.3,
+            gate=b["gate"], index_cache=index_cache,
+        )  # fmt: skip
+
+    expected = _prefill(paged_attention_prefill, b)
+    for _ in range(3):
+        assert torch.equal(call(b["cu_seqlens"]), expected)
+    assert len(built) == 2 and len(index_cache) == 1  # one build without the cache, one with it
+    o = call(b["cu_seqlens"].clone())  # an equal but distinct tensor: rebuilt
+    assert len(built) == 3 and torch.equal(o, expected)
+
+
 def test_prefill_ref_matches_transformers_eager():
     """Causal prefill from an empty cache equals transformers' eager attention, sigmoid-gated."""
     b = _paged_batch([37], [0], heads=(6, 2), d=16, seed=5)

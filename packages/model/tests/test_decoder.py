@@ -155,6 +155,37 @@ def test_cuda_kernels_match_transformers_fp32(causal_ckpt, causal_refs, paged_ru
     check_against(causal_refs, model, paged_runner, CUDA_FP32_TOL)
 
 
+def test_triton_prefill_builds_index_tables_once_per_step(
+    conditional_ckpt, paged_runner, monkeypatch
+) -> None:
+    """The GDN chunk table and the attention tile map are built by the first layer of each kind
+    and shared by the rest of the step (ForwardBatch.index_cache); logits match the references."""
+    from sparkinfer.kernels.gated_delta_rule import chunk
+    from sparkinfer.kernels.paged_attention import prefill
+    from sparkinfer.model.layers import REFERENCE_OPS, triton_ops
+
+    built = {"chunk": 0, "tile": 0}
+
+    def counted(name, fn):
+        def wrapper(*args):
+            built[name] += 1
+            return fn(*args)
+
+        return wrapper
+
+    monkeypatch.setattr(chunk, "_chunk_table", counted("chunk", chunk._chunk_table))
+    monkeypatch.setattr(prefill, "_tile_map", counted("tile", prefill._tile_map))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(conditional_ckpt, device=device, dtype=torch.float32, progress=False)
+    step = [(0, _tokens(20, seed=1)), (1, _tokens(9, seed=2))]
+    logits = {}
+    for name, ops in (("triton", triton_ops()), ("reference", REFERENCE_OPS)):
+        model.use_ops(ops)
+        logits[name] = torch.cat(paged_runner(model, max_lens=[20, 9]).step(step))
+    assert built == {"chunk": 1, "tile": 1}  # 6 GDN and 2 attention layers
+    assert _rel_err(logits["triton"], logits["reference"]) <= CUDA_FP32_TOL
+
+
 def test_chunked_prefill_equals_one_shot(causal_refs, causal_model, paged_runner) -> None:
     """The 500-token prompt over four steps (one a lone token), sharing steps with a decode."""
     ref, other = causal_refs[4], causal_refs[2]

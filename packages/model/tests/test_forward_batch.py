@@ -31,6 +31,15 @@ def test_prefill_with_chunk_continuation() -> None:
     assert (batch.num_seqs, batch.num_tokens, batch.max_query_len) == (2, 5, 3)
 
 
+def test_device_state_mask_and_index_cache_belong_to_one_batch() -> None:
+    batch = build([3, 2], [0, 5], [[7], [2, 9]], [1, 0])
+    mask = batch.has_initial_state_mask
+    assert mask.tolist() == [False, True] and mask.device == batch.cached_lens.device
+    assert batch.has_initial_state_mask is mask  # computed once for all layers
+    other = build([3, 2], [0, 5], [[7], [2, 9]], [1, 0])
+    assert batch.index_cache == {} and other.index_cache is not batch.index_cache
+
+
 def test_decode_needs_one_token_after_a_cache() -> None:
     assert build([1, 1], [4, 9], [[1, 2], [3, 4, 5]], [0, 1]).is_decode
     # a one-token prompt starts from zero state: it is a prefill

@@ -7,8 +7,9 @@ and ends the step with context_lens[b] = cached_lens[b] + its new tokens in the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
@@ -29,6 +30,9 @@ class ForwardBatch:
     is_decode:      every sequence has exactly one new token (recurrent kernels, no chunking)
     caches:         the cache views of every layer
     cu_seqlens_cpu / cached_lens_cpu: host copies for shapes and python-side loops
+    index_cache:    the prefill kernels' index tables derived from cu_seqlens (chunk and tile
+                    maps): the first layer that needs one builds it here and every later layer of
+                    the step reuses it (valid while cu_seqlens is not rewritten in place)
     """
 
     positions: torch.Tensor
@@ -43,6 +47,9 @@ class ForwardBatch:
     caches: ModelCaches
     cu_seqlens_cpu: list[int]
     cached_lens_cpu: list[int]
+    index_cache: dict[str, tuple[torch.Tensor, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def num_seqs(self) -> int:
@@ -61,6 +68,11 @@ class ForwardBatch:
     def has_initial_state(self) -> list[bool]:
         """Whether each sequence continues from cached state (False: start from zero state)."""
         return [n > 0 for n in self.cached_lens_cpu]
+
+    @functools.cached_property
+    def has_initial_state_mask(self) -> torch.Tensor:
+        """[B] bool on the device: cached_lens > 0, computed once per batch for every GDN layer."""
+        return self.cached_lens > 0
 
     @classmethod
     def build(

@@ -261,6 +261,26 @@ def _chunk_table(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tenso
     return chunk_seq, chunk_pos
 
 
+def _index_tables(
+    cu_seqlens: torch.Tensor,
+    num_tokens: int,
+    out_chunks: int,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(chunk_seq, chunk_pos, output-block offsets), taken from ``index_cache`` when an earlier
+    call over the same ``cu_seqlens`` tensor and T left them there, else built and stored."""
+    key = f"chunk_gated_delta_rule:BT={BT}:out_chunks={out_chunks}"
+    num_chunks = num_tokens // BT + cu_seqlens.shape[0] - 1
+    entry = index_cache.get(key) if index_cache is not None else None
+    if entry is not None and entry[0] is cu_seqlens and entry[1].shape[0] == num_chunks:
+        return entry[1], entry[2], entry[3]
+    chunk_seq, chunk_pos = _chunk_table(cu_seqlens, num_tokens)
+    block_offsets = _block_offsets(cu_seqlens, BT * out_chunks)
+    if index_cache is not None:
+        index_cache[key] = (cu_seqlens, chunk_seq, chunk_pos, block_offsets)
+    return chunk_seq, chunk_pos, block_offsets
+
+
 def _check_inputs(q, k, v, g, beta, state) -> None:
     op = "chunk_gated_delta_rule"
     check_qkv(op, q, k, v, rows="T")
@@ -297,6 +317,7 @@ def chunk_gated_delta_rule(
     has_initial_state: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm: bool = True,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
 ) -> torch.Tensor:
     """Gated delta rule over a packed (varlen) prefill batch, chunked (64) in WY/UT form.
 
@@ -313,6 +334,10 @@ def chunk_gated_delta_rule(
         has_initial_state: [B] bool; True reads the initial state from the slot, False starts at 0.
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernels.
+        index_cache: optional dict shared by the calls of one step over the same ``cu_seqlens``
+            tensor (e.g. every layer of a forward): the chunk tables derived from cu_seqlens are
+            built by the first call, stored there and reused by the others (keyed by tile sizes,
+            checked against cu_seqlens and T). Rewriting cu_seqlens in place needs a fresh dict.
 
     Returns:
         o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.
@@ -326,10 +351,11 @@ def chunk_gated_delta_rule(
     _check_grid(q.shape[0], state_slots.shape[0], v.shape[1])
     launch = LAUNCH
     scale = q.shape[2] ** -0.5 if scale is None else scale
-    chunk_seq, chunk_pos = _chunk_table(cu_seqlens, q.shape[0])
+    chunk_seq, chunk_pos, block_offsets = _index_tables(
+        cu_seqlens, q.shape[0], launch.out_chunks, index_cache
+    )
     wy = chunk_wy(q, k, v, g, beta=beta, cu_seqlens=cu_seqlens, chunks=(chunk_seq, chunk_pos),
                   scale=scale, use_qk_l2norm=use_qk_l2norm, launch=launch)  # fmt: skip
-    block_offsets = _block_offsets(cu_seqlens, BT * launch.out_chunks)
     num_blocks = q.shape[0] // (BT * launch.out_chunks) + state_slots.shape[0]
     num_v_heads, head_v = v.shape[1:]
     h = torch.empty(num_blocks, num_v_heads, q.shape[2], head_v, dtype=v.dtype, device=v.device)

@@ -83,6 +83,7 @@ def chunk_gated_delta_rule_ref(
     has_initial_state: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm: bool = True,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
 ) -> torch.Tensor:
     """Gated delta rule over a packed (varlen) prefill batch, one timestep at a time.
 
@@ -99,6 +100,7 @@ def chunk_gated_delta_rule_ref(
         has_initial_state: [B] bool; True reads the initial state from the slot, False starts at 0.
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
+        index_cache: unused here (the fast op keeps its chunk tables there between calls).
 
     Returns:
         o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.

@@ -202,6 +202,25 @@ def _tile_map(
     return tile_seq.to(torch.int32), cu_tiles, grid
 
 
+def _cached_tile_map(
+    cu_seqlens: torch.Tensor,
+    num_tokens: int,
+    bm: int,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """`_tile_map`, taken from ``index_cache`` when an earlier call over the same ``cu_seqlens``
+    tensor and T left it there, else built and stored."""
+    key = f"paged_attention_prefill:BM={bm}"
+    grid = triton.cdiv(num_tokens, bm) + cu_seqlens.shape[0] - 1
+    entry = index_cache.get(key) if index_cache is not None else None
+    if entry is not None and entry[0] is cu_seqlens and entry[1].shape[0] == grid:
+        return entry[1], entry[2], grid
+    tile_seq, cu_tiles, grid = _tile_map(cu_seqlens, num_tokens, bm)
+    if index_cache is not None:
+        index_cache[key] = (cu_seqlens, tile_seq, cu_tiles)
+    return tile_seq, cu_tiles, grid
+
+
 def launch_prefill(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -212,6 +231,8 @@ def launch_prefill(
     scale: float,
     gate: torch.Tensor | None,
     config: PrefillConfig,
+    *,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
 ) -> torch.Tensor:
     """paged_attention_prefill with explicit tiles and kernel (the benchmark sweeps them)."""
     _check(q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, gate)
@@ -219,7 +240,7 @@ def launch_prefill(
     num_seqs, (num_tokens, num_heads, d) = cu_seqlens.shape[0] - 1, q.shape
     if num_tokens == 0 or num_seqs == 0:
         return o
-    tile_seq, cu_tiles, grid = _tile_map(cu_seqlens, num_tokens, config.BM)
+    tile_seq, cu_tiles, grid = _cached_tile_map(cu_seqlens, num_tokens, config.BM, index_cache)
     if config.use_tma and tma_layout_error(q, k_cache, v_cache, gate, config) is None:
         launch_prefill_tma(
             o, q, k_cache, v_cache, gate=gate, index=(cu_seqlens, cached_lens, block_tables),
@@ -251,6 +272,7 @@ def paged_attention_prefill(
     block_tables: torch.Tensor,
     scale: float,
     gate: torch.Tensor | None = None,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
 ) -> torch.Tensor:
     """Causal attention of a packed batch of new tokens over a paged KV cache.
 
@@ -268,11 +290,16 @@ def paged_attention_prefill(
             stride).
         scale: softmax scale, usually D ** -0.5.
         gate: optional [T, H, D]; the output is multiplied by sigmoid(gate).
+        index_cache: optional dict shared by the calls of one step over the same ``cu_seqlens``
+            tensor (e.g. every layer of a forward): the query-tile map derived from cu_seqlens is
+            built by the first call, stored there and reused by the others (keyed by tile size,
+            checked against cu_seqlens and T). Rewriting cu_seqlens in place needs a fresh dict.
 
     Returns:
         o: [T, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
     config = default_prefill_config(q)
     return launch_prefill(
-        q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config
-    )
+        q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config,
+        index_cache=index_cache,
+    )  # fmt: skip

@@ -63,6 +63,7 @@ def paged_attention_prefill_ref(
     block_tables: torch.Tensor,
     scale: float,
     gate: torch.Tensor | None = None,
+    index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
 ) -> torch.Tensor:
     """Causal attention of a packed batch of new tokens over a paged KV cache.
 
@@ -78,6 +79,7 @@ def paged_attention_prefill_ref(
         block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order.
         scale: softmax scale, usually D ** -0.5.
         gate: optional [T, H, D]; the output is multiplied by sigmoid(gate).
+        index_cache: unused here (the fast op keeps its query-tile map there between calls).
 
     Returns:
         o: [T, H, D] in q.dtype (softmax and accumulation in fp32).

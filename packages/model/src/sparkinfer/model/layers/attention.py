@@ -93,5 +93,6 @@ class GatedAttention(nn.Module):
                 block_tables=batch.block_tables,
                 scale=self.scale,
                 gate=gate,
+                index_cache=batch.index_cache,
             )
         return self.o_proj(o.reshape(num_tokens, -1))

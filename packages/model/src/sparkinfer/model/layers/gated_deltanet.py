@@ -91,7 +91,7 @@ class GatedDeltaNet(nn.Module):
                 state_slots=batch.state_slots,
             )  # fmt: skip
         else:
-            has_initial_state = batch.cached_lens > 0
+            has_initial_state = batch.has_initial_state_mask
             qkv = self.ops.causal_conv1d(
                 qkv,
                 conv_weight,
@@ -107,6 +107,7 @@ class GatedDeltaNet(nn.Module):
                 cu_seqlens=batch.cu_seqlens,
                 state_slots=batch.state_slots,
                 has_initial_state=has_initial_state,
+                index_cache=batch.index_cache,
             )  # fmt: skip
         o = self.norm(o, z)  # [T, HV, V]
         return self.out_proj(o.reshape(num_tokens, self.value_dim))
