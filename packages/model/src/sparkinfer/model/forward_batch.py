@@ -125,7 +125,12 @@ class ForwardBatch:
         def ints(
             values: Sequence[int] | Sequence[Sequence[int]], dtype: torch.dtype
         ) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype, device=device)
+            # Pinned, then copied without blocking: torch.tensor(..., device=cuda) waits for
+            # the stream, so the host would stop running ahead of the step in flight.
+            host = torch.tensor(values, dtype=dtype)
+            if torch.device(device).type != "cuda":
+                return host.to(device)
+            return host.pin_memory().to(device, non_blocking=True)
 
         return cls(
             positions=ints(text_positions, torch.int64) if positions is None else positions,
