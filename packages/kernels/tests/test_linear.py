@@ -5,21 +5,16 @@ import inspect
 
 import pytest
 import torch
-from sparkinfer.kernels.activation import silu_and_mul
 from sparkinfer.kernels.linear import (
     SkinnyGemmConfig,
     TiledGemmConfig,
     batch_invariant,
     decode_config,
-    dispatch,
     invariant,
     invariant_linear,
     linear,
     linear_ref,
     shape_table,
-    silu_mul_linear,
-    silu_mul_linear_ref,
-    silu_mul_skinny_gemm,
     skinny_gemm,
     tiled_gemm,
 )
@@ -37,7 +32,6 @@ def _check(actual: torch.Tensor, expected: torch.Tensor, assert_close) -> None:
 
 def test_signature_matches_reference():
     assert inspect.signature(linear) == inspect.signature(linear_ref)
-    assert inspect.signature(silu_mul_linear) == inspect.signature(silu_mul_linear_ref)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -197,101 +191,3 @@ def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
     assert shape_table.lookup(32, 16384 + 96, 5120, bf16) is None  # cuBLAS won at 32 rows
     assert shape_table.lookup(1, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
     assert shape_table.lookup(1, 16384 + 96, 4096, bf16) is None  # K must match
-
-
-# [gate | up] of width 2 * 200 (not a multiple of BK: the last K tile is masked) into 72 outputs.
-SILU_MUL_CONFIGS = [
-    SkinnyGemmConfig(BN=32, BK=32),
-    SkinnyGemmConfig(BN=16, BK=64, SPLIT_K=3),
-    SkinnyGemmConfig(BM=16, BN=64, BK=32, SPLIT_K=4),
-]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m", [1, 3, 8, 17])
-@pytest.mark.parametrize("config", SILU_MUL_CONFIGS, ids=["no_split", "split_k3", "bm16_split_k4"])
-def test_silu_mul_skinny_gemm_equals_the_unfused_kernels(dtype, m, config):
-    torch.manual_seed(20 + m)
-    gate_up = torch.randn(m, 400, dtype=dtype) * 2
-    w = torch.randn(72, 200, dtype=dtype) * 0.1
-    fused = silu_mul_skinny_gemm(gate_up, w, config)
-    assert fused.shape == (m, 72) and fused.dtype == dtype
-    assert torch.equal(fused, skinny_gemm(silu_and_mul(gate_up), w, config))
-    expected = silu_mul_linear_ref(gate_up.float(), w.float())
-    if dtype == torch.bfloat16:
-        torch.testing.assert_close(fused.float(), expected, **BF16_TOL)
-    else:
-        torch.testing.assert_close(fused, expected, atol=2e-4, rtol=2e-4)
-
-
-def test_silu_mul_skinny_gemm_strided_rows_and_empty_batch():
-    torch.manual_seed(21)
-    gate_up = torch.randn(5, 300)[:, :192]  # row stride 300
-    w = torch.randn(40, 96)
-    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=2)
-    fused = silu_mul_skinny_gemm(gate_up, w, config)
-    assert torch.equal(fused, skinny_gemm(silu_and_mul(gate_up), w, config))
-    assert silu_mul_skinny_gemm(torch.ones(0, 192), w).shape == (0, 40)
-
-
-def test_silu_mul_linear_on_cpu_falls_back_to_the_unfused_ops(monkeypatch, assert_close):
-    def fused(*args):
-        raise AssertionError("CPU tensors must not take the fused kernel")
-
-    monkeypatch.setattr(dispatch, "silu_mul_skinny_gemm", fused)
-    torch.manual_seed(22)
-    gate_up, w = torch.randn(3, 128) * 2, torch.randn(24, 64) * 0.1
-    y = silu_mul_linear(gate_up, w)
-    assert torch.equal(y, linear(silu_and_mul(gate_up), w))
-    assert_close(y, silu_mul_linear_ref(gate_up, w))
-
-
-def test_silu_mul_linear_ref_is_the_unfused_reference():
-    torch.manual_seed(23)
-    for dtype in (torch.float32, torch.bfloat16):
-        gate_up = torch.randn(70, 96, dtype=dtype)
-        w = torch.randn(40, 48, dtype=dtype)
-        gate, up = gate_up.chunk(2, dim=-1)
-        unfused = torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, w)
-        assert torch.equal(silu_mul_linear_ref(gate_up, w), unfused)
-
-
-@pytest.mark.parametrize("fn", [silu_mul_linear, silu_mul_skinny_gemm])
-def test_silu_mul_linear_rejects_bad_inputs(fn):
-    with pytest.raises(ValueError, match=r"I=32; expected gate_up \[M, 2 \* I\]"):
-        fn(torch.randn(2, 48), torch.randn(8, 32))
-    with pytest.raises(ValueError, match=r"\[M, 2 \* I\]"):
-        fn(torch.randn(2, 3, 64), torch.randn(8, 32))
-    with pytest.raises(TypeError, match="share"):
-        fn(torch.randn(2, 64), torch.randn(8, 32, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="unit stride"):
-        fn(torch.randn(64, 2).t(), torch.randn(8, 32))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 32, 64])
-def test_silu_mul_linear_real_down_shape_on_gpu(m, monkeypatch):
-    n, i = 5120, 17408  # Qwen3.8-27B's down_proj
-    launches = []
-    fused = dispatch.silu_mul_skinny_gemm
-
-    def counted(*args):
-        launches.append(args[2])
-        return fused(*args)
-
-    monkeypatch.setattr(dispatch, "silu_mul_skinny_gemm", counted)
-    torch.manual_seed(24)
-    gate_up = torch.randn(m, 2 * i, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, i, device="cuda", dtype=torch.bfloat16) * 0.02
-    y = silu_mul_linear(gate_up, w)
-    # The table takes the skinny GEMM with split-K 4 up to 32 rows, cuBLAS at 64 (unfused).
-    config = shape_table.lookup(m, n, i, torch.bfloat16)
-    assert launches == ([config] if m <= 32 else [])
-    assert config is None or config.SPLIT_K == 4
-    assert torch.equal(y, linear(silu_and_mul(gate_up), w))
-    torch.testing.assert_close(
-        y.float(), silu_mul_linear_ref(gate_up.float(), w.float()), atol=2e-2, rtol=2e-2
-    )
-    with batch_invariant("decode"):  # the fixed decode tile, unfused
-        assert torch.equal(silu_mul_linear(gate_up, w), linear(silu_and_mul(gate_up), w))
-    assert len(launches) == (1 if m <= 32 else 0)

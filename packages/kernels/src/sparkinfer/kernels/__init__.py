@@ -6,8 +6,7 @@ One subpackage per op; import the op from its subpackage (this module imports no
 - `rms_norm`: `rms_norm` ((1+w) form, optional residual add), `gated_rms_norm` (norm, then silu(z))
 - `rotary`: `apply_rotary` (in place, partial, rotate_half style)
 - `qk_norm_rotary`: `qk_norm_rotary` (q/k head norms, partial rotary and the KV-cache write)
-- `linear`: `linear` (skinny GEMM or cuBLAS per shape), `skinny_gemm`, `silu_mul_linear` (SwiGLU
-  fused into the skinny down projection)
+- `linear`: `linear` (skinny GEMM or cuBLAS per shape), `skinny_gemm`
 - `gated_delta_rule`, `causal_conv1d`: the Gated-DeltaNet mixer's kernels
 
 Each `<op>` has an `<op>_ref` in plain torch (fp32 accumulate) that is its specification.

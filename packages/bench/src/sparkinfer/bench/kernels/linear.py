@@ -1,8 +1,6 @@
 """Decode-shaped linear benchmark: Triton skinny GEMM vs cuBLAS (torch.matmul) at 27B shapes.
 
 Rows report bandwidth as a fraction of this run's copy bandwidth (weights dominate the bytes).
-`silu_mul_linear` rows time the MLP's SwiGLU fused into the down projection against silu_and_mul
-then linear (two launches), and say whether the two agree bit for bit.
 `--tune` sweeps skinny-GEMM tiles per shape, keeps the faster of the best tile and cuBLAS, and
 writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`). Run alone:
 ``python -m sparkinfer.bench.kernels.linear [--quick] [--tune OUT.json]``.
@@ -18,15 +16,7 @@ import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
-from sparkinfer.kernels.activation import silu_and_mul
-from sparkinfer.kernels.linear import (
-    SkinnyGemmConfig,
-    linear,
-    linear_ref,
-    silu_mul_linear,
-    silu_mul_linear_ref,
-    skinny_gemm,
-)
+from sparkinfer.kernels.linear import SkinnyGemmConfig, linear, linear_ref, skinny_gemm
 
 HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
 # (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
@@ -129,41 +119,6 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
                 "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
                 "vs_cublas": times["cublas"].median_ms / t.median_ms,
                 "max_abs_err": err if name == "fast" else None,
-            })  # fmt: skip
-        del operands
-    return rows + bench_silu_mul(device, warmup=warmup, iters=iters, copy=copy)
-
-
-def _unfused_silu_mul(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return linear(silu_and_mul(gate_up), w)
-
-
-def bench_silu_mul(device: torch.device, *, warmup: int, iters: int, copy: float) -> list[Row]:
-    """SwiGLU + down_proj at the 27B shape: the fused kernel vs silu_and_mul then linear."""
-    n, k = HIDDEN, INTERMEDIATE
-    rows = []
-    for m in BATCHES:
-        operands = [
-            (torch.randn(m, 2 * k, device=device, dtype=torch.bfloat16),
-             torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02)
-            for _ in range(rotation_copies(2 * n * k))
-        ]  # fmt: skip
-        gate_up, w = operands[0]
-        fused = silu_mul_linear(gate_up, w)
-        is_identical = torch.equal(fused, _unfused_silu_mul(gate_up, w))
-        err = (fused.float() - silu_mul_linear_ref(gate_up, w).float()).abs().max().item()
-        nbytes = 2 * (n * k + 2 * m * k + m * n)  # weight, [gate | up], y
-        impls = {"fast": silu_mul_linear, "unfused": _unfused_silu_mul}
-        times = {name: _time(fn, operands, warmup, iters) for name, fn in impls.items()}
-        for name, t in times.items():
-            rows.append({
-                "op": "silu_mul_linear", "impl": name, "shape": f"M={m} N={n} K={k}",
-                "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "GB/s": nbytes / t.median_ms / 1e6,
-                "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
-                "vs_unfused": times["unfused"].median_ms / t.median_ms,
-                "max_abs_err": err if name == "fast" else None,
-                "bit_identical": is_identical if name == "fast" else None,
             })  # fmt: skip
         del operands
     return rows

@@ -1,15 +1,10 @@
-"""Linear layers: Triton skinny GEMM or cuBLAS per shape from a measured table, the MLP's SwiGLU
-fused into the skinny down projection, and fixed-tile batch-invariant kernels for deterministic
-serving."""
+"""Linear layers: Triton skinny GEMM or cuBLAS per shape from a measured table, and fixed-tile
+batch-invariant kernels for deterministic serving."""
 
-from sparkinfer.kernels.linear.dispatch import linear, silu_mul_linear
+from sparkinfer.kernels.linear.dispatch import linear
 from sparkinfer.kernels.linear.invariant import batch_invariant, decode_config, invariant_linear
-from sparkinfer.kernels.linear.ref import linear_ref, silu_mul_linear_ref
-from sparkinfer.kernels.linear.skinny_gemm import (
-    SkinnyGemmConfig,
-    silu_mul_skinny_gemm,
-    skinny_gemm,
-)
+from sparkinfer.kernels.linear.ref import linear_ref
+from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
 from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 
 __all__ = [
@@ -20,9 +15,6 @@ __all__ = [
     "invariant_linear",
     "linear",
     "linear_ref",
-    "silu_mul_linear",
-    "silu_mul_linear_ref",
-    "silu_mul_skinny_gemm",
     "skinny_gemm",
     "tiled_gemm",
 ]

@@ -25,30 +25,3 @@ def check_gemm_operands(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
             f"{op}: x and weight need unit stride along K, got {x.stride()} and {weight.stride()}"
         )
     check_device(op, {"x": x, "weight": weight})
-
-
-def check_silu_mul_operands(op: str, gate_up: torch.Tensor, weight: torch.Tensor) -> None:
-    """gate_up [M, 2 * I] = [gate | up] and weight [N, I]: same float dtype, unit stride along I.
-
-    Shapes, dtypes and strides only: launchers check the device themselves.
-    """
-    if gate_up.dim() != 2 or weight.dim() != 2:
-        raise ValueError(
-            f"{op}: gate_up must be [M, 2 * I] and weight [N, I], "
-            f"got {tuple(gate_up.shape)}, {tuple(weight.shape)}"
-        )
-    if gate_up.dtype not in GEMM_DTYPES or weight.dtype != gate_up.dtype:
-        raise TypeError(
-            f"{op}: gate_up and weight must share bf16, fp16 or fp32, "
-            f"got {gate_up.dtype} and {weight.dtype}"
-        )
-    if gate_up.shape[1] != 2 * weight.shape[1]:
-        raise ValueError(
-            f"{op}: gate_up has {gate_up.shape[1]} columns but weight [N, I] has "
-            f"I={weight.shape[1]}; expected gate_up [M, 2 * I] = [gate | up]"
-        )
-    if gate_up.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(
-            f"{op}: gate_up and weight need unit stride along the last dim, "
-            f"got {gate_up.stride()} and {weight.stride()}"
-        )

@@ -4,11 +4,6 @@ The weight is streamed once: each program owns BN output columns and one of SPLI
 holds all rows of x in a BM-row tile and accumulates in fp32 with tl.dot. With SPLIT_K > 1 the
 slices write fp32 partials that a second kernel sums in slice order, so results never depend on
 scheduling (no atomics).
-
-`silu_mul_skinny_gemm` is the MLP's SwiGLU and down projection in one launch: the same kernel
-builds each x tile as silu(gate) * up from the two halves of gate_up, rounded to the activation
-dtype as `activation.silu_and_mul` rounds it, so its output equals silu_and_mul then skinny_gemm
-with the same config bit for bit.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, tl.static_range.
@@ -21,8 +16,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
-from sparkinfer.kernels.linear._checks import check_gemm_operands, check_silu_mul_operands
+from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
 @dataclass(frozen=True)
@@ -47,7 +42,6 @@ def _skinny_gemm_kernel(
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    USE_SILU_MUL: tl.constexpr,
 ):  # fmt: skip
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
     i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -62,15 +56,7 @@ def _skinny_gemm_kernel(
         m_k = o_k < k_end
         m_xk = m_m[:, None] & m_k[None, :]
         m_wk = m_n[:, None] & m_k[None, :]
-        p_xk = p_x + o_m[:, None] * stride_xm + o_k[None, :]
-        if USE_SILU_MUL:
-            # x rows are [gate | up] with K columns each; the fp32 maths and the one rounding to
-            # x's dtype are those of _silu_and_mul_kernel, so the tile matches its output exactly.
-            b_gate = tl.load(p_xk, mask=m_xk, other=0.0).to(tl.float32)
-            b_up = tl.load(p_xk + K, mask=m_xk, other=0.0).to(tl.float32)
-            b_x = (b_gate * tl.sigmoid(b_gate) * b_up).to(p_x.dtype.element_ty)
-        else:
-            b_x = tl.load(p_xk, mask=m_xk, other=0.0)
+        b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
         b_w = tl.load(p_w + o_n[:, None] * stride_wn + o_k[None, :], mask=m_wk, other=0.0)
         b_acc = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
     # [SPLIT_K, M, N] fp32 partials, or [M, N] output when there is a single slice.
@@ -103,37 +89,8 @@ def skinny_gemm(
         y: [M, N] contiguous in x.dtype.
     """
     check_gemm_operands("skinny_gemm", x, weight)
-    return _launch(x, weight, config or SkinnyGemmConfig(), use_silu_mul=False)
-
-
-def silu_mul_skinny_gemm(
-    gate_up: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None = None
-) -> torch.Tensor:
-    """y = (silu(gate) * up) @ weight.T in one skinny GEMM launch, for gate_up = [gate | up].
-
-    Bit-identical to skinny_gemm(silu_and_mul(gate_up), weight, config), without the [M, I]
-    activation in memory or its launch.
-
-    Args:
-        gate_up: [M, 2 * I] (bf16, fp16 or fp32): the gate half, then the up half; unit stride
-            along the last dim.
-        weight: [N, I] weight, same dtype, unit stride along I.
-        config: tile sizes; the default suits small shapes.
-
-    Returns:
-        y: [M, N] contiguous in gate_up.dtype.
-    """
-    op = "silu_mul_skinny_gemm"
-    check_silu_mul_operands(op, gate_up, weight)
-    check_device(op, {"gate_up": gate_up, "weight": weight})
-    return _launch(gate_up, weight, config or SkinnyGemmConfig(), use_silu_mul=True)
-
-
-def _launch(
-    x: torch.Tensor, weight: torch.Tensor, cfg: SkinnyGemmConfig, *, use_silu_mul: bool
-) -> torch.Tensor:
-    """Allocate y [M, N], launch the GEMM over K = weight.shape[1] and sum split-K partials."""
-    m, (n, k) = x.shape[0], weight.shape
+    cfg = config or SkinnyGemmConfig()
+    (m, k), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
@@ -147,7 +104,7 @@ def _launch(
         x, weight, out,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0), n,
-        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x), USE_SILU_MUL=use_silu_mul,
+        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if split_k > 1:

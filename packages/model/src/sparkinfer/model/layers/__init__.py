@@ -18,7 +18,6 @@ from sparkinfer.kernels.gated_delta_rule import (
     fused_recurrent_gated_delta_rule_ref,
     gdn_gating_ref,
 )
-from sparkinfer.kernels.linear import silu_mul_linear_ref
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
@@ -44,7 +43,6 @@ class KernelOps:
     chunk_gated_delta_rule: Op
     fused_recurrent_gated_delta_rule: Op
     silu_and_mul: Op
-    silu_mul_linear: Op
     linear: Op | None
     is_triton: bool
 
@@ -61,7 +59,6 @@ REFERENCE_OPS = KernelOps(
     chunk_gated_delta_rule=chunk_gated_delta_rule_ref,
     fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
     silu_and_mul=silu_and_mul_ref,
-    silu_mul_linear=silu_mul_linear_ref,
     linear=None,
     is_triton=False,
 )
@@ -76,7 +73,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule,
         gdn_gating,
     )
-    from sparkinfer.kernels.linear import linear, silu_mul_linear
+    from sparkinfer.kernels.linear import linear
     from sparkinfer.kernels.paged_attention import (
         paged_attention_decode,
         paged_attention_prefill,
@@ -96,7 +93,6 @@ def triton_ops() -> KernelOps:
         chunk_gated_delta_rule=chunk_gated_delta_rule,
         fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
         silu_and_mul=silu_and_mul,
-        silu_mul_linear=silu_mul_linear,
         linear=linear,
         is_triton=True,
     )
