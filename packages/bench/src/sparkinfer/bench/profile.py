@@ -144,10 +144,10 @@ def timed_replays(engine) -> Iterator[list[tuple[torch.cuda.Event, torch.cuda.Ev
         return
     run = graphs.run
 
-    def timed(seqs, bucket):
+    def timed(*args):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(graphs.stream)
-        logits = run(seqs, bucket)
+        logits = run(*args)
         end.record(graphs.stream)
         events.append((start, end))
         return logits
@@ -187,7 +187,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         last = min(counts, key=counts.__getitem__)  # the stream admitted last counts the steps
 
         def window_done() -> bool:
-            if tracker.done.is_set():
+            if tracker.done.is_set() and not tracker.errors:  # _wait reports failed requests
                 raise DeviceError(
                     f"profile: the decode streams ended before {window} steps were traced; "
                     "raise PROFILER_START_STEPS"
