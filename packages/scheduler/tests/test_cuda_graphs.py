@@ -20,6 +20,7 @@ from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.scheduler import Scheduler
 
 PROMPTS = [[(7 * i + j) % 250 for j in range(3 + 5 * i)] for i in range(6)]
 
@@ -47,6 +48,46 @@ def test_graph_decode_matches_eager():
     finally:
         graphed.shutdown()
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
+def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_eager):
+    """On the device, decode inputs taken from the step in flight (graph staging included) give
+    the tokens of steps read at once: greedy, seeded draws, penalties and a stop id, 8 requests."""
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=16),
+        SamplingParams(temperature=0.8, seed=5, max_tokens=16),
+        # its steps are read at once; short, so that most steps overlap
+        SamplingParams(temperature=0.0, max_tokens=3, frequency_penalty=0.5),
+        SamplingParams(temperature=0.0, max_tokens=16, stop_token_ids=(7, 70, 170)),
+    ] * 2
+    prompts = [[(13 * i + 5 * j) % 250 for j in range(5 + 11 * i)] for i in range(8)]
+
+    def generate(overlap: bool) -> list[list[int]]:
+        cfg = SchedulerConfig(
+            block_size=16, max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64,
+            enforce_eager=enforce_eager, overlap_steps=overlap, deterministic=True,
+        )  # fmt: skip
+        runner = Runner(model, cfg)
+        sched = Scheduler(
+            cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
+        )
+        pairs = enumerate(zip(prompts, params, strict=True))
+        reqs = [sched.add_request(f"r{i}", prompt, sp) for i, (prompt, sp) in pairs]
+        num_late = 0  # steps that returned an earlier step's samples
+        while sched.has_work():
+            batch = sched.schedule()
+            output = runner.run(batch)
+            num_late += any(seq not in batch.seqs for seq, _ in output.samples)
+            sched.update(batch, output)
+        runner.close()
+        assert all(r.error is None for r in reqs)
+        assert (num_late > 0) == overlap
+        return [r.output_token_ids for r in reqs]
+
+    assert generate(True) == generate(False)
 
 
 class _WatchedModel:

@@ -166,21 +166,26 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, refe
     params = [
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW),
         SamplingParams(temperature=0.9, seed=7, max_tokens=NUM_NEW),
-        SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=NUM_NEW, presence_penalty=1.0),
+        # its steps are read at once; short, so that most steps overlap
+        SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=3, presence_penalty=1.0),
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
     ] * 2
 
     def generate(overlap: bool) -> tuple[list[list[int]], int]:
-        cfg = config(num_kv_blocks=8, max_num_batched_tokens=40, overlap_steps=overlap)
+        cfg = config(num_kv_blocks=6, max_num_batched_tokens=40, overlap_steps=overlap)
         runner = Runner(tiny_model, cfg)
         sched = Scheduler(
             cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
         )
         reqs = [sched.add_request(f"r{i}", PROMPTS[i], p) for i, p in enumerate(params)]
+        num_late = 0  # steps that returned an earlier step's samples
         while sched.has_work():
             batch = sched.schedule()
-            sched.update(batch, runner.run(batch))
+            output = runner.run(batch)
+            num_late += any(seq not in batch.seqs for seq, _ in output.samples)
+            sched.update(batch, output)
         assert all(r.error is None for r in reqs)
+        assert (num_late > 0) == overlap
         return [r.output_token_ids for r in reqs], sched.stats().num_preemptions
 
     at_once, _ = generate(False)
