@@ -18,7 +18,7 @@ from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.request import Request, SamplingParams
+from sparkinfer.scheduler.request import Request, RequestOutput, SamplingParams, TokenLogprob
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
 
@@ -54,10 +54,11 @@ def test_graph_decode_matches_eager():
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
 def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_eager):
     """On the device, decode inputs taken from the step in flight (graph staging included) give
-    the tokens of steps read at once: greedy, seeded draws, penalties and a stop id, 8 requests."""
+    the tokens and logprobs of steps read at once: greedy, seeded draws, penalties and a stop
+    id, 8 requests, batch-invariant numerics."""
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
     params = [
-        SamplingParams(temperature=0.0, max_tokens=16),
+        SamplingParams(temperature=0.0, max_tokens=16, logprobs=3),
         SamplingParams(temperature=0.8, seed=5, max_tokens=16),
         # its steps are read at once; short, so that most steps overlap
         SamplingParams(temperature=0.0, max_tokens=3, frequency_penalty=0.5),
@@ -65,15 +66,18 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_
     ] * 2
     prompts = [[(13 * i + 5 * j) % 250 for j in range(5 + 11 * i)] for i in range(8)]
 
-    def generate(overlap: bool) -> list[list[int]]:
+    def generate(overlap: bool) -> tuple[list[list[int]], list[list[TokenLogprob]]]:
         cfg = SchedulerConfig(
             block_size=16, max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64,
             enforce_eager=enforce_eager, overlap_steps=overlap, deterministic=True,
         )  # fmt: skip
         runner = Runner(model, cfg)
-        sched = Scheduler(
-            cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
-        )
+        logprobs: list[list[TokenLogprob]] = [[] for _ in prompts]
+
+        def emit(req: Request, out: RequestOutput) -> None:
+            logprobs[int(req.request_id[1:])].extend(out.logprobs)
+
+        sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=emit)
         pairs = enumerate(zip(prompts, params, strict=True))
         reqs = [sched.add_request(f"r{i}", prompt, sp) for i, (prompt, sp) in pairs]
         num_late = 0  # steps that returned an earlier step's samples
@@ -85,9 +89,11 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_
         runner.close()
         assert all(r.error is None for r in reqs)
         assert (num_late > 0) == overlap
-        return [r.output_token_ids for r in reqs]
+        return [r.output_token_ids for r in reqs], logprobs
 
-    assert generate(True) == generate(False)
+    overlapped, at_once = generate(True), generate(False)
+    assert overlapped == at_once  # tokens, and logprobs bit for bit
+    assert len(at_once[1][0]) == 16 and all(len(lp.top) == 3 for lp in at_once[1][0])
 
 
 class _WatchedModel:

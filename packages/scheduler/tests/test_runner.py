@@ -9,7 +9,7 @@ from scheduler_testing import reference_greedy, reference_logits, run_steps
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
-from sparkinfer.scheduler.request import RequestOutput, SamplingParams
+from sparkinfer.scheduler.request import Request, RequestOutput, SamplingParams, TokenLogprob
 from sparkinfer.scheduler.runner import Runner, plan_cache
 from sparkinfer.scheduler.scheduler import Scheduler
 
@@ -160,23 +160,30 @@ def test_cpu_cache_sizing_from_budget(tiny_model):
 
 def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, references):
     """With a step's samples left in flight (decode inputs taken on the device, samples read a
-    step later) every request gets the tokens it gets when each step is read at once: greedy,
-    seeded draws, penalties (their steps are read at once) and a stop id, under preemption."""
+    step later) every request gets the tokens and logprobs it gets when each step is read at
+    once: greedy, seeded draws, penalties (their steps are read at once) and a stop id, under
+    preemption. Batch-invariant numerics: a stopped request's extra row changes its step's
+    batch, which must not change anyone's bits."""
     stop = references[3][4]
     params = [
-        SamplingParams(temperature=0.0, max_tokens=NUM_NEW),
+        SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=2),
         SamplingParams(temperature=0.9, seed=7, max_tokens=NUM_NEW),
         # its steps are read at once; short, so that most steps overlap
         SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=3, presence_penalty=1.0),
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
     ] * 2
 
-    def generate(overlap: bool) -> tuple[list[list[int]], int]:
-        cfg = config(num_kv_blocks=6, max_num_batched_tokens=40, overlap_steps=overlap)
-        runner = Runner(tiny_model, cfg)
-        sched = Scheduler(
-            cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=lambda r, o: None
+    def generate(overlap: bool) -> tuple[list[list[int]], int, dict[str, list[TokenLogprob]]]:
+        cfg = config(
+            num_kv_blocks=6, max_num_batched_tokens=40, overlap_steps=overlap, deterministic=True
         )
+        runner = Runner(tiny_model, cfg)
+        logprobs: dict[str, list[TokenLogprob]] = {}
+
+        def emit(req: Request, out: RequestOutput) -> None:
+            logprobs.setdefault(req.request_id, []).extend(out.logprobs)
+
+        sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=emit)
         reqs = [sched.add_request(f"r{i}", PROMPTS[i], p) for i, p in enumerate(params)]
         num_late = 0  # steps that returned an earlier step's samples
         while sched.has_work():
@@ -186,10 +193,12 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, refe
             sched.update(batch, output)
         assert all(r.error is None for r in reqs)
         assert (num_late > 0) == overlap
-        return [r.output_token_ids for r in reqs], sched.stats().num_preemptions
+        return [r.output_token_ids for r in reqs], sched.stats().num_preemptions, logprobs
 
-    at_once, _ = generate(False)
-    overlapped, num_preemptions = generate(True)
+    at_once, _, logprobs = generate(False)
+    overlapped, num_preemptions, overlapped_logprobs = generate(True)
     assert overlapped == at_once and num_preemptions > 0
+    assert overlapped_logprobs == logprobs and len(logprobs["r0"]) == NUM_NEW
+    assert all(len(lp.top) == 2 for lp in logprobs["r0"])
     assert at_once[0] == references[0] and at_once[4] == references[4]
     assert at_once[3] == references[3][: references[3].index(stop) + 1]

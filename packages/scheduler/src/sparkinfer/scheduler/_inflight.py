@@ -13,23 +13,21 @@ from collections.abc import Sequence
 import torch
 from sparkinfer.scheduler.batch import SampledToken, ScheduledSeq
 from sparkinfer.scheduler.request import Request
-from sparkinfer.scheduler.sampler import host_list
+from sparkinfer.scheduler.sampler import DrawnTokens
 
 
 class StepInFlight:
-    """The sampled rows of one step and their token ids [n] int64 on the device."""
+    """The sampled rows of one step, their draws on the device and a copy to the host."""
 
-    def __init__(self, seqs: Sequence[ScheduledSeq], token_ids: torch.Tensor) -> None:
+    def __init__(self, seqs: Sequence[ScheduledSeq], drawn: DrawnTokens) -> None:
         self.seqs = tuple(seqs)
-        self.token_ids = token_ids
+        self.token_ids = drawn.token_ids  # [n] int64: the next step's in-flight inputs
         self._row_of: dict[Request, int] = {s.req: i for i, s in enumerate(self.seqs)}
-        if token_ids.is_cuda:
-            self._host = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
-            self._host.copy_(token_ids, non_blocking=True)
-            self._copied: torch.cuda.Event | None = torch.cuda.Event()
+        self._host = drawn.to_host(non_blocking=True)
+        self._copied: torch.cuda.Event | None = None
+        if drawn.token_ids.is_cuda:
+            self._copied = torch.cuda.Event()
             self._copied.record()
-        else:
-            self._host, self._copied = token_ids, None
 
     def source_rows(self, seqs: Sequence[ScheduledSeq]) -> list[int]:
         """For each row: the row of this step whose sample is its input, or -1 (input known)."""
@@ -51,8 +49,7 @@ class StepInFlight:
         """Wait for the copy to the host (not for later steps) -> each row with its token."""
         if self._copied is not None:
             self._copied.synchronize()
-        tokens: list[int] = host_list(self._host)
-        return [(s, SampledToken(t)) for s, t in zip(self.seqs, tokens, strict=True)]
+        return list(zip(self.seqs, self._host.samples(), strict=True))
 
 
 def merge_inflight_inputs(

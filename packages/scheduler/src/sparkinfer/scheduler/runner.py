@@ -162,7 +162,7 @@ class Runner:
         rows, reqs = torch.cat(logits), [s.req for s in sampled]
         idxs = [s.output_idx for s in sampled]
         if self.config.overlap_steps and not any(map(Sampler.needs_host_history, reqs)):
-            self._inflight = StepInFlight(sampled, self.sampler.sample_on_device(rows, reqs, idxs))
+            self._inflight = StepInFlight(sampled, self.sampler.draw(rows, reqs, idxs))
             return []
         return list(zip(sampled, self.sampler.sample(rows, reqs, idxs), strict=True))
 

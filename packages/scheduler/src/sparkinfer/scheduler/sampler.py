@@ -14,6 +14,7 @@ sampler's generator.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,21 +47,27 @@ class Sampler:
         after those it holds); it seeds the row's draw and counts toward min_tokens.
         """
         idxs = [r.num_output_tokens for r in reqs] if output_idxs is None else list(output_idxs)
-        raw_logprobs = None
-        if any(r.params.logprobs is not None for r in reqs):
-            raw_logprobs = torch.log_softmax(logits, dim=-1)
-        tokens: list[int] = host_list(self.sample_on_device(logits, reqs, idxs))
-        if raw_logprobs is None:
-            return [SampledToken(t) for t in tokens]
-        return [
-            SampledToken(t, _logprob(raw_logprobs[i], t, r.params.logprobs))
-            for i, (t, r) in enumerate(zip(tokens, reqs, strict=True))
-        ]
+        return self.draw(logits, reqs, idxs).to_host(non_blocking=False).samples()
 
-    def sample_on_device(
+    def draw(
+        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+    ) -> DrawnTokens:
+        """The drawn tokens and the logprobs asked for, left on the device (no host sync)."""
+        token_ids = self._draw_ids(logits, reqs, output_idxs)
+        rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
+        if not rows:
+            return DrawnTokens(token_ids)
+        index = _ints(rows, logits.device)
+        raw = torch.log_softmax(logits[index], dim=-1)  # the model's own distribution
+        chosen = raw.gather(1, token_ids[index].unsqueeze(1)).squeeze(1)
+        num_tops = tuple(reqs[i].params.logprobs or 0 for i in rows)
+        top_values, top_ids = raw.topk(max(num_tops), dim=-1)
+        return DrawnTokens(token_ids, tuple(rows), num_tops, chosen, top_values, top_ids)
+
+    def _draw_ids(
         self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
     ) -> torch.Tensor:
-        """The drawn token ids [N] int64, left on the device (no host sync on the way)."""
+        """The drawn token ids [N] int64 on the device."""
         logits = logits.clone()
         self._apply_bias(logits, reqs)
         self._apply_penalties(logits, reqs)
@@ -78,9 +85,9 @@ class Sampler:
     @staticmethod
     def needs_host_history(req: Request) -> bool:
         """Whether drawing req's next token reads its earlier tokens on the host (penalties, a
-        logits processor) or hands logprobs back: its step cannot leave samples in flight."""
+        logits processor): its step cannot leave samples in flight."""
         p = req.params
-        return _has_penalty(req) or p.logits_processor is not None or p.logprobs is not None
+        return _has_penalty(req) or p.logits_processor is not None
 
     def _apply_bias(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
         entries = [(i, t, b) for i, r in enumerate(reqs) for t, b in r.params.logit_bias]
@@ -175,12 +182,49 @@ def _has_penalty(req: Request) -> bool:
     return p.repetition_penalty != 1.0 or p.presence_penalty != 0 or p.frequency_penalty != 0
 
 
-def _logprob(row: torch.Tensor, token_id: int, num_top: int | None) -> TokenLogprob:
-    top: tuple[tuple[int, float], ...] = ()
-    if num_top:
-        values, ids = row.topk(num_top)
-        top = tuple(zip(host_list(ids), host_list(values), strict=True))
-    return TokenLogprob(token_id=token_id, logprob=float(row[token_id]), top=top)
+@dataclass(frozen=True)
+class DrawnTokens:
+    """One step's draws: token ids [N] int64 and, for the rows that asked, logprobs of the raw
+    distribution: the chosen token's [R] and the top max(num_tops) [R, k] (values, ids)."""
+
+    token_ids: torch.Tensor
+    logprob_rows: tuple[int, ...] = ()  # rows with logprobs, and how many top entries each wants
+    num_tops: tuple[int, ...] = ()
+    chosen: torch.Tensor | None = None
+    top_values: torch.Tensor | None = None
+    top_ids: torch.Tensor | None = None
+
+    def to_host(self, *, non_blocking: bool) -> DrawnTokens:
+        """The same on the host; non_blocking on CUDA copies into pinned memory (read it only
+        after an event recorded behind the copy has completed)."""
+
+        def copy(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None or not t.is_cuda:
+                return t
+            if not non_blocking:
+                return t.cpu()
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            return host.copy_(t, non_blocking=True)
+
+        tensors = (self.chosen, self.top_values, self.top_ids)
+        chosen, top_values, top_ids = (copy(t) for t in tensors)
+        token_ids = copy(self.token_ids)
+        assert token_ids is not None
+        return DrawnTokens(token_ids, self.logprob_rows, self.num_tops, chosen, top_values, top_ids)
+
+    def samples(self) -> list[SampledToken]:
+        """Host values -> a SampledToken per row (with its TokenLogprob where asked)."""
+        tokens: list[int] = host_list(self.token_ids)
+        out = [SampledToken(t) for t in tokens]
+        if self.chosen is None or self.top_values is None or self.top_ids is None:
+            return out
+        chosen: list[float] = host_list(self.chosen)
+        values: list[list[float]] = host_list(self.top_values)
+        ids: list[list[int]] = host_list(self.top_ids)
+        for j, (row, k) in enumerate(zip(self.logprob_rows, self.num_tops, strict=True)):
+            top = tuple(zip(ids[j][:k], values[j][:k], strict=True))
+            out[row] = SampledToken(tokens[row], TokenLogprob(tokens[row], chosen[j], top))
+        return out
 
 
 def token_logprobs(
