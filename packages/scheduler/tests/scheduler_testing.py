@@ -16,7 +16,13 @@ from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
-from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams, TokenLogprob
+from sparkinfer.scheduler.request import (
+    MultimodalInputs,
+    Request,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprob,
+)
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
 
@@ -329,3 +335,40 @@ def run_steps(
         sched.update(batch, runner.run(batch))
     assert all(r.error is None for r in reqs), [r.error for r in reqs]
     return [r.output_token_ids for r in reqs]
+
+
+@dataclass(frozen=True)
+class MixedRun:
+    """What `run_mixed_steps` saw: each request's tokens and logprobs, in request order."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[TokenLogprob]]
+    num_late_steps: int  # steps whose output held an earlier step's samples (overlapped)
+    num_preemptions: int
+
+
+def run_mixed_steps(
+    runner: Runner,
+    config: SchedulerConfig,
+    prompts: Sequence[list[int]],
+    params: Sequence[SamplingParams],
+) -> MixedRun:
+    """Requests with their own sampling params, all queued at once, then schedule -> run ->
+    update on this thread (so each step's mix follows from `config` alone)."""
+    logprobs: list[list[TokenLogprob]] = [[] for _ in prompts]
+
+    def emit(req: Request, out: RequestOutput) -> None:
+        logprobs[int(req.request_id)].extend(out.logprobs)
+
+    sched = Scheduler(config, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=emit)
+    pairs = enumerate(zip(prompts, params, strict=True))
+    reqs = [sched.add_request(str(i), prompt, sp) for i, (prompt, sp) in pairs]
+    num_late = 0
+    while sched.has_work():
+        batch = sched.schedule()
+        output = runner.run(batch)
+        num_late += any(seq not in batch.seqs for seq, _ in output.samples)
+        sched.update(batch, output)
+    assert all(r.error is None for r in reqs), [r.error for r in reqs]
+    tokens = [r.output_token_ids for r in reqs]
+    return MixedRun(tokens, logprobs, num_late, sched.stats().num_preemptions)

@@ -6,10 +6,12 @@ import pytest
 import torch
 from scheduler_testing import (
     CpuStream,
+    MixedRun,
     RowSnapshot,
     attach_cpu_graphs,
     build_tiny_model,
     reference_greedy,
+    run_mixed_steps,
     run_steps,
     use_cpu_graph_standins,
 )
@@ -18,9 +20,8 @@ from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.request import Request, RequestOutput, SamplingParams, TokenLogprob
+from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
-from sparkinfer.scheduler.scheduler import Scheduler
 
 PROMPTS = [[(7 * i + j) % 250 for j in range(3 + 5 * i)] for i in range(6)]
 
@@ -66,34 +67,23 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_
     ] * 2
     prompts = [[(13 * i + 5 * j) % 250 for j in range(5 + 11 * i)] for i in range(8)]
 
-    def generate(overlap: bool) -> tuple[list[list[int]], list[list[TokenLogprob]]]:
+    def generate(overlap: bool) -> MixedRun:
         cfg = SchedulerConfig(
             block_size=16, max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64,
             enforce_eager=enforce_eager, overlap_steps=overlap, deterministic=True,
         )  # fmt: skip
         runner = Runner(model, cfg)
-        logprobs: list[list[TokenLogprob]] = [[] for _ in prompts]
-
-        def emit(req: Request, out: RequestOutput) -> None:
-            logprobs[int(req.request_id[1:])].extend(out.logprobs)
-
-        sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=emit)
-        pairs = enumerate(zip(prompts, params, strict=True))
-        reqs = [sched.add_request(f"r{i}", prompt, sp) for i, (prompt, sp) in pairs]
-        num_late = 0  # steps that returned an earlier step's samples
-        while sched.has_work():
-            batch = sched.schedule()
-            output = runner.run(batch)
-            num_late += any(seq not in batch.seqs for seq, _ in output.samples)
-            sched.update(batch, output)
-        runner.close()
-        assert all(r.error is None for r in reqs)
-        assert (num_late > 0) == overlap
-        return [r.output_token_ids for r in reqs], logprobs
+        try:
+            run = run_mixed_steps(runner, cfg, prompts, params)
+        finally:
+            runner.close()
+        assert (run.num_late_steps > 0) == overlap
+        return run
 
     overlapped, at_once = generate(True), generate(False)
-    assert overlapped == at_once  # tokens, and logprobs bit for bit
-    assert len(at_once[1][0]) == 16 and all(len(lp.top) == 3 for lp in at_once[1][0])
+    assert overlapped.tokens == at_once.tokens
+    assert overlapped.logprobs == at_once.logprobs  # bit for bit
+    assert len(at_once.logprobs[0]) == 16 and all(len(lp.top) == 3 for lp in at_once.logprobs[0])
 
 
 class _WatchedModel:

@@ -5,13 +5,18 @@ import threading
 
 import pytest
 import torch
-from scheduler_testing import reference_greedy, reference_logits, run_steps
+from scheduler_testing import (
+    MixedRun,
+    reference_greedy,
+    reference_logits,
+    run_mixed_steps,
+    run_steps,
+)
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
-from sparkinfer.scheduler.request import Request, RequestOutput, SamplingParams, TokenLogprob
+from sparkinfer.scheduler.request import RequestOutput, SamplingParams
 from sparkinfer.scheduler.runner import Runner, plan_cache
-from sparkinfer.scheduler.scheduler import Scheduler
 
 NUM_NEW = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=1)
@@ -173,32 +178,18 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, refe
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
     ] * 2
 
-    def generate(overlap: bool) -> tuple[list[list[int]], int, dict[str, list[TokenLogprob]]]:
+    def generate(overlap: bool) -> MixedRun:
         cfg = config(
             num_kv_blocks=6, max_num_batched_tokens=40, overlap_steps=overlap, deterministic=True
         )
-        runner = Runner(tiny_model, cfg)
-        logprobs: dict[str, list[TokenLogprob]] = {}
+        run = run_mixed_steps(Runner(tiny_model, cfg), cfg, PROMPTS[: len(params)], params)
+        assert (run.num_late_steps > 0) == overlap
+        return run
 
-        def emit(req: Request, out: RequestOutput) -> None:
-            logprobs.setdefault(req.request_id, []).extend(out.logprobs)
-
-        sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, emit=emit)
-        reqs = [sched.add_request(f"r{i}", PROMPTS[i], p) for i, p in enumerate(params)]
-        num_late = 0  # steps that returned an earlier step's samples
-        while sched.has_work():
-            batch = sched.schedule()
-            output = runner.run(batch)
-            num_late += any(seq not in batch.seqs for seq, _ in output.samples)
-            sched.update(batch, output)
-        assert all(r.error is None for r in reqs)
-        assert (num_late > 0) == overlap
-        return [r.output_token_ids for r in reqs], sched.stats().num_preemptions, logprobs
-
-    at_once, _, logprobs = generate(False)
-    overlapped, num_preemptions, overlapped_logprobs = generate(True)
-    assert overlapped == at_once and num_preemptions > 0
-    assert overlapped_logprobs == logprobs and len(logprobs["r0"]) == NUM_NEW
-    assert all(len(lp.top) == 2 for lp in logprobs["r0"])
-    assert at_once[0] == references[0] and at_once[4] == references[4]
-    assert at_once[3] == references[3][: references[3].index(stop) + 1]
+    at_once, overlapped = generate(False), generate(True)
+    assert overlapped.tokens == at_once.tokens and overlapped.num_preemptions > 0
+    assert overlapped.logprobs == at_once.logprobs and len(at_once.logprobs[0]) == NUM_NEW
+    assert all(len(lp.top) == 2 for lp in at_once.logprobs[0])
+    tokens = at_once.tokens
+    assert tokens[0] == references[0] and tokens[4] == references[4]
+    assert tokens[3] == references[3][: references[3].index(stop) + 1]
