@@ -51,21 +51,27 @@ def test_graph_decode_matches_eager():
     torch.cuda.synchronize()
 
 
+def _ban_token_0(output_token_ids: object, row: torch.Tensor) -> None:
+    row[0] = float("-inf")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
 def test_overlapped_steps_give_the_tokens_of_steps_read_at_once_on_cuda(enforce_eager):
     """On the device, decode inputs taken from the step in flight (graph staging included) give
-    the tokens and logprobs of steps read at once: greedy, seeded draws, penalties and a stop
-    id, 8 requests, batch-invariant numerics."""
+    the tokens and logprobs of steps read at once: greedy, seeded draws, penalties, a logits
+    processor and a stop id, 9 requests, batch-invariant numerics."""
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
     params = [
         SamplingParams(temperature=0.0, max_tokens=16, logprobs=3),
         SamplingParams(temperature=0.8, seed=5, max_tokens=16),
-        # its steps are read at once; short, so that most steps overlap
-        SamplingParams(temperature=0.0, max_tokens=3, frequency_penalty=0.5),
+        SamplingParams(temperature=0.0, max_tokens=16, frequency_penalty=0.5),
         SamplingParams(temperature=0.0, max_tokens=16, stop_token_ids=(7, 70, 170)),
     ] * 2
-    prompts = [[(13 * i + 5 * j) % 250 for j in range(5 + 11 * i)] for i in range(8)]
+    # Its steps are read at once, beside penalty rows whose last output is in flight; short, so
+    # that most steps overlap.
+    params.append(SamplingParams(temperature=0.0, max_tokens=3, logits_processor=_ban_token_0))
+    prompts = [[(13 * i + 5 * j) % 250 for j in range(5 + 11 * i)] for i in range(9)]
 
     def generate(overlap: bool) -> MixedRun:
         cfg = SchedulerConfig(

@@ -163,20 +163,27 @@ def test_cpu_cache_sizing_from_budget(tiny_model):
         plan_cache(spec, cfg, budget_bytes=10, cap_blocks=True)
 
 
+def _ban_token_0(output_token_ids: object, row: torch.Tensor) -> None:
+    row[0] = float("-inf")
+
+
 def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, references):
     """With a step's samples left in flight (decode inputs taken on the device, samples read a
     step later) every request gets the tokens and logprobs it gets when each step is read at
-    once: greedy, seeded draws, penalties (their steps are read at once) and a stop id, under
-    preemption. Batch-invariant numerics: a stopped request's extra row changes its step's
-    batch, which must not change anyone's bits."""
+    once: greedy, seeded draws, penalties (counting an output still in flight), a logits
+    processor (its steps are read at once) and a stop id, under preemption. Batch-invariant
+    numerics: a stopped request's extra row changes its step's batch, which must not change
+    anyone's bits."""
     stop = references[3][4]
     params = [
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=2),
         SamplingParams(temperature=0.9, seed=7, max_tokens=NUM_NEW),
-        # its steps are read at once; short, so that most steps overlap
-        SamplingParams(temperature=0.9, top_k=20, seed=3, max_tokens=3, presence_penalty=1.0),
+        SamplingParams(temperature=0.0, max_tokens=NUM_NEW, frequency_penalty=2.0),
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
     ] * 2
+    # Its steps are read at once, beside penalty rows whose last output is in flight; short, so
+    # that most steps overlap.
+    params.append(SamplingParams(temperature=0.0, max_tokens=3, logits_processor=_ban_token_0))
 
     def generate(overlap: bool) -> MixedRun:
         cfg = config(

@@ -41,6 +41,23 @@ def test_penalties_move_away_from_repeated_tokens():
     assert sample(repetition, logits, prompt=(3,)).token_id == 4
 
 
+def test_penalties_count_an_output_still_on_the_device():
+    """With steps overlapped, a request's last output may not have reached the host: passed as
+    an in-flight output it is penalised exactly as when the host holds it."""
+    logits = peaked(3, 4, 5)
+    sampler = Sampler(eos_token_ids=(), device="cpu")
+    for params in (
+        SamplingParams(temperature=0, frequency_penalty=3.0),
+        SamplingParams(temperature=0, presence_penalty=3.0),
+        SamplingParams(temperature=0, repetition_penalty=2.0),
+    ):
+        known = sampler.sample(logits, [req(params, output=(4, 3))])[0].token_id
+        inflight = sampler.sample(logits, [req(params, output=(4,))], [1], [torch.tensor([3])])[
+            0
+        ].token_id
+        assert inflight == known == 5
+
+
 def test_min_tokens_masks_eos_and_stop_ids():
     logits = peaked(9, 5, 2)
     assert sample(SamplingParams(temperature=0), logits).token_id == 9

@@ -45,6 +45,11 @@ class StepInFlight:
             out.append(row)
         return out
 
+    def outputs_of(self, seqs: Sequence[ScheduledSeq]) -> list[torch.Tensor | None]:
+        """For each row: its input token [1] on the device when that is in flight, else None."""
+        rows = self.source_rows(seqs)
+        return [self.token_ids[r : r + 1] if r >= 0 else None for r in rows]
+
     def resolve(self) -> list[tuple[ScheduledSeq, SampledToken]]:
         """Wait for the copy to the host (not for later steps) -> each row with its token."""
         if self._copied is not None:

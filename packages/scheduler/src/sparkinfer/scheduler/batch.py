@@ -101,7 +101,7 @@ class ModelOutput:
     `samples`: the tokens whose values the host now has, each with the row that sampled it, in
     step order. They are this step's samples, or, when the runner overlaps steps, the previous
     step's (this step's follow at the next call); a step that needs its samples on the host at
-    once (penalties, logits processors) brings them in the same call.
+    once (a logits processor) brings them in the same call.
     `prompt_logprobs`: per request of this step, the logprobs of its chunk's first
     `num_prompt_logprobs` rows (the prompt tokens at positions num_cached_tokens + 1 onwards).
     """

@@ -28,7 +28,7 @@ class SchedulerConfig:
     enforce_eager: never capture CUDA graphs.
     overlap_steps: queue each step before reading the previous step's samples, so the host
         schedules step N+1 while the device runs step N (a decode row takes its input token from
-        the device, logprobs too); a step with penalties or a logits processor is read at once.
+        the device; penalties count it there); a step with a logits processor is read at once.
         Tokens, and greedy outputs, are the same either way; outputs reach callbacks one step
         later, and a request that stops on a sampled token has run one extra row.
     deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards

@@ -150,21 +150,26 @@ class Runner:
                 with self._numerics(is_decode=all(s.is_decode for s in group)):
                     logits.append(self._forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
-            now = self._sample(sampled, logits) if sampled else []
+            now = self._sample(sampled, logits, inflight) if sampled else []
             # Read after this step is queued: the wait ends with the step before, not this one.
             before = inflight.resolve() if inflight is not None else []
         return ModelOutput(samples=tuple(before + now), prompt_logprobs=prompt_logprobs)
 
     def _sample(
-        self, sampled: list[ScheduledSeq], logits: list[torch.Tensor]
+        self,
+        sampled: list[ScheduledSeq],
+        logits: list[torch.Tensor],
+        inflight: StepInFlight | None,
     ) -> list[tuple[ScheduledSeq, SampledToken]]:
         """Draw this step's tokens: left in flight when overlapping, else read at once."""
         rows, reqs = torch.cat(logits), [s.req for s in sampled]
         idxs = [s.output_idx for s in sampled]
+        late = inflight.outputs_of(sampled) if inflight is not None else []
         if self.config.overlap_steps and not any(map(Sampler.needs_host_history, reqs)):
-            self._inflight = StepInFlight(sampled, self.sampler.draw(rows, reqs, idxs))
+            drawn = self.sampler.draw(rows, reqs, idxs, late)
+            self._inflight = StepInFlight(sampled, drawn)
             return []
-        return list(zip(sampled, self.sampler.sample(rows, reqs, idxs), strict=True))
+        return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
 
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""

@@ -40,20 +40,28 @@ class Sampler:
         logits: torch.Tensor,
         reqs: Sequence[Request],
         output_idxs: Sequence[int] | None = None,
+        inflight_outputs: Sequence[torch.Tensor | None] = (),
     ) -> list[SampledToken]:
         """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request, on the host.
 
         output_idxs[i]: index among reqs[i]'s outputs of the token drawn (default: the next one
         after those it holds); it seeds the row's draw and counts toward min_tokens.
+        inflight_outputs[i]: reqs[i]'s last output token [1] int64 on the device, when the host
+        does not know it yet (empty: every output is known); the penalties count it.
         """
         idxs = [r.num_output_tokens for r in reqs] if output_idxs is None else list(output_idxs)
-        return self.draw(logits, reqs, idxs).to_host(non_blocking=False).samples()
+        drawn = self.draw(logits, reqs, idxs, inflight_outputs)
+        return drawn.to_host(non_blocking=False).samples()
 
     def draw(
-        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+        self,
+        logits: torch.Tensor,
+        reqs: Sequence[Request],
+        output_idxs: Sequence[int],
+        inflight_outputs: Sequence[torch.Tensor | None] = (),
     ) -> DrawnTokens:
         """The drawn tokens and the logprobs asked for, left on the device (no host sync)."""
-        token_ids = self._draw_ids(logits, reqs, output_idxs)
+        token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs)
         rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
         if not rows:
             return DrawnTokens(token_ids)
@@ -65,12 +73,16 @@ class Sampler:
         return DrawnTokens(token_ids, tuple(rows), num_tops, chosen, top_values, top_ids)
 
     def _draw_ids(
-        self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
+        self,
+        logits: torch.Tensor,
+        reqs: Sequence[Request],
+        output_idxs: Sequence[int],
+        inflight_outputs: Sequence[torch.Tensor | None],
     ) -> torch.Tensor:
         """The drawn token ids [N] int64 on the device."""
         logits = logits.clone()
         self._apply_bias(logits, reqs)
-        self._apply_penalties(logits, reqs)
+        self._apply_penalties(logits, reqs, inflight_outputs)
         self._mask_early_stops(logits, reqs, output_idxs)
         self._apply_processors(logits, reqs)
         token_ids = logits.argmax(dim=-1)
@@ -84,10 +96,9 @@ class Sampler:
 
     @staticmethod
     def needs_host_history(req: Request) -> bool:
-        """Whether drawing req's next token reads its earlier tokens on the host (penalties, a
-        logits processor): its step cannot leave samples in flight."""
-        p = req.params
-        return _has_penalty(req) or p.logits_processor is not None
+        """Whether drawing req's next token reads its earlier tokens on the host (a logits
+        processor, e.g. a grammar): its step cannot leave samples in flight."""
+        return req.params.logits_processor is not None
 
     def _apply_bias(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
         entries = [(i, t, b) for i, r in enumerate(reqs) for t, b in r.params.logit_bias]
@@ -97,7 +108,12 @@ class Sampler:
         index = (_ints(rows, logits.device), _ints(cols, logits.device))
         logits.index_put_(index, _floats(values, logits.device), accumulate=True)
 
-    def _apply_penalties(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+    def _apply_penalties(
+        self,
+        logits: torch.Tensor,
+        reqs: Sequence[Request],
+        inflight_outputs: Sequence[torch.Tensor | None],
+    ) -> None:
         rows = [i for i, r in enumerate(reqs) if _has_penalty(r)]
         if not rows:
             return
@@ -106,6 +122,9 @@ class Sampler:
             req, row = reqs[i], logits[i]
             p = req.params
             out = _ints(req.output_token_ids, logits.device)
+            late = inflight_outputs[i] if inflight_outputs else None
+            if late is not None:  # the last output, still on the device, counts too
+                out = torch.cat([out, late])
             counts = torch.zeros(vocab, device=logits.device).index_add_(
                 0, out, torch.ones(len(out), device=logits.device)
             )
