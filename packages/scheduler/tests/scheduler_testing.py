@@ -300,7 +300,7 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
     run = graphs.run
 
     def recording_run(
-        seqs: Sequence[ScheduledSeq], bucket: int, sources: Sequence[int], inflight: object
+        seqs: Sequence[ScheduledSeq], bucket: int, sources: Sequence[int | None], inflight: object
     ) -> torch.Tensor:
         replayed.append([RowSnapshot.of(s) for s in seqs])
         return run(seqs, bucket, sources, inflight)  # type: ignore[arg-type]

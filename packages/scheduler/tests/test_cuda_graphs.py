@@ -186,5 +186,5 @@ def test_staging_buffers_are_refilled_only_after_the_last_copy(monkeypatch, tiny
     seq = ScheduledSeq(req, num_cached_tokens=3, num_new_tokens=1)
     with torch.inference_mode():
         for _ in range(3):
-            graphs.run([seq], 1, [-1], None)
+            graphs.run([seq], 1, [None], None)
     assert events == ["synchronize", "record"] * 3

@@ -29,12 +29,12 @@ class StepInFlight:
             self._copied = torch.cuda.Event()
             self._copied.record()
 
-    def source_rows(self, seqs: Sequence[ScheduledSeq]) -> list[int]:
-        """For each row: the row of this step whose sample is its input, or -1 (input known)."""
-        out: list[int] = []
+    def source_rows(self, seqs: Sequence[ScheduledSeq]) -> list[int | None]:
+        """For each row: the row of this step whose sample is its input (None: input known)."""
+        out: list[int | None] = []
         for s in seqs:
             if not s.is_input_inflight:
-                out.append(-1)
+                out.append(None)
                 continue
             row = self._row_of.get(s.req)
             if row is None:
@@ -48,7 +48,7 @@ class StepInFlight:
     def outputs_of(self, seqs: Sequence[ScheduledSeq]) -> list[torch.Tensor | None]:
         """For each row: its input token [1] on the device when that is in flight, else None."""
         rows = self.source_rows(seqs)
-        return [self.token_ids[r : r + 1] if r >= 0 else None for r in rows]
+        return [None if r is None else self.token_ids[r : r + 1] for r in rows]
 
     def resolve(self) -> list[tuple[ScheduledSeq, SampledToken]]:
         """Wait for the copy to the host (not for later steps) -> each row with its token."""
@@ -57,10 +57,16 @@ class StepInFlight:
         return list(zip(self.seqs, self._host.samples(), strict=True))
 
 
+def device_source_rows(sources: Sequence[int | None]) -> list[int]:
+    """`source_rows` as the device reads them: -1 where the input is known."""
+    return [-1 if r is None else r for r in sources]
+
+
 def merge_inflight_inputs(
     input_ids: torch.Tensor, source_rows: torch.Tensor, inflight: StepInFlight | None
 ) -> torch.Tensor:
-    """input_ids [n] with row i replaced by the in-flight sample source_rows[i] where >= 0.
+    """input_ids [n] with row i replaced by the in-flight sample source_rows[i] where >= 0
+    (`device_source_rows`).
 
     All on the device: the sample never visits the host before it is fed back.
     """

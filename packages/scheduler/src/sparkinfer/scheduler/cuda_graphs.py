@@ -19,7 +19,11 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler._inflight import (
+    StepInFlight,
+    device_source_rows,
+    merge_inflight_inputs,
+)
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import GraphCaptureError
 
@@ -111,12 +115,13 @@ class DecodeGraphs:
         self,
         seqs: Sequence[ScheduledSeq],
         bucket: int,
-        sources: Sequence[int],
+        sources: Sequence[int | None],
         inflight: StepInFlight | None,
     ) -> torch.Tensor:
         """Replay the bucket's graph for these decode rows -> logits [len(seqs), vocab] fp32.
 
-        sources[i] >= 0: row i's input is that row's sample in `inflight` (still on the device).
+        sources[i]: the row of `inflight` whose sample (still on the device) is row i's input;
+        None where the input is known.
         """
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
@@ -126,7 +131,7 @@ class DecodeGraphs:
         rows[2, :bucket] = -1  # padding rows write no KV
         rows[5, :bucket] = -1  # and touch no state slot
         rows[6, :bucket] = -1  # and feed known tokens
-        rows[6, : len(seqs)] = sources
+        rows[6, : len(seqs)] = device_source_rows(sources)
         for i, seq in enumerate(seqs):
             pos = seq.num_cached_tokens
             table = seq.req.block_ids

@@ -30,7 +30,11 @@ from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler._inflight import (
+    StepInFlight,
+    device_source_rows,
+    merge_inflight_inputs,
+)
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
@@ -314,15 +318,16 @@ class Runner:
         return graphs
 
 
-def _no_sources(seqs: Sequence[ScheduledSeq]) -> list[int]:
+def _no_sources(seqs: Sequence[ScheduledSeq]) -> list[int | None]:
     if any(s.is_input_inflight for s in seqs):
         raise RuntimeError("a row's input token is in flight, but no step is: step results lost")
-    return [-1] * len(seqs)
+    return [None] * len(seqs)
 
 
-def _token_sources(seqs: Sequence[ScheduledSeq], sources: Sequence[int]) -> list[int]:
-    """Per token of the packed step: the in-flight row that feeds it, or -1."""
-    return [src for s, row in zip(seqs, sources, strict=True) for src in [row] * s.num_new_tokens]
+def _token_sources(seqs: Sequence[ScheduledSeq], sources: Sequence[int | None]) -> list[int]:
+    """Per token of the packed step: the in-flight row that feeds it, -1 where it is known."""
+    rows = device_source_rows(sources)
+    return [src for s, row in zip(seqs, rows, strict=True) for src in [row] * s.num_new_tokens]
 
 
 def _slot(seq: ScheduledSeq) -> int:
