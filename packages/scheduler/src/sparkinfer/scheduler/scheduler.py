@@ -30,10 +30,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sparkinfer.scheduler._request_checks import request_max_len
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.block_manager import BlockManager
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.errors import ContextLengthExceeded, InvalidRequest, RequestTooLarge
+from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import (
     FinishReason,
     MultimodalInputs,
@@ -113,41 +114,15 @@ class Scheduler:
 
     def check_request(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> int:
         """Validate a request against the vocabulary, the context window and the cache; return its
-        max length."""
-        num_prompt = len(prompt_token_ids)
-        if num_prompt == 0:
-            raise InvalidRequest("prompt_token_ids is empty: send at least one token")
-        self._check_token_ids(prompt_token_ids, params)
-        limit = self.config.max_model_len
-        if num_prompt >= limit:
-            raise ContextLengthExceeded(
-                f"prompt has {num_prompt} tokens; max_model_len is {limit}: "
-                "shorten the prompt or raise max_model_len"
-            )
-        if params.max_tokens is not None and num_prompt + params.max_tokens > limit:
-            raise ContextLengthExceeded(
-                f"prompt has {num_prompt} tokens and max_tokens is {params.max_tokens}, "
-                f"{num_prompt + params.max_tokens} in all; max_model_len is {limit}: "
-                "lower max_tokens, shorten the prompt or raise max_model_len"
-            )
-        # The last sampled token never enters the cache, hence the + 1.
-        capacity = self.blocks.num_blocks * self.blocks.block_size + 1
-        if params.max_tokens is None:
-            max_len = min(limit, capacity)
-            if num_prompt >= max_len:
-                raise RequestTooLarge(
-                    f"prompt has {num_prompt} tokens; the KV cache holds {capacity - 1}: "
-                    "shorten the prompt, or give the cache more memory"
-                )
-            return max_len
-        max_len = num_prompt + params.max_tokens
-        if max_len > capacity:
-            raise RequestTooLarge(
-                f"prompt ({num_prompt}) plus max_tokens ({params.max_tokens}) needs "
-                f"{max_len - 1} tokens of KV cache; it holds {capacity - 1}: lower max_tokens, "
-                "shorten the prompt, or give the cache more memory"
-            )
-        return max_len
+        max length (raises InvalidRequest, ContextLengthExceeded or RequestTooLarge)."""
+        return request_max_len(
+            prompt_token_ids,
+            params,
+            vocab_size=self.vocab_size,
+            max_model_len=self.config.max_model_len,
+            # The last sampled token never enters the cache.
+            max_cached_tokens=self.blocks.num_blocks * self.blocks.block_size,
+        )
 
     def add_request(
         self,
@@ -285,24 +260,6 @@ class Scheduler:
             num_aborted=c["aborted"],
             num_failed=c["failed"],
         )
-
-    def _check_token_ids(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
-        # The sampler indexes logits rows by stop and bias ids: one out of range would fail the
-        # whole step it shares with other requests, and a negative one would silently wrap.
-        if self.vocab_size is None:
-            return
-        named = {
-            "prompt_token_ids": prompt_token_ids,
-            "stop_token_ids": params.stop_token_ids,
-            "logit_bias": [t for t, _ in params.logit_bias],
-        }
-        for name, ids in named.items():
-            bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
-            if bad is not None:
-                raise InvalidRequest(
-                    f"{name} holds {bad}; token ids must be in [0, {self.vocab_size}): "
-                    "use ids of the served model's tokenizer"
-                )
 
     def _schedule_running(
         self, req: Request, num_wanted: int, scheduled: dict[str, ScheduledSeq]
