@@ -1,10 +1,11 @@
-"""Shared launch helpers: input checks that raise clear errors before a Triton launch.
+"""Shared launch helpers: input checks that raise clear errors before a Triton launch, and the
+per-step cache of index tables built from ``cu_seqlens``.
 
 Each check names the argument, what it got and what it expected. Launchers call them first, then
 allocate outputs and launch; inputs are never checked with ``assert``.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import triton
@@ -108,3 +109,25 @@ def check_varlen_batch(
         check_dtype(op, "has_initial_state", has_initial_state, (torch.bool,))
         check_shape(op, "has_initial_state", has_initial_state, (num_seqs,))
         check_contiguous(op, "has_initial_state", has_initial_state)
+
+
+IndexCache = dict[str, tuple[torch.Tensor, ...]]
+
+
+def cached_index_tables(
+    index_cache: IndexCache | None,
+    key: str,
+    cu_seqlens: torch.Tensor,
+    num_rows: int,
+    build: Callable[[], tuple[torch.Tensor, ...]],
+) -> tuple[torch.Tensor, ...]:
+    """`build()`'s tables (the first has num_rows rows), from ``index_cache`` when an earlier call
+    of the step over this same ``cu_seqlens`` tensor stored them under `key`, else built and
+    stored: the layers of one forward share them instead of rebuilding them each."""
+    entry = index_cache.get(key) if index_cache is not None else None
+    if entry is not None and entry[0] is cu_seqlens and entry[1].shape[0] == num_rows:
+        return entry[1:]
+    tables = build()
+    if index_cache is not None:
+        index_cache[key] = (cu_seqlens, *tables)
+    return tables

@@ -24,6 +24,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import (
+    IndexCache,
+    cached_index_tables,
     check_device,
     check_dtype,
     check_last_dim_contiguous,
@@ -262,23 +264,20 @@ def _chunk_table(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tenso
 
 
 def _index_tables(
-    cu_seqlens: torch.Tensor,
-    num_tokens: int,
-    out_chunks: int,
-    index_cache: dict[str, tuple[torch.Tensor, ...]] | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(chunk_seq, chunk_pos, output-block offsets), taken from ``index_cache`` when an earlier
-    call over the same ``cu_seqlens`` tensor and T left them there, else built and stored."""
-    key = f"chunk_gated_delta_rule:BT={BT}:out_chunks={out_chunks}"
+    cu_seqlens: torch.Tensor, num_tokens: int, out_chunks: int, index_cache: IndexCache | None
+) -> tuple[torch.Tensor, ...]:
+    """(chunk_seq, chunk_pos, output-block offsets), shared through ``index_cache``."""
     num_chunks = num_tokens // BT + cu_seqlens.shape[0] - 1
-    entry = index_cache.get(key) if index_cache is not None else None
-    if entry is not None and entry[0] is cu_seqlens and entry[1].shape[0] == num_chunks:
-        return entry[1], entry[2], entry[3]
-    chunk_seq, chunk_pos = _chunk_table(cu_seqlens, num_tokens)
-    block_offsets = _block_offsets(cu_seqlens, BT * out_chunks)
-    if index_cache is not None:
-        index_cache[key] = (cu_seqlens, chunk_seq, chunk_pos, block_offsets)
-    return chunk_seq, chunk_pos, block_offsets
+    return cached_index_tables(
+        index_cache,
+        f"chunk_gated_delta_rule:BT={BT}:out_chunks={out_chunks}",
+        cu_seqlens,
+        num_chunks,
+        lambda: (
+            *_chunk_table(cu_seqlens, num_tokens),
+            _block_offsets(cu_seqlens, BT * out_chunks),
+        ),
+    )
 
 
 def _check_inputs(q, k, v, g, beta, state) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
+from sparkinfer.kernels._triton import IndexCache, cached_index_tables, check_device, dot_dtype
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
     check_cache,
@@ -203,21 +203,17 @@ def _tile_map(
 
 
 def _cached_tile_map(
-    cu_seqlens: torch.Tensor,
-    num_tokens: int,
-    bm: int,
-    index_cache: dict[str, tuple[torch.Tensor, ...]] | None,
+    cu_seqlens: torch.Tensor, num_tokens: int, bm: int, index_cache: IndexCache | None
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """`_tile_map`, taken from ``index_cache`` when an earlier call over the same ``cu_seqlens``
-    tensor and T left it there, else built and stored."""
-    key = f"paged_attention_prefill:BM={bm}"
+    """`_tile_map`, shared through ``index_cache``."""
     grid = triton.cdiv(num_tokens, bm) + cu_seqlens.shape[0] - 1
-    entry = index_cache.get(key) if index_cache is not None else None
-    if entry is not None and entry[0] is cu_seqlens and entry[1].shape[0] == grid:
-        return entry[1], entry[2], grid
-    tile_seq, cu_tiles, grid = _tile_map(cu_seqlens, num_tokens, bm)
-    if index_cache is not None:
-        index_cache[key] = (cu_seqlens, tile_seq, cu_tiles)
+    tile_seq, cu_tiles = cached_index_tables(
+        index_cache,
+        f"paged_attention_prefill:BM={bm}",
+        cu_seqlens,
+        grid,
+        lambda: _tile_map(cu_seqlens, num_tokens, bm)[:2],
+    )
     return tile_seq, cu_tiles, grid
 
 
