@@ -125,12 +125,7 @@ class ForwardBatch:
         def ints(
             values: Sequence[int] | Sequence[Sequence[int]], dtype: torch.dtype
         ) -> torch.Tensor:
-            # Pinned, then copied without blocking: torch.tensor(..., device=cuda) waits for
-            # the stream, so the host would stop running ahead of the step in flight.
-            host = torch.tensor(values, dtype=dtype)
-            if torch.device(device).type != "cuda":
-                return host.to(device)
-            return host.pin_memory().to(device, non_blocking=True)
+            return host_to_device(torch.tensor(values, dtype=dtype), device)
 
         return cls(
             positions=ints(text_positions, torch.int64) if positions is None else positions,
@@ -146,3 +141,15 @@ class ForwardBatch:
             cu_seqlens_cpu=cu,
             cached_lens_cpu=list(cached_lens),
         )
+
+
+def host_to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the stream.
+
+    torch.tensor(..., device=cuda) and a blocking copy wait for the work queued before them, so
+    the host would stop running ahead of the step in flight; the copy goes from pinned memory,
+    so it is truly asynchronous.
+    """
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
-from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler._inflight import (
@@ -40,7 +40,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
-from sparkinfer.scheduler.sampler import Sampler, to_device, token_logprobs
+from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,9 @@ class Runner:
         """Draw this step's tokens: left in flight when overlapping, else read at once."""
         rows, reqs = torch.cat(logits), [s.req for s in sampled]
         idxs = [s.output_idx for s in sampled]
-        late = inflight.outputs_of(sampled) if inflight is not None else []
+        late: list[torch.Tensor | None] = []  # only penalties read an output still in flight
+        if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
+            late = inflight.outputs_of(sampled)
         if self.config.overlap_steps and not any(map(Sampler.needs_host_history, reqs)):
             drawn = self.sampler.draw(rows, reqs, idxs, late)
             self._inflight = StepInFlight(sampled, drawn)
@@ -215,12 +217,12 @@ class Runner:
             caches=self.caches,
             block_size=self.config.block_size,
             device=self.device,
-            positions=to_device(step_positions(seqs), self.device),
+            positions=host_to_device(step_positions(seqs), self.device),
             logits_indices=_logits_indices(seqs),
         )
         ids = [t for s in seqs for t in (s.new_token_ids if not s.is_input_inflight else [0])]
         rows = torch.tensor([ids, _token_sources(seqs, sources)], dtype=torch.int64)
-        rows = to_device(rows, self.device)
+        rows = host_to_device(rows, self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from sparkinfer.model.forward_batch import host_to_device
 from sparkinfer.scheduler.batch import SampledToken
 from sparkinfer.scheduler.request import Request, TokenLogprob
 
@@ -93,6 +94,11 @@ class Sampler:
             drawn = self._draw(logits[rows], picked, [output_idxs[i] for i in random_rows])
             token_ids[rows] = drawn
         return token_ids
+
+    @staticmethod
+    def counts_outputs(req: Request) -> bool:
+        """Whether drawing req's next token counts its earlier outputs (penalties)."""
+        return _has_penalty(req)
 
     @staticmethod
     def needs_host_history(req: Request) -> bool:
@@ -270,17 +276,8 @@ def host_list(t: torch.Tensor) -> Any:
 
 
 def _ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
-    return to_device(torch.tensor(values, dtype=torch.int64), device)
+    return host_to_device(torch.tensor(values, dtype=torch.int64), device)
 
 
 def _floats(values: Sequence[float], device: torch.device) -> torch.Tensor:
-    return to_device(torch.tensor(values, dtype=torch.float32), device)
-
-
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device` without waiting for the stream: a blocking copy (as
-    torch.tensor(..., device=cuda) does) waits for the work queued before it, so the host would
-    stop overlapping the step in flight. Pinned first, so the copy is truly asynchronous."""
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return host_to_device(torch.tensor(values, dtype=torch.float32), device)
