@@ -8,11 +8,14 @@ on the same shapes where memory allows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +26,10 @@ from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, log
 from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION, ModelConfig, TextConfig
 from sparkinfer.scheduler.config import SchedulerConfig
+
+if TYPE_CHECKING:
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+    from sparkinfer.scheduler.engine import Engine
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
 _WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
@@ -100,6 +107,22 @@ class _Tracker:
                         self.done.set()
 
         return on_output
+
+
+@contextlib.contextmanager
+def started_engine(
+    model: Qwen3_8ForCausalLM, sched: SchedulerConfig, device: torch.device
+) -> Iterator[Engine]:
+    """The engine on `model` (caches sized, graphs captured); shut down and its caches freed
+    when the block ends, however it ends."""
+    from sparkinfer.scheduler.engine import Engine
+
+    engine = Engine.from_model(model, sched, device=device)
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
+        engine.runner.close()
 
 
 def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> _Tracker:
@@ -182,7 +205,6 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     """The `offline` mode: peaks, engine decode and prefill, then the transformers peer."""
     device = require_cuda()
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-    from sparkinfer.scheduler.engine import Engine
 
     cfg = full_size_config(args.num_layers)
     log("offline: measuring copy bandwidth and matmul rate")
@@ -195,12 +217,8 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     weights_gib = torch.cuda.memory_allocated() / 2**30
     sched = _scheduler_config(args)
     log("offline: starting the engine (caches, CUDA graphs)")
-    engine = Engine.from_model(model, sched, device=device)
-    try:
+    with started_engine(model, sched, device) as engine:
         decode, prefill = _measure(engine, cfg.text, peaks, args)
-    finally:
-        engine.shutdown()
-        engine.runner.close()
     del engine, model
     gc.collect()
     torch.cuda.empty_cache()

@@ -236,7 +236,6 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.config import SchedulerConfig
-    from sparkinfer.scheduler.engine import Engine
 
     cfg = offline.full_size_config(args.num_layers)
     log(f"profile: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
@@ -256,9 +255,8 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         deterministic=args.deterministic,
     )
     log("profile: starting the engine (caches, CUDA graphs)")
-    engine = Engine.from_model(model, sched, device=device)
     windows: list[Window] = []
-    try:
+    with offline.started_engine(model, sched, device) as engine:
         offline._run(engine, offline._prompts(2, 512, 1), 8, "warmup")
         for b in args.decode_batches:
             log(f"profile: decode, {b} stream(s) at {args.context} context")
@@ -267,9 +265,6 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         for n in args.prefill_lengths:
             log(f"profile: prefill {n} tokens")
             windows.append(profile_prefill(engine, prompt_len=n))
-    finally:
-        engine.shutdown()
-        engine.runner.close()
     del engine, model
     gc.collect()
     torch.cuda.empty_cache()

@@ -8,6 +8,7 @@ kernels as the engine runs them (from CUDA graphs) and streams their bytes from 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,3 +53,23 @@ def copy_bandwidth(device: torch.device, *, mib: int = 1024) -> float:
     # Timed eagerly: a copy captured in a graph becomes a memcpy node, which is slower.
     t = time_cuda(lambda: dst.copy_(src), warmup=3, iters=20)
     return 2 * src.numel() / (t.median_ms / 1e3)
+
+
+def bandwidth_row(
+    op: str,
+    impl: str,
+    shape: str,
+    t: Timing,
+    *,
+    nbytes: int,
+    copy: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One table row of a memory-bound bf16 kernel: its times, GB/s over `nbytes` and the
+    fraction of the copy rate `copy` (bytes/s); `extra` columns follow."""
+    return {
+        "op": op, "impl": impl, "shape": shape, "dtype": "bf16",
+        "median_ms": t.median_ms, "p90_ms": t.p90_ms, "GB/s": nbytes / t.median_ms / 1e6,
+        "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
+        **(extra or {}),
+    }  # fmt: skip

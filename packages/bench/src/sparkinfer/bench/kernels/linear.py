@@ -15,7 +15,12 @@ from typing import Any
 import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.bench.kernels._graph_timing import (
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    time_graph,
+)
 from sparkinfer.kernels.linear import SkinnyGemmConfig, linear, linear_ref, skinny_gemm
 
 HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
@@ -112,14 +117,14 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         impls = {"fast": linear, "cublas": _cublas}
         times = {name: _time(fn, operands, warmup, iters) for name, fn in impls.items()}
         for name, t in times.items():
-            rows.append({
-                "op": "linear", "impl": name, "shape": f"M={m} N={n} K={k}", "dtype": "bf16",
-                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "GB/s": nbytes / t.median_ms / 1e6,
-                "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
+            extra = {
                 "vs_cublas": times["cublas"].median_ms / t.median_ms,
                 "max_abs_err": err if name == "fast" else None,
-            })  # fmt: skip
+            }
+            shape = f"M={m} N={n} K={k}"
+            rows.append(
+                bandwidth_row("linear", name, shape, t, nbytes=nbytes, copy=copy, extra=extra)
+            )
         del operands
     return rows
 

@@ -15,7 +15,12 @@ import torch
 import torch.nn.functional as F
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.bench.kernels._graph_timing import (
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    time_graph,
+)
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode,
@@ -150,15 +155,14 @@ def bench_decode(device, batches, contexts, *, warmup: int, iters: int) -> list[
             torch.cuda.empty_cache()
         sdpa_ms = times["torch_sdpa"].median_ms if "torch_sdpa" in times else None
         for impl, t in times.items():
-            rows.append({
-                "op": "attention_decode", "impl": impl,
-                "shape": f"B={batch} ctx={context} H={H} HKV={HKV} D={D}", "dtype": "bf16",
-                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "GB/s": kv_bytes / t.median_ms / 1e6,
-                "of_copy_bw": kv_bytes / (t.median_ms / 1e3) / copy,
+            extra = {
                 "vs_sdpa": sdpa_ms / t.median_ms if sdpa_ms else None,
                 "max_abs_err": err if impl == "fast" else None,
-            })  # fmt: skip
+            }
+            shape = f"B={batch} ctx={context} H={H} HKV={HKV} D={D}"
+            rows.append(bandwidth_row(
+                "attention_decode", impl, shape, t, nbytes=kv_bytes, copy=copy, extra=extra
+            ))  # fmt: skip
     return rows
 
 

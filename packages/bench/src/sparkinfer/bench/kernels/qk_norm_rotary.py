@@ -15,7 +15,12 @@ from typing import Any
 import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.bench.kernels._graph_timing import (
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    time_graph,
+)
 
 H, HKV, D, ROTARY, BLOCK_SIZE, EPS = 24, 4, 256, 64, 64, 1e-6
 NUM_TOKENS = (1, 32, 4096)
@@ -72,14 +77,13 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         err = (fused(xs[0]).float() - unfused(xs[0]).float()).abs().max().item()
         for impl, fn in (("fast", fused), ("unfused_triton", unfused)):
             t = time_graph([lambda x=x, fn=fn: fn(x) for x in xs], warmup=warmup, iters=iters)
-            rows.append({
-                "op": "qk_norm_rotary", "impl": impl,
-                "shape": f"T={num_tokens} H={H} HKV={HKV} D={D} R={ROTARY}", "dtype": "bf16",
-                "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "GB/s": nbytes / t.median_ms / 1e6,
-                "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
-                "max_abs_err": err if impl == "fast" else None,
-            })  # fmt: skip
+            shape = f"T={num_tokens} H={H} HKV={HKV} D={D} R={ROTARY}"
+            extra = {"max_abs_err": err if impl == "fast" else None}
+            rows.append(
+                bandwidth_row(
+                    "qk_norm_rotary", impl, shape, t, nbytes=nbytes, copy=copy, extra=extra
+                )
+            )
         del xs
     return rows
 

@@ -11,7 +11,12 @@ from typing import Any
 import torch
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.bench.kernels._graph_timing import (
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    time_graph,
+)
 from sparkinfer.kernels.rms_norm import gated_rms_norm, gated_rms_norm_ref, rms_norm, rms_norm_ref
 
 HIDDEN, V_HEADS, V_DIM, EPS = 5120, 48, 128, 1e-6
@@ -34,7 +39,9 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
             calls = [lambda x=x, fn=fn: fn(x[0], w, EPS, residual=x[1]) for x in xs]
             t = time_graph(calls, warmup=warmup, iters=iters)
             shape = f"rows={num_rows} N={HIDDEN}"
-            rows.append(_row("rms_norm+residual", impl, shape, t, nbytes=nbytes, copy=copy))
+            rows.append(
+                bandwidth_row("rms_norm+residual", impl, shape, t, nbytes=nbytes, copy=copy)
+            )
         # Gated norm of the GDN output per value head: reads x and z, writes y.
         gated_bytes = 3 * num_rows * V_HEADS * V_DIM * 2
         xzs = [torch.randn(2, num_rows, V_HEADS, V_DIM, device=device, dtype=torch.bfloat16)
@@ -43,17 +50,11 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
             calls = [lambda xz=xz, fn=fn: fn(xz[0], xz[1], wg, EPS) for xz in xzs]
             t = time_graph(calls, warmup=warmup, iters=iters)
             shape = f"rows={num_rows} HV={V_HEADS} V={V_DIM}"
-            rows.append(_row("gated_rms_norm", impl, shape, t, nbytes=gated_bytes, copy=copy))
+            rows.append(
+                bandwidth_row("gated_rms_norm", impl, shape, t, nbytes=gated_bytes, copy=copy)
+            )
         del xs, xzs
     return rows
-
-
-def _row(op: str, impl: str, shape: str, t, *, nbytes: int, copy: float) -> Row:
-    return {
-        "op": op, "impl": impl, "shape": shape, "dtype": "bf16",
-        "median_ms": t.median_ms, "p90_ms": t.p90_ms, "GB/s": nbytes / t.median_ms / 1e6,
-        "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
-    }  # fmt: skip
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
