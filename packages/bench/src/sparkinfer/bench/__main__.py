@@ -146,6 +146,12 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         help="read each step's samples before scheduling the next (price the overlap)",
     )
     p.add_argument(
+        "--no-dependent-launch",
+        dest="dependent_launch",
+        action="store_false",
+        help="launch each kernel after the one before it ends (price dependent launch)",
+    )
+    p.add_argument(
         "--deterministic",
         action="store_true",
         help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
@@ -171,6 +177,12 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
+    p.add_argument(
+        "--no-dependent-launch",
+        dest="dependent_launch",
+        action="store_false",
+        help="launch each kernel after the one before it ends",
+    )
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )

@@ -252,6 +252,7 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.enforce_eager,
         overlap_steps=args.overlap_steps,
+        dependent_launch=args.dependent_launch,
         deterministic=args.deterministic,
     )
 

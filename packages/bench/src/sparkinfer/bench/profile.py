@@ -252,6 +252,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
             1024,
         ),
         max_num_batched_tokens=args.max_batched_tokens,
+        dependent_launch=args.dependent_launch,
         deterministic=args.deterministic,
     )
     log("profile: starting the engine (caches, CUDA graphs)")

@@ -31,6 +31,9 @@ class SchedulerConfig:
         the device; penalties count it there); a step with a logits processor is read at once.
         Tokens, and greedy outputs, are the same either way; outputs reach callbacks one step
         later, and a request that stops on a sampled token has run one extra row.
+    dependent_launch: launch the Triton kernels of a step as programmatic dependents (Hopper and
+        later; `kernels.dependent_launch`), so each one's launch overlaps the tail of the kernel
+        before it. Outputs are the same either way.
     deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards
         with fixed-shape matmuls (fixed-tile Triton GEMMs on CUDA, row-blocked on CPU), and a
         prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
@@ -49,6 +52,7 @@ class SchedulerConfig:
     cpu_cache_bytes: int = 1 << 30
     enforce_eager: bool = False
     overlap_steps: bool = True
+    dependent_launch: bool = True
     deterministic: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int = 0

@@ -25,6 +25,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import torch
+from sparkinfer.kernels.dependent_launch import set_dependent_launch
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
@@ -98,6 +99,7 @@ class Runner:
         self.device = torch.device(device) if device else next(model.parameters()).device
         self._is_cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._is_cuda else None
+        set_dependent_launch(config.dependent_launch)
         spec: CacheSpec = model.cache_spec()
         self.vocab_size, activation_bytes = self._profile(spec)
         self.plan = plan_cache(

@@ -18,13 +18,17 @@ from sparkinfer.kernels._triton import (
     check_last_dim_contiguous,
     check_ndim,
 )
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(p_x, p_y, width, stride_x, stride_y, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    p_x, p_y, width, stride_x, stride_y, BLOCK: tl.constexpr, USE_PDL: tl.constexpr
+):
+    wait_for_prior_kernels(USE_PDL)
     i_t, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1)
     o_c = i_c * BLOCK + tl.arange(0, BLOCK)
     m_c = o_c < width
@@ -55,5 +59,8 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if num_rows == 0 or width == 0:
         return y
     grid = (num_rows, triton.cdiv(width, BLOCK))
-    _silu_and_mul_kernel[grid](x, y, width, x.stride(0), y.stride(0), BLOCK=BLOCK, num_warps=4)
+    pdl = dependent_launch(x)
+    _silu_and_mul_kernel[grid](
+        x, y, width, x.stride(0), y.stride(0), BLOCK=BLOCK, USE_PDL=pdl, num_warps=4, launch_pdl=pdl
+    )
     return y

@@ -20,6 +20,7 @@ from sparkinfer.kernels._triton import (
     check_shape,
     check_varlen_batch,
 )
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BT = 16  # prefill tokens per program; its W - 1 + BT input rows live in registers, bounding it
@@ -157,8 +158,9 @@ def _conv_state_out_kernel(
 @triton.jit
 def _causal_conv1d_update_kernel(
     x, weight, conv_state, y, state_slots, C, stride_xb, stride_wc,
-    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     o_c = i_c * BC + tl.arange(0, BC)
     m_c = o_c < C
@@ -282,8 +284,10 @@ def causal_conv1d_update(
     width = weight.shape[1]
     y = torch.empty(num_seqs, channels, dtype=x.dtype, device=x.device)
     if num_seqs > 0:
+        pdl = dependent_launch(x)
         _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
             x, weight, conv_state, y, state_slots, channels, x.stride(0), weight.stride(0),
-            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC,
+            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC, USE_PDL=pdl,
+            launch_pdl=pdl,
         )  # fmt: skip
     return y

@@ -10,7 +10,13 @@ writes it once; the l2norm of q and k, the gates and beta are fused in.
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_contiguous, check_device, check_dtype, check_shape
+from sparkinfer.kernels._triton import (
+    check_contiguous,
+    check_device,
+    check_dtype,
+    check_shape,
+)
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
 
@@ -24,8 +30,9 @@ def _fused_recurrent_kernel(
     q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
     stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -117,10 +124,11 @@ def fused_recurrent_gated_delta_rule(
         return o
     BK = triton.next_power_of_2(head_k)
     BV = min(triton.next_power_of_2(head_v), BV_SMALL_BATCH if num_seqs < 8 else BV_LARGE_BATCH)
+    pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
         q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), scale,
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
-        USE_QK_L2NORM=use_qk_l2norm, num_warps=NUM_WARPS,
+        USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, num_warps=NUM_WARPS, launch_pdl=pdl,
     )  # fmt: skip
     return o

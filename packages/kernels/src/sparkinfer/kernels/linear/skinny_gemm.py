@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
@@ -42,7 +43,9 @@ def _skinny_gemm_kernel(
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
     i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
@@ -65,7 +68,10 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
-def _split_k_reduce_kernel(p_part, p_y, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+def _split_k_reduce_kernel(
+    p_part, p_y, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr
+):
+    wait_for_prior_kernels(USE_PDL)
     o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     m = o < MN
     b_acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -100,16 +106,17 @@ def skinny_gemm(
     split_k = triton.cdiv(k, k_per_split) if k else 1
     out = y if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
+    pdl = dependent_launch(x)
     _skinny_gemm_kernel[grid](
         x, weight, out,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0), n,
-        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if split_k > 1:
         block = 1024
         _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
-            out, y, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4
+            out, y, m * n, SPLIT_K=split_k, BLOCK=block, USE_PDL=pdl, num_warps=4, launch_pdl=pdl
         )
     return y

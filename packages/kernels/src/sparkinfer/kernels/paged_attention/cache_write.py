@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import check_device
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.paged_attention.checks import check_cache
 
 
@@ -18,8 +19,9 @@ def _write_kv_cache_kernel(
     HKV, D,
     stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
-    BLOCK_SIZE: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_t = tl.program_id(0).to(tl.int64)
     slot = tl.load(p_slot + i_t)
     if slot < 0:
@@ -77,11 +79,12 @@ def write_kv_cache(
         )
     if k.shape[0] == 0:
         return
+    pdl = dependent_launch(k)
     _write_kv_cache_kernel[(k.shape[0],)](
         k, v, k_cache, v_cache, slot_mapping,
         hkv, d,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3],
         BLOCK_SIZE=k_cache.shape[1], BH=triton.next_power_of_2(hkv), BD=triton.next_power_of_2(d),
-        num_warps=4,
+        USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
     )  # fmt: skip

@@ -33,7 +33,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
+from sparkinfer.kernels._triton import (
+    check_device,
+    dot_dtype,
+)
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
@@ -80,8 +84,9 @@ def _decode_split_kernel(
     stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
     ctx_len = tl.load(p_ctx + i_b)
     num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
@@ -136,7 +141,9 @@ def _decode_merge_kernel(
     stride_gb, stride_gh, stride_ob, stride_oh,
     D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
     MAX_SPLITS: tl.constexpr, SPLIT_TILE: tl.constexpr, HAS_GATE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
     o_d = tl.arange(0, BD)
@@ -260,6 +267,7 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
     part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
                           device=q.device)  # fmt: skip
     group = num_heads // hkv
+    pdl = dependent_launch(q)
     _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
         q, k_cache, v_cache, context_lens, block_tables, part_o, part_ml,
         scale * LOG2E,
@@ -267,7 +275,8 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
         block_tables.stride(0),
         GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
+        DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
+        num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     g = gate if gate is not None else q
     _decode_merge_kernel[(num_seqs, num_heads)](
@@ -275,7 +284,7 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
         g.stride(0), g.stride(1), o.stride(0), o.stride(1),
         D=d, BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN,
         MAX_SPLITS=config.MAX_SPLITS, SPLIT_TILE=min(16, config.MAX_SPLITS),
-        HAS_GATE=gate is not None, num_warps=4,
+        HAS_GATE=gate is not None, USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
     return o
 

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import check_device
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.paged_attention.checks import check_cache
 
 _OP = "qk_norm_rotary"
@@ -75,8 +76,9 @@ def _qk_norm_rotary_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ct, stride_st,
     stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
     BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr,
-    BHALF: tl.constexpr,
+    BHALF: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_t, i_g = tl.program_id(0).to(tl.int64), tl.program_id(1)
     p_cos += i_t * stride_ct
     p_sin += i_t * stride_st
@@ -208,12 +210,13 @@ def qk_norm_rotary(
     bh = max(1, min(4, 1024 // bd))  # up to 1K elements per program: 4 heads at D=256
     num_q_groups = triton.cdiv(h, bh)
     half = cos.shape[-1] // 2
+    pdl = dependent_launch(q)
     _qk_norm_rotary_kernel[(t, num_q_groups + triton.cdiv(hkv, bh))](
         q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, slot_mapping, q_out,
         h, hkv, d, eps, num_q_groups,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         cos.stride(0), sin.stride(0), *k_cache.stride()[:3], *v_cache.stride()[:3],
         BLOCK_SIZE=k_cache.shape[1], HALF=half, BH=bh, BD=bd,
-        BHALF=triton.next_power_of_2(half), num_warps=4,
+        BHALF=triton.next_power_of_2(half), USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
     return q_out

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import check_device
+from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 
 _MAX_N = 16384
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -31,8 +32,9 @@ def _rms_norm_kernel(
     p_x, p_res, p_w, p_y, p_res_out,
     num_rows, R2, N, eps,
     stride_x1, stride_x2, stride_r1, stride_r2,
-    HAS_RESIDUAL: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_r = tl.program_id(0)
     o_x, o_r = _row_offsets(i_r, R2, stride_x1, stride_x2, BR)
     o_n = tl.arange(0, BN)
@@ -56,8 +58,9 @@ def _gated_rms_norm_kernel(
     p_x, p_z, p_w, p_y,
     num_rows, R2, N, eps,
     stride_x1, stride_x2, stride_z1, stride_z2,
-    ROUND_PRODUCT: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr,
+    ROUND_PRODUCT: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     i_r = tl.program_id(0)
     o_x, o_r = _row_offsets(i_r, R2, stride_x1, stride_x2, BR)
     o_z, _ = _row_offsets(i_r, R2, stride_z1, stride_z2, BR)
@@ -151,12 +154,13 @@ def rms_norm(
     if num_rows == 0:
         return y, res_out
     br, bn, grid = _tiles(num_rows, n)
+    pdl = dependent_launch(x)
     _rms_norm_kernel[(grid,)](
         x3, res3, weight, y, res_out,
         num_rows, x3.shape[1], n, eps,
         x3.stride(0), x3.stride(1), res3.stride(0), res3.stride(1),
-        HAS_RESIDUAL=residual is not None, BR=br, BN=bn,
-        num_warps=4 if bn <= 2048 else 8,
+        HAS_RESIDUAL=residual is not None, BR=br, BN=bn, USE_PDL=pdl,
+        num_warps=4 if bn <= 2048 else 8, launch_pdl=pdl,
     )  # fmt: skip
     return y, res_out
 
@@ -183,11 +187,12 @@ def gated_rms_norm(
         return y
     br, bn, grid = _tiles(num_rows, n)
     round_product = torch.promote_types(weight.dtype, x.dtype) != torch.float32
+    pdl = dependent_launch(x)
     _gated_rms_norm_kernel[(grid,)](
         x3, z3, weight, y,
         num_rows, x3.shape[1], n, eps,
         x3.stride(0), x3.stride(1), z3.stride(0), z3.stride(1),
-        ROUND_PRODUCT=round_product, BR=br, BN=bn,
-        num_warps=4 if bn <= 2048 else 8,
+        ROUND_PRODUCT=round_product, BR=br, BN=bn, USE_PDL=pdl,
+        num_warps=4 if bn <= 2048 else 8, launch_pdl=pdl,
     )  # fmt: skip
     return y

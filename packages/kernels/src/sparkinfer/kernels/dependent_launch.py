@@ -1,0 +1,49 @@
+"""Programmatic dependent launch (Hopper and later): a kernel is scheduled while the kernel before
+it in the stream still runs, so its launch and set-up overlap that kernel's tail.
+
+Kernels opt in with a ``USE_PDL`` constexpr set from `dependent_launch(t)`, passed again as the
+launch's ``launch_pdl``, and call `wait_for_prior_kernels(USE_PDL)` as their first statement. The
+decode step's kernels do: at one stream its 750 launches are mostly short.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels._triton import is_interpreting
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+_dependent_launch = {"enabled": True}
+
+
+def set_dependent_launch(enabled: bool) -> None:
+    """Turn programmatic dependent launch on (the default) or off for later launches in this
+    process; a CUDA graph keeps the mode it was captured with."""
+    _dependent_launch["enabled"] = enabled
+
+
+@functools.cache
+def _supports_dependent_launch(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def dependent_launch(t: torch.Tensor) -> bool:
+    """Whether a kernel on t's device launches as a programmatic dependent: CUDA, compute
+    capability 9.0 or later, not switched off, not under the interpreter."""
+    if not (_dependent_launch["enabled"] and t.is_cuda) or is_interpreting():
+        return False
+    return _supports_dependent_launch(t.device.index or 0)
+
+
+@triton.jit
+def wait_for_prior_kernels(USE_PDL: tl.constexpr):
+    """First statement of every kernel launched with ``launch_pdl``: wait until the kernel before
+    it in the stream has finished and its writes are visible, then let the next kernel launch.
+
+    Waiting first keeps every earlier kernel's writes ordered before this kernel's reads and
+    writes; letting the next launch only after the wait keeps one kernel at a time waiting.
+    """
+    if USE_PDL:
+        gdc_wait()
+        gdc_launch_dependents()
