@@ -146,13 +146,13 @@ def test_decode_phase_rows_are_batch_invariant(assert_close):
 
 
 def test_decode_config_takes_the_measured_one_row_tile_in_16_row_tiles():
-    for n, k in [(34816, 5120), (5120, 17408), (16384, 5120)]:
+    for n, k in [(34816, 5120), (5120, 17408), (16384, 5120), (5120, 6144)]:
         measured = shape_table.decode_entry(n, k, torch.bfloat16)
         assert measured is not None
         assert decode_config(n, k) == dataclasses.replace(measured, BM=16)
-    assert shape_table.decode_entry(5120, 6144, torch.bfloat16) is None  # cuBLAS won there
-    unmeasured = decode_config(5120, 6144)
-    assert (unmeasured.BM, unmeasured.BN, unmeasured.SPLIT_K) == (16, 16, 1)  # 320 programs
+    assert shape_table.decode_entry(10240, 5120, torch.bfloat16) is None  # cuBLAS won there
+    unmeasured = decode_config(10240, 5120)
+    assert (unmeasured.BM, unmeasured.BN, unmeasured.SPLIT_K) == (16, 32, 1)  # 320 programs
 
 
 def test_batch_invariant_sets_and_restores_the_phase():

@@ -168,6 +168,7 @@ def _scheduler_config(
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.enforce_eager,
         overlap_steps=settings.overlap_steps,
+        dependent_launch=settings.dependent_launch,
         deterministic=settings.deterministic,
         eos_token_ids=tuple(dict.fromkeys(eos)),
     )

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
         description="Schedule the next engine step while the device runs this one (samples "
         "are read a step later; tokens are the same either way)",
     )
+    dependent_launch: bool = Field(
+        True,
+        description="Launch each Triton kernel while the one before it finishes (programmatic "
+        "dependent launch, Hopper and later; outputs are the same either way)",
+    )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype (auto: the checkpoint's)"
     )
