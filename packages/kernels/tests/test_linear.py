@@ -1,6 +1,7 @@
 """Skinny GEMM and the linear dispatcher against the fp32 reference."""
 
 import dataclasses
+import importlib
 import inspect
 
 import pytest
@@ -18,6 +19,9 @@ from sparkinfer.kernels.linear import (
     skinny_gemm,
     tiled_gemm,
 )
+
+# The module, not the function the package exports under the same name.
+skinny_gemm_module = importlib.import_module("sparkinfer.kernels.linear.skinny_gemm")
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}
@@ -60,6 +64,44 @@ def test_split_k_is_deterministic():
     x, w = torch.randn(4, 256), torch.randn(48, 256)
     config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=4)
     assert torch.equal(skinny_gemm(x, w, config), skinny_gemm(x, w, config))
+
+
+def _sum_in_slice_order(x: torch.Tensor, w: torch.Tensor, split_k: int) -> torch.Tensor:
+    """The slices' fp32 partials summed from slice 0 up: what the last slice to arrive stores."""
+    slices = zip(x.chunk(split_k, 1), w.chunk(split_k, 1), strict=True)
+    parts = [xs.double() @ ws.double().T for xs, ws in slices]
+    total = torch.zeros_like(parts[0]).float()
+    for p in parts:
+        total += p.float()
+    return total
+
+
+def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(assert_close):
+    torch.manual_seed(11)
+    x, w = torch.randn(5, 384), torch.randn(40, 384)
+    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=3)  # 3 column tiles, partial last one
+    for _ in range(3):  # later launches reuse the counters the earlier ones left at zero
+        assert_close(skinny_gemm(x, w, config), _sum_in_slice_order(x, w, 3))
+    counters = skinny_gemm_module._arrival_counters[(x.device, 0)]
+    assert int(counters.count_nonzero()) == 0
+
+
+@pytest.mark.gpu
+def test_split_k_in_cuda_graph_replays_equal_eager_on_gpu():
+    torch.manual_seed(12)
+    x = torch.randn(8, 17408, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(5120, 17408, device="cuda", dtype=torch.bfloat16) * 0.02
+    config = SkinnyGemmConfig(BN=64, BK=128, SPLIT_K=4)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        eager = skinny_gemm(x, w, config)  # warm-up on the capture stream makes its counters
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = skinny_gemm(x, w, config)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
 
 
 def test_linear_on_cpu_matches_ref(assert_close):

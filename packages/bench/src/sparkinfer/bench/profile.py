@@ -27,7 +27,7 @@ from sparkinfer.bench.report import Report, Table, log
 
 # First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
 CATEGORIES: tuple[tuple[str, str], ...] = (
-    ("linear (Triton skinny GEMM)", r"_skinny_gemm|_split_k_reduce"),
+    ("linear (Triton skinny GEMM)", r"_skinny_gemm"),
     ("linear (Triton tiled GEMM)", r"_tiled_gemm"),
     ("linear (cuBLAS)", r"gemm|xmma|cutlass|nvjet|sm90_|sm80_|cublas"),
     ("GDN chunk prefill", r"_chunk_(prepare|wu|solve|state|output)"),

@@ -2,8 +2,9 @@
 
 The weight is streamed once: each program owns BN output columns and one of SPLIT_K slices of K,
 holds all rows of x in a BM-row tile and accumulates in fp32 with tl.dot. With SPLIT_K > 1 the
-slices write fp32 partials that a second kernel sums in slice order, so results never depend on
-scheduling (no atomics).
+slices write fp32 partials, and the last slice of each output tile to finish (elected by an arrival
+counter) sums every slice's partial in slice order: results never depend on scheduling, and no
+second kernel runs.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, tl.static_range.
@@ -39,11 +40,11 @@ class SkinnyGemmConfig:
 
 @triton.jit
 def _skinny_gemm_kernel(
-    p_x, p_w, p_out,
+    p_x, p_w, p_y, p_part, p_arrived,
     M, N, K, K_PER_SPLIT,
-    stride_xm, stride_wn, stride_om,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    stride_xm, stride_wn,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -62,23 +63,45 @@ def _skinny_gemm_kernel(
         b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
         b_w = tl.load(p_w + o_n[:, None] * stride_wn + o_k[None, :], mask=m_wk, other=0.0)
         b_acc = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
-    # [SPLIT_K, M, N] fp32 partials, or [M, N] output when there is a single slice.
-    p_o = p_out + i_k.to(tl.int64) * M * N + o_m[:, None] * stride_om + o_n[None, :]
-    tl.store(p_o, b_acc.to(p_out.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+    o_mn = o_m[:, None] * N + o_n[None, :]  # y is [M, N] contiguous, partials [SPLIT_K, M, N]
+    m_mn = m_m[:, None] & m_n[None, :]
+    if SPLIT_K == 1:
+        tl.store(p_y + o_mn, b_acc.to(p_y.dtype.element_ty), mask=m_mn)
+    else:
+        tl.store(p_part + i_k.to(tl.int64) * M * N + o_mn, b_acc, mask=m_mn)
+        tl.debug_barrier()  # every thread's partial precedes the release below
+        p_tile = p_arrived + i_m * tl.num_programs(1) + i_n
+        if tl.atomic_add(p_tile, 1, sem="acq_rel") == SPLIT_K - 1:
+            # The last slice to arrive sums the slices in index order, whichever slice it is.
+            b_sum = tl.zeros((BM, BN), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                p_s = p_part + s * M * N + o_mn
+                b_sum += tl.load(p_s, mask=m_mn, other=0.0, cache_modifier=".cg")
+            tl.store(p_y + o_mn, b_sum.to(p_y.dtype.element_ty), mask=m_mn)
+            tl.store(p_tile, 0)  # every slice has arrived: ready for the next launch
 
 
-@triton.jit
-def _split_k_reduce_kernel(
-    p_part, p_y, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr
-):
-    wait_for_prior_kernels(USE_PDL)
-    o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
-    m = o < MN
-    b_acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    # Slices are summed in index order: the result does not depend on launch order.
-    for s in tl.static_range(SPLIT_K):
-        b_acc += tl.load(p_part + s * MN + o, mask=m, other=0.0)
-    tl.store(p_y + o, b_acc.to(p_y.dtype.element_ty), mask=m)
+_MAX_TILES = 1 << 16
+_arrival_counters: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _arrival_counters_for(device: torch.device) -> torch.Tensor:
+    """Zeroed int32 arrival counters, one set per (device, stream); each launch leaves them at 0.
+
+    Launches on one stream run in order, so they share a set; a CUDA graph captured on a stream
+    uses the set made there before capture (by the capture's eager warm-up).
+    """
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    counters = _arrival_counters.get((device, stream))
+    if counters is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "skinny_gemm: the first split-K launch on this stream is inside CUDA-graph "
+                "capture; run the forward once on the capture stream before capturing"
+            )
+        counters = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
+        _arrival_counters[(device, stream)] = counters
+    return counters
 
 
 def skinny_gemm(
@@ -104,19 +127,22 @@ def skinny_gemm(
     split_k = max(1, min(cfg.SPLIT_K, triton.cdiv(k, cfg.BK)))
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), cfg.BK) * cfg.BK
     split_k = triton.cdiv(k, k_per_split) if k else 1
-    out = y if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
+    part, arrived = y, y  # not read with one slice
     grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
+    if split_k > 1:
+        if grid[0] * grid[1] > _MAX_TILES:
+            raise ValueError(
+                f"skinny_gemm: {grid[0] * grid[1]} output tiles exceed {_MAX_TILES}; "
+                "use a wider BN or SPLIT_K=1"
+            )
+        part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
+        arrived = _arrival_counters_for(x.device)
     pdl = dependent_launch(x)
     _skinny_gemm_kernel[grid](
-        x, weight, out,
+        x, weight, y, part, arrived,
         m, n, k, k_per_split,
-        x.stride(0), weight.stride(0), n,
-        BM=bm, BN=cfg.BN, BK=cfg.BK, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
+        x.stride(0), weight.stride(0),
+        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
-    if split_k > 1:
-        block = 1024
-        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](
-            out, y, m * n, SPLIT_K=split_k, BLOCK=block, USE_PDL=pdl, num_warps=4, launch_pdl=pdl
-        )
     return y
