@@ -1,11 +1,13 @@
 """Skinny GEMM and the linear dispatcher against the fp32 reference."""
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
 
 import pytest
 import torch
+from sparkinfer.kernels.activation import silu_and_mul
 from sparkinfer.kernels.linear import (
     SkinnyGemmConfig,
     TiledGemmConfig,
@@ -15,6 +17,8 @@ from sparkinfer.kernels.linear import (
     invariant_linear,
     linear,
     linear_ref,
+    linear_swiglu,
+    linear_swiglu_ref,
     shape_table,
     skinny_gemm,
     tiled_gemm,
@@ -36,6 +40,29 @@ def _check(actual: torch.Tensor, expected: torch.Tensor, assert_close) -> None:
 
 def test_signature_matches_reference():
     assert inspect.signature(linear) == inspect.signature(linear_ref)
+    assert inspect.signature(linear_swiglu) == inspect.signature(linear_swiglu_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 5, 17])
+def test_swiglu_epilogue_equals_gemm_then_silu_and_mul(dtype, m, assert_close):
+    torch.manual_seed(13)
+    x = torch.randn(m, 96, dtype=dtype)
+    w = torch.randn(2 * 40, 96, dtype=dtype) * 0.1  # I = 40: a partial last column tile
+    config = SkinnyGemmConfig(BN=16, BK=32)
+    fused = skinny_gemm(x, w, config, swiglu=True)
+    assert fused.shape == (m, 40)
+    assert torch.equal(fused, silu_and_mul(skinny_gemm(x, w, config)))
+    assert_close(fused, linear_swiglu_ref(x, w))
+    assert_close(linear_swiglu(x, w), linear_swiglu_ref(x, w))  # CPU: GEMM then SwiGLU
+
+
+def test_swiglu_epilogue_needs_one_k_slice_and_stacked_halves():
+    x = torch.randn(2, 256)
+    with pytest.raises(ValueError, match="one K slice"):
+        skinny_gemm(x, torch.randn(64, 256), SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=2), swiglu=True)
+    with pytest.raises(ValueError, match="even weight height"):
+        skinny_gemm(x, torch.randn(63, 256), swiglu=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -84,6 +111,17 @@ def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(assert_clos
         assert_close(skinny_gemm(x, w, config), _sum_in_slice_order(x, w, 3))
     counters = skinny_gemm_module._arrival_counters[(x.device, 0)]
     assert int(counters.count_nonzero()) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase", [None, "decode"])
+@pytest.mark.parametrize("m", [1, 8, 16, 32])
+def test_linear_swiglu_equals_linear_then_silu_and_mul_on_gpu(phase, m):
+    torch.manual_seed(14)
+    x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2 * 17408, 5120, device="cuda", dtype=torch.bfloat16) * 0.02
+    with batch_invariant(phase) if phase else contextlib.nullcontext():
+        assert torch.equal(linear_swiglu(x, w), silu_and_mul(linear(x, w)))
 
 
 @pytest.mark.gpu

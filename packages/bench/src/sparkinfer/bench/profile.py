@@ -276,6 +276,11 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
             "model": f"Qwen3.8-27B text shapes, {cfg.text.num_hidden_layers} layers, bf16, random "
             "weights; offline engine with CUDA-graph decode; kernels from torch.profiler",
             "scheduler": str(sched),
+            "kernel times": "with dependent_launch a kernel starts before the one ahead of it "
+            "ends and its time includes that wait, so kernel times overlap and GPU busy can pass "
+            "1; run with --no-dependent-launch for each kernel's own time"
+            if sched.dependent_launch
+            else "each kernel's own time (dependent launch off)",
         },
         tables(windows, top=args.top),
         raw={"windows": [asdict(w) for w in windows]},

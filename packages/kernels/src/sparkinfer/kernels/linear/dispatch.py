@@ -1,4 +1,6 @@
-"""`linear`: per shape, the faster of the Triton skinny GEMM and cuBLAS, from the measured table.
+"""`linear`: per shape, the faster of the Triton skinny GEMM and cuBLAS, from the measured table;
+`linear_swiglu`: the MLP's gate_up projection and SwiGLU, in one launch where the table's tile
+for the shape has one K slice.
 
 Shapes absent from `shape_table`, rows beyond its largest bucket and CPU tensors go to torch
 (cuBLAS on CUDA). Inside `invariant.batch_invariant(phase)` CUDA calls take that phase's fixed
@@ -9,9 +11,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from sparkinfer.kernels.linear.invariant import current_phase, invariant_linear
+from sparkinfer.kernels.activation import silu_and_mul, silu_and_mul_ref
+from sparkinfer.kernels.linear.invariant import current_phase, decode_config, invariant_linear
 from sparkinfer.kernels.linear.shape_table import lookup
-from sparkinfer.kernels.linear.skinny_gemm import skinny_gemm
+from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -34,3 +37,37 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if x.dtype != weight.dtype:
         raise TypeError(f"x and weight must share a dtype, got {x.dtype} and {weight.dtype}")
     return F.linear(x, weight)
+
+
+def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for [gate | up] = x @ weight.T: `linear` then `silu_and_mul`, bit for bit.
+
+    Where `linear` would run a one-slice skinny GEMM (the measured tile, or the decode tile of
+    `batch_invariant("decode")`), one launch computes both halves and the activation.
+
+    Args:
+        x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
+        weight: [2 * I, K] gate_proj and up_proj stacked by rows, same dtype.
+
+    Returns:
+        y: [M, I] in x.dtype.
+    """
+    config = _one_slice_config(x, weight)
+    if config is not None:
+        return skinny_gemm(x, weight, config, swiglu=True)
+    y = linear(x, weight)
+    return silu_and_mul(y) if y.is_cuda else silu_and_mul_ref(y)
+
+
+def _one_slice_config(x: torch.Tensor, weight: torch.Tensor) -> SkinnyGemmConfig | None:
+    """The skinny tile `linear` would launch for this shape, if it runs one K slice."""
+    if not (x.is_cuda and x.dim() == 2 and weight.dim() == 2) or weight.shape[0] % 2:
+        return None
+    phase = current_phase()
+    (m, k), n = x.shape, weight.shape[0]
+    if phase == "prefill":
+        return None
+    config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
+    if config is None or split_k_slices(k, config)[0] > 1:
+        return None
+    return config

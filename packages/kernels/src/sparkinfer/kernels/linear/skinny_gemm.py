@@ -44,7 +44,7 @@ def _skinny_gemm_kernel(
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -55,17 +55,29 @@ def _skinny_gemm_kernel(
     k_start = i_k.to(tl.int64) * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     b_acc = tl.zeros((BM, BN), dtype=tl.float32)
+    b_up = tl.zeros((BM, BN), dtype=tl.float32)  # SWIGLU: the up rows, N below the gate rows
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
         m_k = o_k < k_end
         m_xk = m_m[:, None] & m_k[None, :]
         m_wk = m_n[:, None] & m_k[None, :]
         b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
-        b_w = tl.load(p_w + o_n[:, None] * stride_wn + o_k[None, :], mask=m_wk, other=0.0)
+        p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
+        b_w = tl.load(p_wk, mask=m_wk, other=0.0)
         b_acc = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
+        if SWIGLU:
+            b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
+            b_up = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_wu.to(DOT_DTYPE)), b_up)
     o_mn = o_m[:, None] * N + o_n[None, :]  # y is [M, N] contiguous, partials [SPLIT_K, M, N]
     m_mn = m_m[:, None] & m_n[None, :]
-    if SPLIT_K == 1:
+    if SWIGLU:
+        # Both halves rounded to y's dtype first, as the GEMM then silu_and_mul would.
+        b_gate = b_acc.to(p_y.dtype.element_ty).to(tl.float32)
+        b_up = b_up.to(p_y.dtype.element_ty).to(tl.float32)
+        tl.store(
+            p_y + o_mn, (b_gate * tl.sigmoid(b_gate) * b_up).to(p_y.dtype.element_ty), mask=m_mn
+        )
+    elif SPLIT_K == 1:
         tl.store(p_y + o_mn, b_acc.to(p_y.dtype.element_ty), mask=m_mn)
     else:
         tl.store(p_part + i_k.to(tl.int64) * M * N + o_mn, b_acc, mask=m_mn)
@@ -104,8 +116,19 @@ def _arrival_counters_for(device: torch.device) -> torch.Tensor:
     return counters
 
 
+def split_k_slices(k: int, config: SkinnyGemmConfig) -> tuple[int, int]:
+    """(slices, K per slice) a launch over K with `config` runs: at most SPLIT_K, whole BK tiles."""
+    split_k = max(1, min(config.SPLIT_K, triton.cdiv(k, config.BK)))
+    k_per_split = triton.cdiv(triton.cdiv(k, split_k), config.BK) * config.BK
+    return (triton.cdiv(k, k_per_split) if k else 1), k_per_split
+
+
 def skinny_gemm(
-    x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    config: SkinnyGemmConfig | None = None,
+    *,
+    swiglu: bool = False,
 ) -> torch.Tensor:
     """y = x @ weight.T with the Triton skinny GEMM, fp32 accumulate.
 
@@ -113,20 +136,28 @@ def skinny_gemm(
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
         weight: [N, K] weight, same dtype, unit stride along K.
         config: tile sizes; the default suits small shapes.
+        swiglu: weight is [gate | up] stacked by rows ([2 * I, K]); return silu(gate) * up
+            [M, I] in the same launch, each half rounded to x.dtype first (what the GEMM then
+            `silu_and_mul` computes). Needs a config with one K slice.
 
     Returns:
-        y: [M, N] contiguous in x.dtype.
+        y: [M, N] contiguous in x.dtype ([M, N / 2] with swiglu).
     """
     check_gemm_operands("skinny_gemm", x, weight)
     cfg = config or SkinnyGemmConfig()
     (m, k), n = x.shape, weight.shape[0]
+    split_k, k_per_split = split_k_slices(k, cfg)
+    if swiglu:
+        if n % 2 or split_k > 1:
+            raise ValueError(
+                f"skinny_gemm: swiglu needs an even weight height and one K slice, got N={n} "
+                f"and {split_k} slices: use SPLIT_K=1, or linear then silu_and_mul"
+            )
+        n //= 2
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
     bm = cfg.BM or max(16, min(64, triton.next_power_of_2(m)))
-    split_k = max(1, min(cfg.SPLIT_K, triton.cdiv(k, cfg.BK)))
-    k_per_split = triton.cdiv(triton.cdiv(k, split_k), cfg.BK) * cfg.BK
-    split_k = triton.cdiv(k, k_per_split) if k else 1
     part, arrived = y, y  # not read with one slice
     grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
     if split_k > 1:
@@ -142,7 +173,8 @@ def skinny_gemm(
         x, weight, y, part, arrived,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0),
-        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
+        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWIGLU=swiglu, DOT_DTYPE=dot_dtype(x),
+        USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

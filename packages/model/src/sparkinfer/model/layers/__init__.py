@@ -30,7 +30,8 @@ Op = Callable[..., Any]
 
 @dataclass(frozen=True)
 class KernelOps:
-    """The kernel functions one model calls; `linear` is None where torch's GEMM is used."""
+    """The kernel functions one model calls; `linear` is None where torch's GEMM is used, and
+    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart."""
 
     rms_norm: Op
     gated_rms_norm: Op
@@ -44,6 +45,7 @@ class KernelOps:
     fused_recurrent_gated_delta_rule: Op
     silu_and_mul: Op
     linear: Op | None
+    linear_swiglu: Op | None
     is_triton: bool
 
 
@@ -60,6 +62,7 @@ REFERENCE_OPS = KernelOps(
     fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
     silu_and_mul=silu_and_mul_ref,
     linear=None,
+    linear_swiglu=None,
     is_triton=False,
 )
 
@@ -73,7 +76,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule,
         gdn_gating,
     )
-    from sparkinfer.kernels.linear import linear
+    from sparkinfer.kernels.linear import linear, linear_swiglu
     from sparkinfer.kernels.paged_attention import (
         paged_attention_decode,
         paged_attention_prefill,
@@ -94,6 +97,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
         silu_and_mul=silu_and_mul,
         linear=linear,
+        linear_swiglu=linear_swiglu,
         is_triton=True,
     )
 
