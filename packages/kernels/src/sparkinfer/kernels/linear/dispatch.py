@@ -42,8 +42,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for [gate | up] = x @ weight.T: `linear` then `silu_and_mul`, bit for bit.
 
-    Where `linear` would run a one-slice skinny GEMM (the measured tile, or the decode tile of
-    `batch_invariant("decode")`), one launch computes both halves and the activation.
+    For one row, where `linear` would run a one-slice skinny GEMM (the measured tile, or the
+    decode tile of `batch_invariant("decode")`), one launch computes both halves and the
+    activation. From two rows the tiles measured best hold twice the weight per pipeline stage
+    when fused and ran 6% slower end to end at 2-8 streams (docs/benchmarks.md), so those rows
+    take the two launches; the bits are the same either way.
 
     Args:
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
@@ -60,8 +63,10 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _one_slice_config(x: torch.Tensor, weight: torch.Tensor) -> SkinnyGemmConfig | None:
-    """The skinny tile `linear` would launch for this shape, if it runs one K slice."""
+    """For one row, the skinny tile `linear` would launch for this shape, if it runs one K slice."""
     if not (x.is_cuda and x.dim() == 2 and weight.dim() == 2) or weight.shape[0] % 2:
+        return None
+    if x.shape[0] != 1:  # see linear_swiglu
         return None
     phase = current_phase()
     (m, k), n = x.shape, weight.shape[0]

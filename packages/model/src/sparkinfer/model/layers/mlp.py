@@ -2,7 +2,7 @@
 
 gate_up_proj stacks the checkpoint's gate_proj and up_proj by rows (weights.py), so decode reads
 both weights in one launch; the kernels' silu_and_mul reads both halves of its output in one pass,
-or, where the decode GEMM runs one K slice, `linear_swiglu` applies it in the GEMM's epilogue.
+or, for a single decode row, `linear_swiglu` applies it in the GEMM's epilogue.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        if self.ops.linear_swiglu is not None:  # one launch where the GEMM tile allows
+        if self.ops.linear_swiglu is not None:  # one launch for a single decode row
             return self.down_proj(self.ops.linear_swiglu(x, self.gate_up_proj.weight))
         gate_up = self.gate_up_proj(x)  # [T, 2 * I]: [gate | up]
         return self.down_proj(self.ops.silu_and_mul(gate_up))
