@@ -123,6 +123,16 @@ def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=16)
 
 
+def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-dependent-launch",
+        dest="dependent_launch",
+        action="store_false",
+        help="launch each kernel after the one before it ends (price dependent launch; "
+        "profile: each kernel's own time)",
+    )
+
+
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     """The modes that run the model or kernels in this process: offline, stack, profile, vision,
     kernels."""
@@ -145,12 +155,7 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         action="store_false",
         help="read each step's samples before scheduling the next (price the overlap)",
     )
-    p.add_argument(
-        "--no-dependent-launch",
-        dest="dependent_launch",
-        action="store_false",
-        help="launch each kernel after the one before it ends (price dependent launch)",
-    )
+    _dependent_launch_flag(p)
     p.add_argument(
         "--deterministic",
         action="store_true",
@@ -177,12 +182,7 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
-    p.add_argument(
-        "--no-dependent-launch",
-        dest="dependent_launch",
-        action="store_false",
-        help="launch each kernel after the one before it ends",
-    )
+    _dependent_launch_flag(p)
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )

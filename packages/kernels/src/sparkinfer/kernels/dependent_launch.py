@@ -3,7 +3,7 @@ it in the stream still runs, so its launch and set-up overlap that kernel's tail
 
 Kernels opt in with a ``USE_PDL`` constexpr set from `dependent_launch(t)`, passed again as the
 launch's ``launch_pdl``, and call `wait_for_prior_kernels(USE_PDL)` as their first statement. The
-decode step's kernels do: at one stream its 750 launches are mostly short.
+decode step's kernels do: at one stream its hundreds of launches are mostly short.
 """
 
 import functools

@@ -64,14 +64,11 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _one_slice_config(x: torch.Tensor, weight: torch.Tensor) -> SkinnyGemmConfig | None:
     """For one row, the skinny tile `linear` would launch for this shape, if it runs one K slice."""
-    if not (x.is_cuda and x.dim() == 2 and weight.dim() == 2) or weight.shape[0] % 2:
-        return None
-    if x.shape[0] != 1:  # see linear_swiglu
-        return None
+    is_one_row = x.is_cuda and x.dim() == 2 and x.shape[0] == 1  # see linear_swiglu
     phase = current_phase()
-    (m, k), n = x.shape, weight.shape[0]
-    if phase == "prefill":
+    if not is_one_row or weight.dim() != 2 or weight.shape[0] % 2 or phase == "prefill":
         return None
+    (m, k), n = x.shape, weight.shape[0]
     config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
     if config is None or split_k_slices(k, config)[0] > 1:
         return None

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
 
@@ -74,9 +75,7 @@ def _skinny_gemm_kernel(
         # Both halves rounded to y's dtype first, as the GEMM then silu_and_mul would.
         b_gate = b_acc.to(p_y.dtype.element_ty).to(tl.float32)
         b_up = b_up.to(p_y.dtype.element_ty).to(tl.float32)
-        tl.store(
-            p_y + o_mn, (b_gate * tl.sigmoid(b_gate) * b_up).to(p_y.dtype.element_ty), mask=m_mn
-        )
+        tl.store(p_y + o_mn, silu_mul(b_gate, b_up).to(p_y.dtype.element_ty), mask=m_mn)
     elif SPLIT_K == 1:
         tl.store(p_y + o_mn, b_acc.to(p_y.dtype.element_ty), mask=m_mn)
     else:
