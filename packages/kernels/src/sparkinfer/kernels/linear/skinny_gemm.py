@@ -5,14 +5,6 @@ holds all rows of x in a BM-row tile and accumulates in fp32 with tl.dot. With S
 slices write fp32 partials, and the last slice of each output tile to finish (elected by an arrival
 counter) sums every slice's partial in slice order: results never depend on scheduling, and no
 second kernel runs.
-
-The kernel can also norm x on the way in (`NORM`), so a decode step skips the norm's own launch:
-- ROW_NORM, the (1+w) RMSNorm over the whole row with an optional residual add: each program
-  streams every K tile of x (one K slice only), feeds the tensor cores x * (1 + w) and scales its
-  fp32 accumulator by the row's rsqrt(mean(x^2) + eps) at the end; the programs of the first
-  column block store x + residual, the new residual stream.
-- HEAD_GATED_NORM, the gated RMSNorm over heads of BK channels: each K tile is one head, normed
-  and gated by silu(z) as `gated_rms_norm` does, then fed to the tensor cores.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, tl.static_range.
@@ -29,13 +21,6 @@ from sparkinfer.kernels._triton import dot_dtype
 from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
-from sparkinfer.kernels.linear.gemm_norms import (
-    HEAD_GATED_NORM_ID,
-    ROW_NORM_ID,
-    HeadGatedNorm,
-    RowNorm,
-    norm_operands,
-)
 
 
 @dataclass(frozen=True)
@@ -54,53 +39,13 @@ class SkinnyGemmConfig:
     num_stages: int = 3
 
 
-ROW_NORM = tl.constexpr(ROW_NORM_ID)
-HEAD_GATED_NORM = tl.constexpr(HEAD_GATED_NORM_ID)
-
-
-@triton.jit
-def _a_tile(
-    p_x, p_res, p_res_out, p_nw, p_z, o_m, m_m, o_k, m_k, first_block,
-    stride_xm, stride_rm, stride_om, stride_zm, eps,
-    Y_DTYPE: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    ROUND_PRODUCT: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-):  # fmt: skip
-    """The [BM, BK] tile of the GEMM's left operand, and its rows' sums of squares (ROW_NORM)."""
-    m_xk = m_m[:, None] & m_k[None, :]
-    b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
-    b_ss = tl.zeros((BM,), dtype=tl.float32)
-    if NORM == ROW_NORM:
-        if HAS_RESIDUAL:
-            b_r = tl.load(p_res + o_m[:, None] * stride_rm + o_k[None, :], mask=m_xk, other=0.0)
-            b_x = (b_x.to(tl.float32) + b_r.to(tl.float32)).to(Y_DTYPE)
-            if first_block:
-                tl.store(p_res_out + o_m[:, None] * stride_om + o_k[None, :], b_x, mask=m_xk)
-        b_xf = b_x.to(tl.float32)
-        b_ss = tl.sum(b_xf * b_xf, axis=1)
-        b_nw = tl.load(p_nw + o_k, mask=m_k, other=0.0)
-        b_x = b_xf * (1.0 + b_nw.to(tl.float32))[None, :]
-    elif NORM == HEAD_GATED_NORM:
-        b_xf = b_x.to(tl.float32)
-        b_rstd = 1.0 / tl.sqrt(tl.sum(b_xf * b_xf, axis=1) / BK + eps)
-        b_n = (b_xf * b_rstd[:, None]).to(Y_DTYPE).to(tl.float32)
-        b_nw = tl.load(p_nw + tl.arange(0, BK)).to(tl.float32)
-        b_g = b_nw[None, :] * b_n
-        if ROUND_PRODUCT:
-            b_g = b_g.to(Y_DTYPE).to(tl.float32)
-        b_z = tl.load(p_z + o_m[:, None] * stride_zm + o_k[None, :], mask=m_xk, other=0.0)
-        b_z = b_z.to(tl.float32)
-        b_x = (b_g * (b_z * tl.sigmoid(b_z))).to(Y_DTYPE)
-    return b_x, b_ss
-
-
 @triton.jit
 def _skinny_gemm_kernel(
-    p_x, p_w, p_y, p_part, p_arrived, p_res, p_res_out, p_nw, p_z,
+    p_x, p_w, p_y, p_part, p_arrived,
     M, N, K, K_PER_SPLIT,
-    stride_xm, stride_wn, stride_rm, stride_om, stride_zm, eps,
+    stride_xm, stride_wn,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    SWIGLU: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    ROUND_PRODUCT: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -112,27 +57,18 @@ def _skinny_gemm_kernel(
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     b_acc = tl.zeros((BM, BN), dtype=tl.float32)
     b_up = tl.zeros((BM, BN), dtype=tl.float32)  # SWIGLU: the up rows, N below the gate rows
-    b_ss = tl.zeros((BM,), dtype=tl.float32)  # ROW_NORM: each row's sum of squares
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
         m_k = o_k < k_end
+        m_xk = m_m[:, None] & m_k[None, :]
         m_wk = m_n[:, None] & m_k[None, :]
-        b_x, b_tile_ss = _a_tile(
-            p_x, p_res, p_res_out, p_nw, p_z, o_m, m_m, o_k, m_k, i_n == 0,
-            stride_xm, stride_rm, stride_om, stride_zm, eps,
-            p_y.dtype.element_ty, NORM, HAS_RESIDUAL, ROUND_PRODUCT, BM, BK,
-        )  # fmt: skip
-        b_ss += b_tile_ss
+        b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
         p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
         b_w = tl.load(p_wk, mask=m_wk, other=0.0)
         b_acc = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
         if SWIGLU:
             b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
             b_up = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_wu.to(DOT_DTYPE)), b_up)
-    if NORM == ROW_NORM:
-        b_rstd = 1.0 / tl.sqrt(b_ss / K + eps)
-        b_acc *= b_rstd[:, None]
-        b_up *= b_rstd[:, None]
     o_mn = o_m[:, None] * N + o_n[None, :]  # y is [M, N] contiguous, partials [SPLIT_K, M, N]
     m_mn = m_m[:, None] & m_n[None, :]
     if SWIGLU:
@@ -192,7 +128,6 @@ def skinny_gemm(
     config: SkinnyGemmConfig | None = None,
     *,
     swiglu: bool = False,
-    norm: RowNorm | HeadGatedNorm | None = None,
 ) -> torch.Tensor:
     """y = x @ weight.T with the Triton skinny GEMM, fp32 accumulate.
 
@@ -203,8 +138,6 @@ def skinny_gemm(
         swiglu: weight is [gate | up] stacked by rows ([2 * I, K]); return silu(gate) * up
             [M, I] in the same launch, each half rounded to x.dtype first (what the GEMM then
             `silu_and_mul` computes). Needs a config with one K slice.
-        norm: norm x on the way in (module docstring). RowNorm needs one K slice; HeadGatedNorm
-            heads of exactly BK channels.
 
     Returns:
         y: [M, N] contiguous in x.dtype ([M, N / 2] with swiglu).
@@ -220,7 +153,6 @@ def skinny_gemm(
                 f"and {split_k} slices: use SPLIT_K=1, or linear then silu_and_mul"
             )
         n //= 2
-    operands = norm_operands(x, norm, cfg.BK, split_k)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
@@ -235,14 +167,12 @@ def skinny_gemm(
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
         arrived = _arrival_counters_for(x.device)
-    res, res_out, nw, z, eps, kind, round_product = operands
     pdl = dependent_launch(x)
     _skinny_gemm_kernel[grid](
-        x, weight, y, part, arrived, res, res_out, nw, z,
+        x, weight, y, part, arrived,
         m, n, k, k_per_split,
-        x.stride(0), weight.stride(0), res.stride(0), res_out.stride(0), z.stride(0), eps,
-        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWIGLU=swiglu, NORM=kind,
-        HAS_RESIDUAL=res is not x, ROUND_PRODUCT=round_product, DOT_DTYPE=dot_dtype(x),
+        x.stride(0), weight.stride(0),
+        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWIGLU=swiglu, DOT_DTYPE=dot_dtype(x),
         USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
