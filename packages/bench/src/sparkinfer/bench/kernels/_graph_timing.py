@@ -24,12 +24,17 @@ def rotation_copies(bytes_per_call: int, *, max_copies: int = 32) -> int:
 
 def time_graph(calls: Sequence[Callable[[], object]], *, warmup: int, iters: int) -> Timing:
     """Median and p90 time of one call, from `iters` replays of a graph running every call once."""
-    for _ in range(max(warmup, 1)):
-        for call in calls:
-            call()
+    # Warm up on the stream that captures: kernels that keep per-stream state (split-K's arrival
+    # counters) make it there before capture, as the engine's warm-up forward does.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(max(warmup, 1)):
+            for call in calls:
+                call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for call in calls:
             call()
     graph.replay()
