@@ -1,9 +1,12 @@
-"""Decode-shaped linear benchmark: Triton skinny GEMM vs cuBLAS (torch.matmul) at 27B shapes.
+"""Decode-shaped linear benchmark: the dispatcher (Triton skinny GEMM, one-row GEMV or cuBLAS) vs
+cuBLAS (torch.matmul) at 27B shapes.
 
 Rows report bandwidth as a fraction of this run's copy bandwidth (weights dominate the bytes).
 `--tune` sweeps skinny-GEMM tiles per shape, keeps the faster of the best tile and cuBLAS, and
-writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`). Run alone:
-``python -m sparkinfer.bench.kernels.linear [--quick] [--tune OUT.json]``.
+writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`); `--tune-gemv
+TABLE` then sweeps GEMV tiles for that table's one-row entries at the model's shapes and makes
+the GEMV the entry's kernel where it beats both. Run alone:
+``python -m sparkinfer.bench.kernels.linear [--quick] [--tune OUT.json [--tune-gemv TABLE]]``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from sparkinfer.bench.kernels._graph_timing import (
     rotation_copies,
     time_graph,
 )
-from sparkinfer.kernels.linear import SkinnyGemmConfig, linear, linear_ref, skinny_gemm
+from sparkinfer.kernels.linear import (
+    GemvConfig,
+    SkinnyGemmConfig,
+    gemv,
+    linear,
+    linear_ref,
+    skinny_gemm,
+)
 
 HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
 # (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
@@ -148,6 +158,11 @@ def main() -> None:
     parser = standalone_parser(__doc__, warmup=5, iters=20)
     parser.add_argument("--tune", metavar="OUT_JSON", help="sweep tiles and write the shape table")
     parser.add_argument(
+        "--tune-gemv",
+        metavar="TABLE_JSON",
+        help="with --tune: sweep GEMV tiles for this table's one-row entries at the model's shapes",
+    )
+    parser.add_argument(
         "--retune-cublas",
         metavar="TABLE_JSON",
         help="with --tune: sweep only the model's shapes where this table chose cuBLAS",
@@ -157,7 +172,9 @@ def main() -> None:
         run_alone(run, cli, __doc__)
         return
     device = torch.device("cuda")
-    if cli.retune_cublas is None:
+    if cli.tune_gemv is not None:
+        table = _tune_gemv(cli.tune_gemv, device)
+    elif cli.retune_cublas is None:
         table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
     else:
         table = _retune_cublas_wins(cli.retune_cublas, device)
@@ -175,6 +192,48 @@ def _retune_cublas_wins(table_path: str, device: torch.device) -> dict[str, Any]
             if e["impl"] == "cublas" and (e["n"], e["k"]) in used]  # fmt: skip
     fresh = {(e["m"], e["n"], e["k"]): e for e in tune(device, keys=keys)}
     table["entries"] = [fresh.get((e["m"], e["n"], e["k"]), e) for e in table["entries"]]
+    return table
+
+
+def _gemv_candidates() -> list[GemvConfig]:
+    """GEMV tiles worth trying: 2K-8K weight elements per tile, a few pipeline depths."""
+    return [
+        GemvConfig(BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        for bn, bk, warps, stages in itertools.product((8, 16, 32), (256, 512), (4, 8), (2, 3, 4))
+        if bn * bk <= 8192
+    ]
+
+
+def _tune_gemv(table_path: str, device: torch.device, warmup: int = 3, iters: int = 10):
+    """The table at `table_path` with each one-row entry at the model's shapes timed again
+    against the best GEMV tile; the GEMV becomes the entry's kernel where it beats both the
+    skinny tile and cuBLAS in this run. Every other entry is kept."""
+    with open(table_path) as f:
+        table = json.load(f)
+    used = set(BENCH_SHAPES) | {(16384, HIDDEN)}
+    for e in table["entries"]:
+        if e["m"] != 1 or (e["n"], e["k"]) not in used:
+            continue
+        operands = _operands(1, e["n"], e["k"], device)
+        e["cublas_us"] = round(_time(_cublas, operands, warmup, iters).median_ms * 1e3, 2)
+        if "config" in e:
+            tile = SkinnyGemmConfig(**e["config"])
+            t = _time(lambda x, w, c=tile: skinny_gemm(x, w, c), operands, warmup, iters)
+            e["triton_us"] = round(t.median_ms * 1e3, 2)
+        timed = [
+            (_time(lambda x, w, c=c: gemv(x, w, c), operands, warmup, iters).median_ms, c)
+            for c in _gemv_candidates()
+        ]
+        best_ms, best = min(timed, key=lambda r: r[0])
+        e["gemv_us"] = round(best_ms * 1e3, 2)
+        others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
+        if e["gemv_us"] < min(others):
+            e["impl"], e["gemv"] = "gemv", best.__dict__
+        else:
+            e["impl"] = "triton" if "config" in e and e["triton_us"] < e["cublas_us"] else "cublas"
+            e.pop("gemv", None)
+        print(json.dumps(e), flush=True)
+        del operands
     return table
 
 

@@ -1,6 +1,6 @@
-"""`linear`: per shape, the faster of the Triton skinny GEMM and cuBLAS, from the measured table;
-`linear_swiglu`: the MLP's gate_up projection and SwiGLU, in one launch where the table's tile
-for the shape has one K slice.
+"""`linear`: per shape, the fastest of the Triton skinny GEMM, the one-row GEMV and cuBLAS, from
+the measured table; `linear_swiglu`: the MLP's gate_up projection and SwiGLU, in one launch for
+one row where the table's kernel for the shape is the GEMV or a one-slice skinny tile.
 
 Shapes absent from `shape_table`, rows beyond its largest bucket and CPU tensors go to torch
 (cuBLAS on CUDA). Inside `invariant.batch_invariant(phase)` CUDA calls take that phase's fixed
@@ -12,13 +12,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.activation import silu_and_mul, silu_and_mul_ref
+from sparkinfer.kernels.linear.gemv import GemvConfig, gemv
 from sparkinfer.kernels.linear.invariant import current_phase, decode_config, invariant_linear
-from sparkinfer.kernels.linear.shape_table import lookup
+from sparkinfer.kernels.linear.shape_table import gemv_lookup, lookup
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """y = x @ weight.T, by whichever of the skinny GEMM and cuBLAS measured faster for the shape.
+    """y = x @ weight.T, by whichever of the skinny GEMM, the GEMV (one row) and cuBLAS measured
+    fastest for the shape.
 
     Args:
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
@@ -31,7 +33,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         phase = current_phase()
         if phase is not None:
             return invariant_linear(x, weight, phase)
-        config = lookup(x.shape[0], weight.shape[0], weight.shape[1], x.dtype)
+        (m, k), n = x.shape, weight.shape[0]
+        one_row = gemv_lookup(n, k, x.dtype) if m == 1 else None
+        if one_row is not None:
+            return gemv(x, weight, one_row)
+        config = lookup(m, n, k, x.dtype)
         if config is not None:
             return skinny_gemm(x, weight, config)
     if x.dtype != weight.dtype:
@@ -42,8 +48,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for [gate | up] = x @ weight.T: `linear` then `silu_and_mul`, bit for bit.
 
-    For one row, where `linear` would run a one-slice skinny GEMM (the measured tile, or the
-    decode tile of `batch_invariant("decode")`), one launch computes both halves and the
+    For one row, where `linear` would run the GEMV or a one-slice skinny GEMM (the measured tile,
+    or the decode tile of `batch_invariant("decode")`), one launch computes both halves and the
     activation. From two rows the tiles measured best hold twice the weight per pipeline stage
     when fused and ran 6% slower end to end at 2-8 streams (docs/benchmarks.md), so those rows
     take the two launches; the bits are the same either way.
@@ -56,19 +62,26 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         y: [M, I] in x.dtype.
     """
     config = _one_slice_config(x, weight)
+    if isinstance(config, GemvConfig):
+        return gemv(x, weight, config, swiglu=True)
     if config is not None:
         return skinny_gemm(x, weight, config, swiglu=True)
     y = linear(x, weight)
     return silu_and_mul(y) if y.is_cuda else silu_and_mul_ref(y)
 
 
-def _one_slice_config(x: torch.Tensor, weight: torch.Tensor) -> SkinnyGemmConfig | None:
-    """For one row, the skinny tile `linear` would launch for this shape, if it runs one K slice."""
+def _one_slice_config(
+    x: torch.Tensor, weight: torch.Tensor
+) -> GemvConfig | SkinnyGemmConfig | None:
+    """For one row, the GEMV tile or the one-slice skinny tile `linear` would launch for this
+    shape, else None."""
     is_one_row = x.is_cuda and x.dim() == 2 and x.shape[0] == 1  # see linear_swiglu
     phase = current_phase()
     if not is_one_row or weight.dim() != 2 or weight.shape[0] % 2 or phase == "prefill":
         return None
     (m, k), n = x.shape, weight.shape[0]
+    if phase is None and (one_row := gemv_lookup(n, k, x.dtype)) is not None:
+        return one_row
     config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
     if config is None or split_k_slices(k, config)[0] > 1:
         return None

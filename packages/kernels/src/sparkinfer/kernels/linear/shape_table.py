@@ -1,7 +1,10 @@
-"""The measured shape table: (M bucket, N, K, dtype) -> the skinny-GEMM tile that beat cuBLAS.
+"""The measured shape table: (M bucket, N, K, dtype) -> the skinny-GEMM tile that beat cuBLAS,
+and for one row the GEMV tile where the GEMV beat both.
 
 `shape_table.json` (committed data, written by `sparkinfer.bench.kernels.linear --tune`) holds,
-per shape, the winner and its tile config on the GPU it names; None marks a cuBLAS win.
+per shape, the winner ("impl": triton, cublas or gemv) and its tile config on the GPU it names.
+"config" is the skinny tile wherever it beat cuBLAS (also in a gemv entry: the batch-invariant
+decode mode runs it), "gemv" the GEMV tile of a one-row gemv entry.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from importlib import resources
 from types import MappingProxyType
 
 import torch
+from sparkinfer.kernels.linear.gemv import GemvConfig
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig
 
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -20,20 +24,33 @@ TABLE_FILE = "shape_table.json"
 TableKey = tuple[int, int, int, str]
 
 
-def _load_table() -> MappingProxyType[TableKey, SkinnyGemmConfig | None]:
-    """(M bucket, N, K, dtype name) -> Triton config, or None where cuBLAS won."""
+def _load_entries() -> list[dict]:
     path = resources.files("sparkinfer.kernels.linear") / TABLE_FILE
-    if not path.is_file():
-        return MappingProxyType({})
-    entries = json.loads(path.read_text())["entries"]
+    return json.loads(path.read_text())["entries"] if path.is_file() else []
+
+
+def _load_table(entries: list[dict]) -> MappingProxyType[TableKey, SkinnyGemmConfig | None]:
+    """(M bucket, N, K, dtype name) -> skinny tile, or None where cuBLAS beat it."""
     table: dict[TableKey, SkinnyGemmConfig | None] = {}
     for e in entries:
-        key = (e["m"], e["n"], e["k"], e["dtype"])
-        table[key] = SkinnyGemmConfig(**e["config"]) if e["impl"] == "triton" else None
+        has_tile = e["impl"] == "triton" or (e["impl"] == "gemv" and "config" in e)
+        table[(e["m"], e["n"], e["k"], e["dtype"])] = (
+            SkinnyGemmConfig(**e["config"]) if has_tile else None
+        )
     return MappingProxyType(table)
 
 
-TABLE = _load_table()
+def _load_gemv_table(entries: list[dict]) -> MappingProxyType[TableKey, GemvConfig]:
+    """(1, N, K, dtype name) -> GEMV tile, for the one-row shapes the GEMV won."""
+    return MappingProxyType({
+        (e["m"], e["n"], e["k"], e["dtype"]): GemvConfig(**e["gemv"])
+        for e in entries if e["impl"] == "gemv" and e["m"] == 1
+    })  # fmt: skip
+
+
+_ENTRIES = _load_entries()
+TABLE = _load_table(_ENTRIES)
+GEMV_TABLE = _load_gemv_table(_ENTRIES)
 
 
 def m_bucket(m: int) -> int | None:
@@ -75,3 +92,12 @@ def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | Non
         if found:
             return config
     return None
+
+
+@functools.cache
+def gemv_lookup(n: int, k: int, dtype: torch.dtype) -> GemvConfig | None:
+    """The GEMV tile for one row of an [N, K] weight where the GEMV won, else None."""
+    name = str(dtype).removeprefix("torch.")
+    near = [key for key in GEMV_TABLE if key[2] == k and key[3] == name]
+    near = [key for key in near if abs(key[1] - n) <= NEAR_N * key[1]]
+    return GEMV_TABLE[min(near, key=lambda key: abs(key[1] - n))] if near else None
