@@ -47,6 +47,8 @@ def test_gemv_rejects_what_it_cannot_do():
         gemv(torch.randn(2, 16), w)
     with pytest.raises(ValueError, match="even weight height"):
         gemv(torch.randn(1, 16), torch.randn(7, 16), swiglu=True)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv(torch.randn(1, 16), torch.randn(8, 32)[:, :16])
     with pytest.raises(TypeError, match="share"):
         gemv(torch.randn(1, 16), w.to(torch.bfloat16))
 

@@ -34,7 +34,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if phase is not None:
             return invariant_linear(x, weight, phase)
         (m, k), n = x.shape, weight.shape[0]
-        one_row = gemv_lookup(n, k, x.dtype) if m == 1 else None
+        one_row = gemv_lookup(n, k, x.dtype) if m == 1 and weight.is_contiguous() else None
         if one_row is not None:
             return gemv(x, weight, one_row)
         config = lookup(m, n, k, x.dtype)
@@ -80,7 +80,8 @@ def _one_slice_config(
     if not is_one_row or weight.dim() != 2 or weight.shape[0] % 2 or phase == "prefill":
         return None
     (m, k), n = x.shape, weight.shape[0]
-    if phase is None and (one_row := gemv_lookup(n, k, x.dtype)) is not None:
+    one_row = gemv_lookup(n, k, x.dtype) if weight.is_contiguous() else None
+    if phase is None and one_row is not None:
         return one_row
     config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
     if config is None or split_k_slices(k, config)[0] > 1:

@@ -36,23 +36,31 @@ class GemvConfig:
 @triton.jit
 def _gemv_kernel(
     p_x, p_w, p_y,
-    N, K, stride_wn,
+    N, K, K_PER_PROGRAM,
     BN: tl.constexpr, BK: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    # This form (an int64 K offset from the grid's second axis, a separately passed K extent,
+    # the weight's row stride taken from K, weight loads before x's) measured 5-35% faster on
+    # the H200 than the same loop over range(0, K, BK) with an explicit row stride.
     wait_for_prior_kernels(USE_PDL)
-    o_n = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
+    i_n, i_k = tl.program_id(0), tl.program_id(1)
+    o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN)
     m_n = o_n < N
+    k_start = i_k.to(tl.int64) * K_PER_PROGRAM
     b_acc = tl.zeros((BN, BK), dtype=tl.float32)
     b_up = tl.zeros((BN, BK), dtype=tl.float32)  # SWIGLU: the up rows, N below the gate rows
-    for k0 in range(0, K, BK):
+    for k0 in range(k_start, k_start + K_PER_PROGRAM, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
-        b_x = tl.load(p_x + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-        p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
         m_wk = m_n[:, None] & m_k[None, :]
-        b_acc += tl.load(p_wk, mask=m_wk, other=0.0).to(tl.float32) * b_x
+        p_wk = p_w + o_n[:, None] * K + o_k[None, :]
+        b_w = tl.load(p_wk, mask=m_wk, other=0.0)
         if SWIGLU:
-            b_up += tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0).to(tl.float32) * b_x
+            b_wu = tl.load(p_wk + N * K, mask=m_wk, other=0.0)
+        b_x = tl.load(p_x + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_acc += b_w.to(tl.float32) * b_x[None, :]
+        if SWIGLU:
+            b_up += b_wu.to(tl.float32) * b_x[None, :]
     b_y = tl.sum(b_acc, axis=1)
     if SWIGLU:
         b_gate = b_y.to(p_y.dtype.element_ty).to(tl.float32)
@@ -72,7 +80,7 @@ def gemv(
 
     Args:
         x: [1, K] activations (bf16, fp16 or fp32), unit stride along K.
-        weight: [N, K] weight, same dtype, unit stride along K.
+        weight: [N, K] contiguous weight, same dtype.
         config: tile sizes; the default suits the 27B decode shapes.
         swiglu: weight is [gate | up] stacked by rows ([2 * I, K]); return silu(gate) * up
             [1, I] in the same launch.
@@ -85,6 +93,8 @@ def gemv(
     (m, k), n = x.shape, weight.shape[0]
     if m != 1:
         raise ValueError(f"gemv: x must be one row [1, K], got {m} rows: use skinny_gemm")
+    if not weight.is_contiguous():
+        raise ValueError(f"gemv: weight must be contiguous, got strides {weight.stride()}")
     if swiglu:
         if n % 2:
             raise ValueError(f"gemv: swiglu needs an even weight height, got N={n}")
@@ -93,9 +103,9 @@ def gemv(
     if n == 0:
         return y
     pdl = dependent_launch(x)
-    _gemv_kernel[(triton.cdiv(n, cfg.BN),)](
+    _gemv_kernel[(triton.cdiv(n, cfg.BN), 1)](
         x, weight, y,
-        n, k, weight.stride(0),
+        n, k, k,
         BN=cfg.BN, BK=cfg.BK, SWIGLU=swiglu, USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
