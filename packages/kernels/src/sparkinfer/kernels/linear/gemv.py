@@ -8,8 +8,8 @@ the shape table picks it per shape. With swiglu the program streams the matching
 stores silu(gate) * up, each half rounded first, as `linear` then `silu_and_mul` would.
 """
 
-# Triton's annotations misread valid kernel code: num_warps/num_stages.
-# pyright: reportCallIssue=false
+# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr branches.
+# pyright: reportCallIssue=false, reportPossiblyUnboundVariable=false
 
 from __future__ import annotations
 
