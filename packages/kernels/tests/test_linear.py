@@ -264,10 +264,20 @@ def test_invariant_linear_real_shapes_on_gpu(phase, n, k):
 
 def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
     bf16 = torch.bfloat16
-    measured = shape_table.lookup(1, 16384, 5120, bf16)
-    assert measured is not None  # the GDN projection's tile beat cuBLAS at one row
-    assert shape_table.lookup(1, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
-    assert shape_table.decode_entry(16384 + 96, 5120, bf16) == measured
+    measured = shape_table.lookup(8, 16384, 5120, bf16)
+    assert measured is not None  # the GDN projection's tile beat cuBLAS at 8 rows
+    assert shape_table.lookup(8, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
+    one_row = shape_table.decode_entry(16384, 5120, bf16)
+    assert one_row is not None and shape_table.decode_entry(16384 + 96, 5120, bf16) == one_row
     assert shape_table.lookup(32, 16384 + 96, 5120, bf16) is None  # cuBLAS won at 32 rows
-    assert shape_table.lookup(1, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
-    assert shape_table.lookup(1, 16384 + 96, 4096, bf16) is None  # K must match
+    assert shape_table.lookup(8, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
+    assert shape_table.lookup(8, 16384 + 96, 4096, bf16) is None  # K must match
+
+
+def test_one_row_tiles_stay_for_the_invariant_mode_where_another_kernel_won():
+    bf16 = torch.bfloat16
+    for n, k in [(34816, 5120), (5120, 6144)]:  # the GEMV won the one row
+        assert shape_table.gemv_lookup(n, k, bf16) is not None
+        assert shape_table.decode_entry(n, k, bf16) is not None
+    assert shape_table.lookup(1, 16384, 5120, bf16) is None  # cuBLAS won the one row
+    assert shape_table.decode_entry(16384, 5120, bf16) is not None

@@ -3,8 +3,9 @@ and for one row the GEMV tile where the GEMV beat both.
 
 `shape_table.json` (committed data, written by `sparkinfer.bench.kernels.linear --tune`) holds,
 per shape, the winner ("impl": triton, cublas or gemv) and its tile config on the GPU it names.
-"config" is the skinny tile wherever it beat cuBLAS (also in a gemv entry: the batch-invariant
-decode mode runs it), "gemv" the GEMV tile of a one-row gemv entry.
+"config" is the skinny tile measured best (kept in gemv and cublas entries re-timed by
+`--tune-gemv`: the batch-invariant decode mode runs the one-row tile), "gemv" the GEMV tile of a
+one-row gemv entry.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ def _load_entries() -> list[dict]:
     return json.loads(path.read_text())["entries"] if path.is_file() else []
 
 
-def _load_table(entries: list[dict]) -> MappingProxyType[TableKey, SkinnyGemmConfig | None]:
-    """(M bucket, N, K, dtype name) -> skinny tile, or None where cuBLAS beat it."""
+def _load_table(
+    entries: list[dict], *, winners_only: bool = True
+) -> MappingProxyType[TableKey, SkinnyGemmConfig | None]:
+    """(M bucket, N, K, dtype name) -> skinny tile, or None where cuBLAS beat it; with
+    winners_only False, the measured skinny tile wherever the entry keeps one."""
     table: dict[TableKey, SkinnyGemmConfig | None] = {}
     for e in entries:
-        has_tile = e["impl"] == "triton" or (e["impl"] == "gemv" and "config" in e)
+        has_tile = "config" in e and (not winners_only or e["impl"] in ("triton", "gemv"))
         table[(e["m"], e["n"], e["k"], e["dtype"])] = (
             SkinnyGemmConfig(**e["config"]) if has_tile else None
         )
@@ -50,6 +54,7 @@ def _load_gemv_table(entries: list[dict]) -> MappingProxyType[TableKey, GemvConf
 
 _ENTRIES = _load_entries()
 TABLE = _load_table(_ENTRIES)
+SKINNY_TILES = _load_table(_ENTRIES, winners_only=False)
 GEMV_TABLE = _load_gemv_table(_ENTRIES)
 
 
@@ -63,21 +68,33 @@ def m_bucket(m: int) -> int | None:
 NEAR_N = 0.01
 
 
-@functools.cache  # the table is fixed, and eager steps ask once per linear call
-def _entry(bucket: int, n: int, k: int, name: str) -> tuple[bool, SkinnyGemmConfig | None]:
+def _nearest(
+    table: MappingProxyType[TableKey, SkinnyGemmConfig | None],
+    bucket: int,
+    n: int,
+    k: int,
+    name: str,
+) -> tuple[bool, SkinnyGemmConfig | None]:
     """(found, entry) for the measured shape nearest in N, within NEAR_N, at the same K."""
-    if (bucket, n, k, name) in TABLE:
-        return True, TABLE[(bucket, n, k, name)]
-    near = [key for key in TABLE if key[0] == bucket and key[2] == k and key[3] == name]
+    if (bucket, n, k, name) in table:
+        return True, table[(bucket, n, k, name)]
+    near = [key for key in table if key[0] == bucket and key[2] == k and key[3] == name]
     near = [key for key in near if abs(key[1] - n) <= NEAR_N * key[1]]
     if not near:
         return False, None
-    return True, TABLE[min(near, key=lambda key: abs(key[1] - n))]
+    return True, table[min(near, key=lambda key: abs(key[1] - n))]
 
 
+@functools.cache  # the table is fixed, and eager steps ask once per linear call
+def _entry(bucket: int, n: int, k: int, name: str) -> tuple[bool, SkinnyGemmConfig | None]:
+    return _nearest(TABLE, bucket, n, k, name)
+
+
+@functools.cache
 def decode_entry(n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | None:
-    """The skinny tile measured best for one row of an [N, K] weight, None where cuBLAS won."""
-    return _entry(1, n, k, str(dtype).removeprefix("torch."))[1]
+    """The skinny tile measured best for one row of an [N, K] weight, None where none is kept
+    (cuBLAS won before the skinny tile was timed)."""
+    return _nearest(SKINNY_TILES, 1, n, k, str(dtype).removeprefix("torch."))[1]
 
 
 def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | None:
