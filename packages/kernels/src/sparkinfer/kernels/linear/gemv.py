@@ -79,6 +79,17 @@ def _x_tile(
 
 
 @triton.jit
+def _store_residual(p_x, p_res, p_res_out, K, BK: tl.constexpr):
+    """residual_out = x + residual over the row, summed in their dtype as `rms_norm` does."""
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        b_r = tl.load(p_x + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_r += tl.load(p_res + o_k, mask=m_k, other=0.0).to(tl.float32)
+        tl.store(p_res_out + o_k, b_r.to(p_res_out.dtype.element_ty), mask=m_k)
+
+
+@triton.jit
 def _gemv_kernel(
     p_x, p_w, p_y, p_res, p_res_out, p_nw, p_z,
     N, K, K_PER_PROGRAM, eps,
@@ -122,12 +133,7 @@ def _gemv_kernel(
         b_upy *= b_rstd
         if HAS_RESIDUAL:  # noqa: SIM102 (a compile-time branch around a run-time one)
             if i_n == 0:  # one program stores the new residual stream, after its own sums
-                for k0 in range(0, K, BK):
-                    o_k = k0 + tl.arange(0, BK)
-                    m_k = o_k < K
-                    b_r = tl.load(p_x + o_k, mask=m_k, other=0.0).to(tl.float32)
-                    b_r += tl.load(p_res + o_k, mask=m_k, other=0.0).to(tl.float32)
-                    tl.store(p_res_out + o_k, b_r.to(y_dtype), mask=m_k)
+                _store_residual(p_x, p_res, p_res_out, K, BK)
     if SWIGLU:
         b_gate = b_y.to(y_dtype).to(tl.float32)
         b_y = silu_mul(b_gate, b_upy.to(y_dtype).to(tl.float32))
