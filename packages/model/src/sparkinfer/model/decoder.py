@@ -25,11 +25,7 @@ _FP32_PARAMETERS = frozenset({"A_log", "dt_bias"})  # the GDN gates, computed in
 
 
 class DecoderLayer(nn.Module):
-    """x = x + mixer(input_layernorm(x)); x = x + mlp(post_attention_layernorm(x)).
-
-    Each norm runs inside the projection after it (`RMSNorm.linear`), so the mixer and the MLP
-    take the un-normed input, the residual stream and their norm.
-    """
+    """x = x + mixer(input_layernorm(x)); x = x + mlp(post_attention_layernorm(x))."""
 
     def __init__(
         self,
@@ -59,11 +55,13 @@ class DecoderLayer(nn.Module):
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, residual) -> (mlp output, residual stream); the add is fused into the next norm."""
-        if self.is_linear:
-            h, stream = self.linear_attn(x, residual, self.input_layernorm, batch)
+        h, stream = self.input_layernorm(x, residual)
+        if self.is_linear:  # noqa: SIM108 (one visible branch per mixer kind)
+            h = self.linear_attn(h, batch)
         else:
-            h, stream = self.self_attn(x, residual, self.input_layernorm, rope, batch)
-        return self.mlp(h, stream, self.post_attention_layernorm)
+            h = self.self_attn(h, *rope, batch)
+        h, stream = self.post_attention_layernorm(h, stream)
+        return self.mlp(h), stream
 
 
 class TextModel(nn.Module):

@@ -18,7 +18,6 @@ from sparkinfer.kernels.gated_delta_rule import (
     fused_recurrent_gated_delta_rule_ref,
     gdn_gating_ref,
 )
-from sparkinfer.kernels.linear import gated_rms_norm_linear_ref, rms_norm_linear_ref
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
@@ -31,9 +30,8 @@ Op = Callable[..., Any]
 
 @dataclass(frozen=True)
 class KernelOps:
-    """The kernel functions one model calls; `linear` is None where torch's GEMM is used.
-    `rms_norm_linear` and `gated_rms_norm_linear` are a norm and the projection after it in one
-    call (one launch for decode rows on CUDA)."""
+    """The kernel functions one model calls; `linear` is None where torch's GEMM is used, and
+    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart."""
 
     rms_norm: Op
     gated_rms_norm: Op
@@ -47,8 +45,7 @@ class KernelOps:
     fused_recurrent_gated_delta_rule: Op
     silu_and_mul: Op
     linear: Op | None
-    rms_norm_linear: Op
-    gated_rms_norm_linear: Op
+    linear_swiglu: Op | None
     is_triton: bool
 
 
@@ -65,8 +62,7 @@ REFERENCE_OPS = KernelOps(
     fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
     silu_and_mul=silu_and_mul_ref,
     linear=None,
-    rms_norm_linear=rms_norm_linear_ref,
-    gated_rms_norm_linear=gated_rms_norm_linear_ref,
+    linear_swiglu=None,
     is_triton=False,
 )
 
@@ -80,7 +76,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule,
         gdn_gating,
     )
-    from sparkinfer.kernels.linear import gated_rms_norm_linear, linear, rms_norm_linear
+    from sparkinfer.kernels.linear import linear, linear_swiglu
     from sparkinfer.kernels.paged_attention import (
         paged_attention_decode,
         paged_attention_prefill,
@@ -101,8 +97,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
         silu_and_mul=silu_and_mul,
         linear=linear,
-        rms_norm_linear=rms_norm_linear,
-        gated_rms_norm_linear=gated_rms_norm_linear,
+        linear_swiglu=linear_swiglu,
         is_triton=True,
     )
 

@@ -5,8 +5,7 @@ stacked by rows in weights.py); the three parts are views of its output, no copi
 holds [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNorm over each head
 before the partial rotary, fused with the KV-cache write into one kernel (`qk_norm_rotary`); the
 q_norm/k_norm modules only hold the checkpoint's norm weights. The output is multiplied by
-sigmoid(gate) before o_proj. The decoder layer's input norm runs with qkv_proj (`RMSNorm.linear`):
-for decode rows the GEMM norms its own input.
+sigmoid(gate) before o_proj.
 """
 
 from __future__ import annotations
@@ -49,19 +48,11 @@ class GatedAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor | None,
-        norm: RMSNorm,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        batch: ForwardBatch,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, residual) [T, hidden], before the layer's input `norm`, and rope's cos/sin
-        [T, rotary_dim] -> (output [T, hidden], residual stream)."""
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch
+    ) -> torch.Tensor:
+        """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden]."""
         num_tokens = x.shape[0]
-        cos, sin = rope
-        projected, stream = norm.linear(x, residual, self.qkv_proj.weight)
-        q_gate, k, v = projected.split(self.qkv_sizes, dim=-1)
+        q_gate, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         q_gate = q_gate.view(num_tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -104,4 +95,4 @@ class GatedAttention(nn.Module):
                 gate=gate,
                 index_cache=batch.index_cache,
             )
-        return self.o_proj(o.reshape(num_tokens, -1)), stream
+        return self.o_proj(o.reshape(num_tokens, -1))

@@ -6,9 +6,7 @@ the conv, gating and recurrent kernels read strided rows, the gated norm strided
 [q | k | v] channels go through the causal conv and SiLU.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
-The output goes through the gated RMSNorm with z, then out_proj. The decoder layer's input norm
-runs with in_proj and the gated norm with out_proj (`RMSNorm.linear`, `GatedRMSNorm.linear`): for
-decode rows each GEMM norms its own input.
+The output goes through the gated RMSNorm with z, then out_proj.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from sparkinfer.model.config import TextConfig
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.layers import KernelOps, new_parameter
 from sparkinfer.model.layers.linear import Linear
-from sparkinfer.model.layers.norm import GatedRMSNorm, RMSNorm
+from sparkinfer.model.layers.norm import GatedRMSNorm
 from torch import nn
 
 
@@ -75,15 +73,11 @@ class GatedDeltaNet(nn.Module):
             v.reshape(num_tokens, self.num_v_heads, self.v_head_dim),
         )
 
-    def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, batch: ForwardBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, residual) [T, hidden], before the layer's input `norm` -> (output [T, hidden],
-        residual stream); updates the conv and recurrent state slots."""
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
-        projected, stream = norm.linear(x, residual, self.in_proj.weight)
         # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
-        qkv, z, b, a = projected.split(self.in_proj_sizes, dim=-1)
+        qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
@@ -115,4 +109,5 @@ class GatedDeltaNet(nn.Module):
                 has_initial_state=has_initial_state,
                 index_cache=batch.index_cache,
             )  # fmt: skip
-        return self.norm.linear(o, z, self.out_proj.weight), stream  # o [T, HV, V]
+        o = self.norm(o, z)  # [T, HV, V]
+        return self.out_proj(o.reshape(num_tokens, self.value_dim))

@@ -1,9 +1,8 @@
 """SwiGLU MLP: down_proj(silu(gate) * up) with [gate | up] from one GEMM (SPEC §6).
 
 gate_up_proj stacks the checkpoint's gate_proj and up_proj by rows (weights.py), so decode reads
-both weights in one launch. The decoder layer's post-attention norm runs with it
-(`RMSNorm.linear`): for decode rows the GEMM norms its input, and for a single row also applies
-the SwiGLU in its epilogue; otherwise the kernels' silu_and_mul reads both halves in one pass.
+both weights in one launch; the kernels' silu_and_mul reads both halves of its output in one pass,
+or, for a single decode row, `linear_swiglu` applies it in the GEMM's epilogue.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import torch
 from sparkinfer.model.layers import KernelOps
 from sparkinfer.model.layers.linear import Linear
-from sparkinfer.model.layers.norm import RMSNorm
 from torch import nn
 
 
@@ -34,9 +32,9 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(hidden_size, 2 * intermediate_size, **dims)
         self.down_proj = Linear(intermediate_size, hidden_size, **dims)
 
-    def forward(
-        self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, residual) [T, hidden], before `norm` -> (output [T, hidden], residual stream)."""
-        h, stream = norm.linear(x, residual, self.gate_up_proj.weight, swiglu=True)
-        return self.down_proj(h), stream
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden]."""
+        if self.ops.linear_swiglu is not None:  # one launch for a single decode row
+            return self.down_proj(self.ops.linear_swiglu(x, self.gate_up_proj.weight))
+        gate_up = self.gate_up_proj(x)  # [T, 2 * I]: [gate | up]
+        return self.down_proj(self.ops.silu_and_mul(gate_up))

@@ -28,22 +28,6 @@ class RMSNorm(nn.Module):
         """x [..., dim] -> (y, residual_out); residual_out = x + residual (or x without one)."""
         return self.ops.rms_norm(x, self.weight, self.eps, residual=residual)
 
-    def linear(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor | None,
-        weight: torch.Tensor,
-        *,
-        swiglu: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The norm, then y = normed @ weight.T (silu(gate) * up of it with swiglu), in one call.
-
-        x, residual [T, dim] -> (y [T, out], residual_out); one launch for decode rows on CUDA.
-        """
-        return self.ops.rms_norm_linear(
-            x, self.weight, self.eps, weight, residual=residual, swiglu=swiglu
-        )
-
 
 class GatedRMSNorm(nn.Module):
     """Gated-DeltaNet output norm: y = w * norm(x) * silu(z), weight shared by all value heads."""
@@ -59,7 +43,3 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """x, z [..., dim] -> y [..., dim] in x.dtype."""
         return self.ops.gated_rms_norm(x, z, self.weight, self.eps)
-
-    def linear(self, x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x, z [T, heads, dim] -> norm over each head, then @ weight.T [out, heads * dim]."""
-        return self.ops.gated_rms_norm_linear(x, z, self.weight, self.eps, weight)
