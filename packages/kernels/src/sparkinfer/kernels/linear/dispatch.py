@@ -33,11 +33,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         phase = current_phase()
         if phase is not None:
             return invariant_linear(x, weight, phase)
-        (m, k), n = x.shape, weight.shape[0]
-        one_row = gemv_lookup(n, k, x.dtype) if m == 1 and weight.is_contiguous() else None
+        one_row = _gemv_tile(x, weight)
         if one_row is not None:
             return gemv(x, weight, one_row)
-        config = lookup(m, n, k, x.dtype)
+        config = lookup(x.shape[0], weight.shape[0], weight.shape[1], x.dtype)
         if config is not None:
             return skinny_gemm(x, weight, config)
     if x.dtype != weight.dtype:
@@ -79,11 +78,18 @@ def _one_slice_config(
     phase = current_phase()
     if not is_one_row or weight.dim() != 2 or weight.shape[0] % 2 or phase == "prefill":
         return None
-    (m, k), n = x.shape, weight.shape[0]
-    one_row = gemv_lookup(n, k, x.dtype) if weight.is_contiguous() else None
-    if phase is None and one_row is not None:
+    one_row = _gemv_tile(x, weight) if phase is None else None
+    if one_row is not None:
         return one_row
+    (m, k), n = x.shape, weight.shape[0]
     config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
     if config is None or split_k_slices(k, config)[0] > 1:
         return None
     return config
+
+
+def _gemv_tile(x: torch.Tensor, weight: torch.Tensor) -> GemvConfig | None:
+    """The table's GEMV tile for a single row of x against a contiguous weight, else None."""
+    if x.shape[0] != 1 or not weight.is_contiguous():
+        return None
+    return gemv_lookup(weight.shape[0], weight.shape[1], x.dtype)

@@ -14,6 +14,7 @@ import functools
 import json
 from importlib import resources
 from types import MappingProxyType
+from typing import TypeVar
 
 import torch
 from sparkinfer.kernels.linear.gemv import GemvConfig
@@ -23,6 +24,7 @@ M_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 TABLE_FILE = "shape_table.json"
 
 TableKey = tuple[int, int, int, str]
+Tile = TypeVar("Tile")  # a table's value: skinny tile (or None) or GEMV tile
 
 
 def _load_entries() -> list[dict]:
@@ -69,12 +71,8 @@ NEAR_N = 0.01
 
 
 def _nearest(
-    table: MappingProxyType[TableKey, SkinnyGemmConfig | None],
-    bucket: int,
-    n: int,
-    k: int,
-    name: str,
-) -> tuple[bool, SkinnyGemmConfig | None]:
+    table: MappingProxyType[TableKey, Tile], bucket: int, n: int, k: int, name: str
+) -> tuple[bool, Tile | None]:
     """(found, entry) for the measured shape nearest in N, within NEAR_N, at the same K."""
     if (bucket, n, k, name) in table:
         return True, table[(bucket, n, k, name)]
@@ -114,7 +112,4 @@ def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | Non
 @functools.cache
 def gemv_lookup(n: int, k: int, dtype: torch.dtype) -> GemvConfig | None:
     """The GEMV tile for one row of an [N, K] weight where the GEMV won, else None."""
-    name = str(dtype).removeprefix("torch.")
-    near = [key for key in GEMV_TABLE if key[2] == k and key[3] == name]
-    near = [key for key in near if abs(key[1] - n) <= NEAR_N * key[1]]
-    return GEMV_TABLE[min(near, key=lambda key: abs(key[1] - n))] if near else None
+    return _nearest(GEMV_TABLE, 1, n, k, str(dtype).removeprefix("torch."))[1]
