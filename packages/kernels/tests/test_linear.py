@@ -43,13 +43,14 @@ def test_signature_matches_reference():
     assert inspect.signature(linear_swiglu) == inspect.signature(linear_swiglu_ref)
 
 
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m", [1, 5, 17])
-def test_swiglu_epilogue_equals_gemm_then_silu_and_mul(dtype, m, assert_close):
+def test_swiglu_epilogue_equals_gemm_then_silu_and_mul(dtype, m, swap_ab, assert_close):
     torch.manual_seed(13)
     x = torch.randn(m, 96, dtype=dtype)
     w = torch.randn(2 * 40, 96, dtype=dtype) * 0.1  # I = 40: a partial last column tile
-    config = SkinnyGemmConfig(BN=16, BK=32)
+    config = SkinnyGemmConfig(BN=16, BK=32, SWAP_AB=swap_ab)
     fused = skinny_gemm(x, w, config, swiglu=True)
     assert fused.shape == (m, 40)
     assert torch.equal(fused, silu_and_mul(skinny_gemm(x, w, config)))
@@ -69,8 +70,13 @@ def test_swiglu_epilogue_needs_one_k_slice_and_stacked_halves():
 @pytest.mark.parametrize("m", [1, 3, 16, 17, 64, 65])
 @pytest.mark.parametrize(
     "config",
-    [SkinnyGemmConfig(BN=32, BK=32), SkinnyGemmConfig(BN=16, BK=64, SPLIT_K=3)],
-    ids=["no_split", "split_k3"],
+    [
+        SkinnyGemmConfig(BN=32, BK=32),
+        SkinnyGemmConfig(BN=16, BK=64, SPLIT_K=3),
+        SkinnyGemmConfig(BN=32, BK=32, SWAP_AB=True),
+        SkinnyGemmConfig(BN=16, BK=64, SPLIT_K=3, SWAP_AB=True),
+    ],
+    ids=["no_split", "split_k3", "weight_first", "weight_first_split_k3"],
 )
 def test_skinny_gemm_matches_ref(dtype, m, config, assert_close):
     torch.manual_seed(m)
@@ -103,10 +109,12 @@ def _sum_in_slice_order(x: torch.Tensor, w: torch.Tensor, split_k: int) -> torch
     return total
 
 
-def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(assert_close):
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])
+def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(swap_ab, assert_close):
     torch.manual_seed(11)
     x, w = torch.randn(5, 384), torch.randn(40, 384)
-    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=3)  # 3 column tiles, partial last one
+    # 3 column tiles, partial last one
+    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=3, SWAP_AB=swap_ab)
     for _ in range(3):  # later launches reuse the counters the earlier ones left at zero
         assert_close(skinny_gemm(x, w, config), _sum_in_slice_order(x, w, 3))
     counters = skinny_gemm_module._arrival_counters[(x.device, 0)]
@@ -269,7 +277,7 @@ def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
     assert shape_table.lookup(8, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
     one_row = shape_table.decode_entry(16384, 5120, bf16)
     assert one_row is not None and shape_table.decode_entry(16384 + 96, 5120, bf16) == one_row
-    assert shape_table.lookup(32, 16384 + 96, 5120, bf16) is None  # cuBLAS won at 32 rows
+    assert shape_table.lookup(32, 5120 + 40, 6144, bf16) is None  # cuBLAS won at 32 rows
     assert shape_table.lookup(8, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
     assert shape_table.lookup(8, 16384 + 96, 4096, bf16) is None  # K must match
 
@@ -279,5 +287,5 @@ def test_one_row_tiles_stay_for_the_invariant_mode_where_another_kernel_won():
     for n, k in [(34816, 5120), (5120, 6144)]:  # the GEMV won the one row
         assert shape_table.gemv_lookup(n, k, bf16) is not None
         assert shape_table.decode_entry(n, k, bf16) is not None
-    assert shape_table.lookup(1, 16384, 5120, bf16) is None  # cuBLAS won the one row
-    assert shape_table.decode_entry(16384, 5120, bf16) is not None
+    assert shape_table.lookup(1, 10240, 5120, bf16) is None  # cuBLAS won the one row
+    assert shape_table.decode_entry(10240, 5120, bf16) is None  # no skinny tile was kept there

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import (
@@ -73,16 +74,22 @@ def _time(fn, operands, args_warmup: int, iters: int):
 
 
 def _candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
-    """Tiles worth trying: enough programs to fill 132 SMs, pipelines that fit shared memory."""
+    """Tiles worth trying: enough programs to fill 132 SMs, pipelines that fit shared memory.
+    The weight-first form (SWAP_AB) gets the wide tiles its 64-row dot side wants, and may run
+    a few programs short of a full wave (one 128-row tile per SM at 14336-16480 rows won)."""
     bm = max(16, min(64, 1 << (m - 1).bit_length()))
+    x_first = itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8), (3, 4))
+    weight_first = itertools.product((64, 128), (1, 2, 4), (3, 4, 5))
+    grid = [(False, bn, bk, split_k, stages, 132) for bn, bk, split_k, stages in x_first]
+    grid += [(True, bn, 128, split_k, stages, 100) for bn, split_k, stages in weight_first]
     out = []
-    for bn, bk, split_k, stages in itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8),
-                                                     (3, 4)):  # fmt: skip
+    for swap_ab, bn, bk, split_k, stages, min_programs in grid:
         programs = -(-n // bn) * split_k
         smem = (bm + bn) * bk * 2 * stages
-        if programs < 132 or programs > 2048 or k // split_k < 2 * bk or smem > 160 * 1024:
+        if not min_programs <= programs <= 2048 or k // split_k < 2 * bk or smem > 160 * 1024:
             continue
-        out.append(SkinnyGemmConfig(BN=bn, BK=bk, SPLIT_K=split_k, num_warps=4, num_stages=stages))
+        out.append(SkinnyGemmConfig(BN=bn, BK=bk, SPLIT_K=split_k, num_warps=4,
+                                    num_stages=stages, SWAP_AB=swap_ab))  # fmt: skip
     return out
 
 
@@ -124,7 +131,8 @@ def tune(
 
 
 def _cublas(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(x, w.t())
+    return F.linear(x, w)  # the dispatcher's own cuBLAS call (matmul with w.t() picked slower
+    # kernels for some shapes on the H200)
 
 
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
@@ -169,6 +177,11 @@ def main() -> None:
         metavar="TABLE_JSON",
         help="with --tune: sweep only the model's shapes where this table chose cuBLAS",
     )
+    parser.add_argument(
+        "--retune-rows",
+        metavar="TABLE_JSON",
+        help="with --tune: sweep the model's shapes at every row bucket above one again",
+    )
     cli = parser.parse_args()
     if not cli.tune:
         run_alone(run, cli, __doc__)
@@ -176,10 +189,12 @@ def main() -> None:
     device = torch.device("cuda")
     if cli.tune_gemv is not None:
         table = _tune_gemv(cli.tune_gemv, device)
-    elif cli.retune_cublas is None:
-        table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
+    elif cli.retune_cublas is not None:
+        table = _retune(cli.retune_cublas, device, lambda e: e["impl"] == "cublas")
+    elif cli.retune_rows is not None:
+        table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1)
     else:
-        table = _retune_cublas_wins(cli.retune_cublas, device)
+        table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
     with open(cli.tune, "w") as f:
         json.dump(table, f, indent=1)
 
@@ -189,12 +204,14 @@ def _read_table(table_path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def _retune_cublas_wins(table_path: str, device: torch.device) -> dict[str, Any]:
-    """The table at `table_path` with its cuBLAS wins at the model's decode shapes tuned again
-    (after a change to the Triton kernels); every other entry is kept."""
+def _retune(
+    table_path: str, device: torch.device, select: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The table at `table_path` with its selected entries at the model's decode shapes tuned
+    again (after a change to the Triton kernels); every other entry is kept."""
     table = _read_table(table_path)
     keys = [(e["m"], e["n"], e["k"]) for e in table["entries"]
-            if e["impl"] == "cublas" and (e["n"], e["k"]) in MODEL_SHAPES]  # fmt: skip
+            if select(e) and (e["n"], e["k"]) in MODEL_SHAPES]  # fmt: skip
     fresh = {(e["m"], e["n"], e["k"]): e for e in tune(device, keys=keys)}
     table["entries"] = [fresh.get((e["m"], e["n"], e["k"]), e) for e in table["entries"]]
     return table

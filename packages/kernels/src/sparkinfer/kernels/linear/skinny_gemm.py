@@ -1,7 +1,10 @@
 """Skinny GEMM y = x @ weight.T for decode-shaped x (a few rows) against a large weight.
 
 The weight is streamed once: each program owns BN output columns and one of SPLIT_K slices of K,
-holds all rows of x in a BM-row tile and accumulates in fp32 with tl.dot. With SPLIT_K > 1 the
+holds all rows of x in a BM-row tile and accumulates in fp32 with tl.dot. With SWAP_AB the weight
+tile is the dot's first operand (the accumulator is [BN, BM]): the tensor cores' wide side then
+spans BN weight rows and x's few rows take the narrow side, which streamed the wide decode
+projections faster at 8 and 32 rows on the H200 (docs/benchmarks.md). With SPLIT_K > 1 the
 slices write fp32 partials, and the last slice of each output tile to finish (elected by an arrival
 counter) sums every slice's partial in slice order: results never depend on scheduling, and no
 second kernel runs.
@@ -29,6 +32,7 @@ class SkinnyGemmConfig:
 
     BM: rows per program; None sizes it from M (16..64). A fixed BM keeps one dot shape for every
     row count, so a row's value never depends on how many rows share the launch.
+    SWAP_AB: the weight tile is the dot's first operand (accumulator [BN, BM]).
     """
 
     BM: int | None = None
@@ -37,6 +41,34 @@ class SkinnyGemmConfig:
     SPLIT_K: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    SWAP_AB: bool = False
+
+
+@triton.jit
+def _zero_tile(BM: tl.constexpr, BN: tl.constexpr, SWAP_AB: tl.constexpr):
+    """An fp32 accumulator: [BN, BM] with SWAP_AB, else [BM, BN]."""
+    if SWAP_AB:
+        return tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        return tl.zeros((BM, BN), dtype=tl.float32)
+
+
+@triton.jit
+def _tile_dot(b_x, b_w, b_acc, DOT_DTYPE: tl.constexpr, SWAP_AB: tl.constexpr):
+    """b_acc + x [BM, BK] @ w [BN, BK].T, or its transpose w @ x.T with SWAP_AB."""
+    if SWAP_AB:
+        return tl.dot(b_w.to(DOT_DTYPE), tl.trans(b_x.to(DOT_DTYPE)), b_acc)
+    else:
+        return tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
+
+
+@triton.jit
+def _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB: tl.constexpr):
+    """Offsets into a contiguous [M, N] output and their mask, laid out as the accumulator."""
+    if SWAP_AB:
+        return o_m[None, :] * N + o_n[:, None], m_m[None, :] & m_n[:, None]
+    else:
+        return o_m[:, None] * N + o_n[None, :], m_m[:, None] & m_n[None, :]
 
 
 @triton.jit
@@ -45,7 +77,7 @@ def _skinny_gemm_kernel(
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    SWAP_AB: tl.constexpr, SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -55,8 +87,8 @@ def _skinny_gemm_kernel(
     m_m, m_n = o_m < M, o_n < N
     k_start = i_k.to(tl.int64) * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
-    b_acc = tl.zeros((BM, BN), dtype=tl.float32)
-    b_up = tl.zeros((BM, BN), dtype=tl.float32)  # SWIGLU: the up rows, N below the gate rows
+    b_acc = _zero_tile(BM, BN, SWAP_AB)
+    b_up = _zero_tile(BM, BN, SWAP_AB)  # SWIGLU: the up rows, N below the gate rows
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
         m_k = o_k < k_end
@@ -65,12 +97,12 @@ def _skinny_gemm_kernel(
         b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
         p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
         b_w = tl.load(p_wk, mask=m_wk, other=0.0)
-        b_acc = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
+        b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
         if SWIGLU:
             b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
-            b_up = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_wu.to(DOT_DTYPE)), b_up)
-    o_mn = o_m[:, None] * N + o_n[None, :]  # y is [M, N] contiguous, partials [SPLIT_K, M, N]
-    m_mn = m_m[:, None] & m_n[None, :]
+            b_up = _tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
+    # y is [M, N] contiguous, partials [SPLIT_K, M, N]; the tiles below are elementwise.
+    o_mn, m_mn = _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB)
     if SWIGLU:
         # Both halves rounded to y's dtype first, as the GEMM then silu_and_mul would.
         b_gate = b_acc.to(p_y.dtype.element_ty).to(tl.float32)
@@ -84,7 +116,7 @@ def _skinny_gemm_kernel(
         p_tile = p_arrived + i_m * tl.num_programs(1) + i_n
         if tl.atomic_add(p_tile, 1, sem="acq_rel") == SPLIT_K - 1:
             # The last slice to arrive sums the slices in index order, whichever slice it is.
-            b_sum = tl.zeros((BM, BN), dtype=tl.float32)
+            b_sum = _zero_tile(BM, BN, SWAP_AB)
             for s in tl.static_range(SPLIT_K):
                 p_s = p_part + s * M * N + o_mn
                 b_sum += tl.load(p_s, mask=m_mn, other=0.0, cache_modifier=".cg")
@@ -172,8 +204,8 @@ def skinny_gemm(
         x, weight, y, part, arrived,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0),
-        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWIGLU=swiglu, DOT_DTYPE=dot_dtype(x),
-        USE_PDL=pdl,
+        BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWAP_AB=cfg.SWAP_AB, SWIGLU=swiglu,
+        DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y
