@@ -1,13 +1,11 @@
 """Paged attention kernels against the references, and the references against transformers."""
 
 import contextlib
-import dataclasses
 import inspect
 from types import SimpleNamespace
 
 import pytest
 import torch
-from sparkinfer.kernels import arrival
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode,
@@ -518,46 +516,3 @@ def test_decode_merges_more_splits_than_one_merge_tile(assert_close):
     out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
                         b["block_tables"], 0.25, b["gate"], config)  # fmt: skip
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale=0.25))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_fused_merge_equals_the_merge_kernel(dtype):
-    """The last split to arrive merges in the split kernel: the same bits as the second launch,
-    with a padding row, one-split and 40-split contexts; the counters end at zero."""
-    b = _paged_batch([1, 1, 1, 1], [2500, 0, 63, 600], heads=(6, 2), d=16, block_size=64,
-                     dtype=dtype, seed=15)  # fmt: skip
-    b["context_lens"][1] = 0
-    outs = []
-    for fused in (True, False):
-        config = DecodeConfig(BN=64, MIN_SPLIT_LEN=64, MAX_SPLITS=64, num_warps=4, num_stages=1,
-                              fused_merge=fused)  # fmt: skip
-        for _ in range(2):  # a second launch reuses the counters the first left at zero
-            outs.append(launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
-                                      b["block_tables"], 0.25, b["gate"], config))  # fmt: skip
-    assert all(torch.equal(out, outs[0]) for out in outs[1:])
-    assert torch.equal(outs[0][1], torch.zeros_like(outs[0][1]))
-    assert int(arrival._counters[(b["q"].device, 0)].count_nonzero()) == 0
-
-
-@pytest.mark.gpu
-def test_decode_fused_merge_in_cuda_graph_replays_equals_the_merge_kernel_on_gpu():
-    b = _paged_batch([1] * 8, [0, 63, 4095, 300, 20000, 5, 1000, 64], heads=(24, 4), d=256,
-                     block_size=64, dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
-    b["context_lens"][5] = 0
-    scale = 256**-0.5
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        eager = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)  # makes the counters
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
-    for _ in range(3):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, eager)
-    default = default_decode_config(b["q"], 4)
-    assert default.fused_merge
-    config = dataclasses.replace(default, fused_merge=False)
-    two_launches = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
-                                 b["block_tables"], scale, b["gate"], config)  # fmt: skip
-    assert torch.equal(eager, two_launches)

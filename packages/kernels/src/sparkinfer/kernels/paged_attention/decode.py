@@ -1,11 +1,9 @@
 """Split-KV (flash-decoding) attention of one new token per sequence over a paged KV cache.
 
-Program (b, kv head, split) reads one slice of the context once for all GROUP query heads of that
-KV head (packed as rows of one tile) and writes a normalised partial output with its softmax max
-and sum. The last split of (b, kv head) to finish (elected by an arrival counter) merges every
-split in split order, in fp32, for the GROUP heads and applies the sigmoid gate, in the same launch:
-which split finishes last never changes the sum. (`_decode_merge_kernel` runs the same merge as a
-second launch, one program per head, for `DecodeConfig(fused_merge=False)`.)
+Pass 1: program (b, kv head, split) reads one slice of the context once for all GROUP query heads
+of that KV head (packed as rows of one tile) and writes a normalised partial output with its
+softmax max and sum. Pass 2: program (b, head) merges the splits in split order, in fp32, and
+applies the sigmoid gate.
 
 Split plan: a context of len keys is cut into min(MAX_SPLITS, ceil(len / MIN_SPLIT_LEN)) slices
 of whole BN-key tiles, a function of the length and the launch's constants alone (no host sync,
@@ -39,7 +37,6 @@ from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
 )
-from sparkinfer.kernels.arrival import MAX_GROUPS, arrival_counters
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.paged_attention.checks import (
@@ -67,7 +64,6 @@ class DecodeConfig:
     MAX_SPLITS: int = 64
     num_warps: int = 4
     num_stages: int = 2
-    fused_merge: bool = True  # the last split merges (one launch); False: a merge kernel
 
 
 @triton.jit
@@ -82,22 +78,18 @@ def _split_plan(ctx_len, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLI
 
 @triton.jit
 def _decode_split_kernel(
-    p_q, p_k, p_v, p_ctx, p_bt, p_part_o, p_part_ml, p_arrived, p_gate, p_o,
+    p_q, p_k, p_v, p_ctx, p_bt, p_part_o, p_part_ml,
     qk_scale,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_btb, stride_gb, stride_gh, stride_ob, stride_oh,
+    stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    SPLIT_TILE: tl.constexpr, FUSED_MERGE: tl.constexpr, HAS_GATE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
     ctx_len = tl.load(p_ctx + i_b)
     num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
-    if FUSED_MERGE and ctx_len <= 0 and i_s == 0:  # a padding row's output is zero
-        for g in range(GROUP):
-            _store_zero_head(p_o + i_b * stride_ob + (i_kvh * GROUP + g) * stride_oh, D, BD)
     if i_s >= num_splits or ctx_len <= 0:
         return
     n_start = i_s * split_len
@@ -122,16 +114,14 @@ def _decode_split_kernel(
         m_kv = m_n[:, None] & m_d[None, :]
         o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
         b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        # V's tile is requested with K's, before the scores: a short split (one tile at small
-        # batches) then waits for memory once, not twice.
-        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
-        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BG, BN], log2 domain
         b_s = tl.where(m_n[None, :], b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
+        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
         b_m = b_m_new
 
@@ -143,58 +133,6 @@ def _decode_split_kernel(
              mask=m_g[:, None])  # fmt: skip
     tl.store(p_part_ml + o_part * 2, b_m, mask=m_g)
     tl.store(p_part_ml + o_part * 2 + 1, b_l, mask=m_g)
-    if FUSED_MERGE:
-        tl.debug_barrier()  # every thread's partial precedes the release below
-        p_group = p_arrived + i_b * tl.num_programs(1) + i_kvh
-        if tl.atomic_add(p_group, 1, sem="acq_rel") == num_splits - 1:
-            for g in range(GROUP):
-                i_h = i_kvh * GROUP + g
-                _merge_head(
-                    p_part_o, p_part_ml, (i_b * num_heads + i_h) * MAX_SPLITS, num_splits,
-                    p_gate + i_b * stride_gb + i_h * stride_gh,
-                    p_o + i_b * stride_ob + i_h * stride_oh,
-                    D, BD, MAX_SPLITS, SPLIT_TILE, HAS_GATE,
-                )  # fmt: skip
-            tl.store(p_group, 0)  # every split has arrived: ready for the next launch
-
-
-@triton.jit
-def _merge_head(
-    p_part_o, p_part_ml, o_part, num_splits, p_g, p_o,
-    D: tl.constexpr, BD: tl.constexpr, MAX_SPLITS: tl.constexpr, SPLIT_TILE: tl.constexpr,
-    HAS_GATE: tl.constexpr,
-):  # fmt: skip
-    """Merge one head's num_splits partials (from row o_part) into o at p_o, gated by p_g.
-
-    SPLIT_TILE partials at a time, tiles in index order and a fixed reduction tree inside each:
-    the sum depends on the split plan alone, never on the launch order or the batch. Partials
-    are read past L1 (.cg): other programs of the launch may have written them.
-    """
-    o_d = tl.arange(0, BD)
-    m_d = o_d < D
-    o_s = tl.arange(0, MAX_SPLITS)
-    m_s = o_s < num_splits
-    b_ms = tl.load(p_part_ml + (o_part + o_s) * 2, mask=m_s, other=float("-inf"),
-                   cache_modifier=".cg")  # fmt: skip
-    b_ls = tl.load(p_part_ml + (o_part + o_s) * 2 + 1, mask=m_s, other=0.0, cache_modifier=".cg")
-    b_max = tl.max(b_ms, axis=0)
-    b_denom = tl.sum(tl.exp2(b_ms - b_max) * b_ls, axis=0)
-    b_acc = tl.zeros((BD,), dtype=tl.float32)
-    for s0 in range(0, num_splits, SPLIT_TILE):
-        o_t = s0 + tl.arange(0, SPLIT_TILE)
-        m_t = o_t < num_splits
-        b_mt = tl.load(p_part_ml + (o_part + o_t) * 2, mask=m_t, other=float("-inf"),
-                       cache_modifier=".cg")  # fmt: skip
-        b_lt = tl.load(p_part_ml + (o_part + o_t) * 2 + 1, mask=m_t, other=0.0,
-                       cache_modifier=".cg")  # fmt: skip
-        b_wt = tl.exp2(b_mt - b_max) * b_lt / b_denom
-        p_t = p_part_o + (o_part + o_t)[:, None] * BD + o_d[None, :]
-        b_ot = tl.load(p_t, mask=m_t[:, None] & m_d[None, :], other=0.0, cache_modifier=".cg")
-        b_acc += tl.sum(b_wt[:, None] * b_ot, axis=0)
-    if HAS_GATE:
-        b_g = tl.load(p_g + o_d, mask=m_d, other=0.0)
-        b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
-    tl.store(p_o + o_d, b_acc.to(p_o.dtype.element_ty), mask=m_d)
 
 
 @triton.jit
@@ -208,23 +146,37 @@ def _decode_merge_kernel(
     wait_for_prior_kernels(USE_PDL)
     i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
+    o_d = tl.arange(0, BD)
+    m_d = o_d < D
     ctx_len = tl.load(p_ctx + i_b)
-    p_o += i_b * stride_ob + i_h * stride_oh
+    p_o += i_b * stride_ob + i_h * stride_oh + o_d
     if ctx_len <= 0:
-        _store_zero_head(p_o, D, BD)
+        tl.store(p_o, tl.zeros((BD,), dtype=tl.float32).to(p_o.dtype.element_ty), mask=m_d)
         return
     num_splits, _ = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
-    _merge_head(
-        p_part_o, p_part_ml, (i_b * num_heads + i_h) * MAX_SPLITS, num_splits,
-        p_gate + i_b * stride_gb + i_h * stride_gh, p_o, D, BD, MAX_SPLITS, SPLIT_TILE, HAS_GATE,
-    )  # fmt: skip
-
-
-@triton.jit
-def _store_zero_head(p_o, D: tl.constexpr, BD: tl.constexpr):
-    """A padding row's output for one head: zeros."""
-    o_d = tl.arange(0, BD)
-    tl.store(p_o + o_d, tl.zeros((BD,), dtype=tl.float32).to(p_o.dtype.element_ty), mask=o_d < D)
+    o_s = tl.arange(0, MAX_SPLITS)
+    m_s = o_s < num_splits
+    o_part = (i_b * num_heads + i_h) * MAX_SPLITS
+    b_ms = tl.load(p_part_ml + (o_part + o_s) * 2, mask=m_s, other=float("-inf"))
+    b_ls = tl.load(p_part_ml + (o_part + o_s) * 2 + 1, mask=m_s, other=0.0)
+    b_max = tl.max(b_ms, axis=0)
+    b_denom = tl.sum(tl.exp2(b_ms - b_max) * b_ls, axis=0)
+    b_acc = tl.zeros((BD,), dtype=tl.float32)
+    # SPLIT_TILE partials at a time, tiles in index order and a fixed reduction tree inside
+    # each: the sum depends on the split plan alone, never on the launch order or the batch.
+    for s0 in range(0, num_splits, SPLIT_TILE):
+        o_t = s0 + tl.arange(0, SPLIT_TILE)
+        m_t = o_t < num_splits
+        b_mt = tl.load(p_part_ml + (o_part + o_t) * 2, mask=m_t, other=float("-inf"))
+        b_lt = tl.load(p_part_ml + (o_part + o_t) * 2 + 1, mask=m_t, other=0.0)
+        b_wt = tl.exp2(b_mt - b_max) * b_lt / b_denom
+        p_t = p_part_o + (o_part + o_t)[:, None] * BD + o_d[None, :]
+        b_ot = tl.load(p_t, mask=m_t[:, None] & m_d[None, :], other=0.0)
+        b_acc += tl.sum(b_wt[:, None] * b_ot, axis=0)
+    if HAS_GATE:
+        b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
+        b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
+    tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
 
 
 @functools.cache
@@ -316,32 +268,22 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
                           device=q.device)  # fmt: skip
     group = num_heads // hkv
     pdl = dependent_launch(q)
-    g = gate if gate is not None else q
-    split_tile = min(16, config.MAX_SPLITS)
-    arrived = arrival_counters(q.device, "paged_attention_decode") if config.fused_merge else o
-    if config.fused_merge and num_seqs * hkv > MAX_GROUPS:
-        raise ValueError(
-            f"paged_attention_decode: {num_seqs} sequences x {hkv} KV heads exceed {MAX_GROUPS} "
-            "merge groups; use DecodeConfig(fused_merge=False) or a smaller batch"
-        )
     _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
-        q, k_cache, v_cache, context_lens, block_tables, part_o, part_ml, arrived, g, o,
+        q, k_cache, v_cache, context_lens, block_tables, part_o, part_ml,
         scale * LOG2E,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
-        block_tables.stride(0), g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+        block_tables.stride(0),
         GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        SPLIT_TILE=split_tile, FUSED_MERGE=config.fused_merge, HAS_GATE=gate is not None,
         DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
-    if config.fused_merge:
-        return o
+    g = gate if gate is not None else q
     _decode_merge_kernel[(num_seqs, num_heads)](
         part_o, part_ml, context_lens, g, o,
         g.stride(0), g.stride(1), o.stride(0), o.stride(1),
         D=d, BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN,
-        MAX_SPLITS=config.MAX_SPLITS, SPLIT_TILE=split_tile,
+        MAX_SPLITS=config.MAX_SPLITS, SPLIT_TILE=min(16, config.MAX_SPLITS),
         HAS_GATE=gate is not None, USE_PDL=pdl, num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
     return o
