@@ -34,6 +34,7 @@ from sparkinfer.kernels.linear import (
     linear_ref,
     skinny_gemm,
 )
+from sparkinfer.kernels.rms_norm import rms_norm
 
 HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
 # (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
@@ -68,9 +69,17 @@ def _operands(m: int, n: int, k: int, device: torch.device) -> list[tuple[torch.
     ]  # fmt: skip
 
 
-def _time(fn, operands, args_warmup: int, iters: int):
-    return time_graph([lambda x=x, w=w: fn(x, w) for x, w in operands], warmup=args_warmup,
-                      iters=iters)  # fmt: skip
+def _time(fn, operands, args_warmup: int, iters: int, *, after_norm: bool = False):
+    """Median time of fn(x, w) over the rotated operands; with after_norm, of an RMSNorm of x
+    then fn on its output, the way the model runs a projection: dependent launch overlaps the
+    Triton kernels with the norm before them, not cuBLAS's."""
+    if not after_norm:
+        calls = [lambda x=x, w=w: fn(x, w) for x, w in operands]
+        return time_graph(calls, warmup=args_warmup, iters=iters)
+    norm_w = torch.zeros(operands[0][0].shape[1], device=operands[0][0].device,
+                         dtype=operands[0][0].dtype)  # fmt: skip
+    calls = [lambda x=x, w=w: fn(rms_norm(x, norm_w, 1e-6)[0], w) for x, w in operands]
+    return time_graph(calls, warmup=args_warmup, iters=iters)
 
 
 def _candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
@@ -99,19 +108,22 @@ def tune(
     warmup: int = 3,
     iters: int = 10,
     keys: Sequence[tuple[int, int, int]] | None = None,
+    after_norm: bool = False,
 ) -> list[Row]:
     """Best skinny-GEMM tile per (M, N, K) against cuBLAS: the dispatcher's table entries; every
-    shape at every tuned batch, or the given (M, N, K) keys."""
+    shape at every tuned batch, or the given (M, N, K) keys. With after_norm every candidate is
+    timed after an RMSNorm launch (see `_time`) and the entry says so ("timed": "after_norm")."""
     entries = []
     if keys is None:
         keys = [(m, n, k) for (n, k), m in itertools.product(SHAPES, TUNE_BATCHES)]
     for m, n, k in keys:
         operands = _operands(m, n, k, device)
-        cublas_ms = _time(_cublas, operands, warmup, iters).median_ms
+        cublas_ms = _time(_cublas, operands, warmup, iters, after_norm=after_norm).median_ms
         best, best_ms = None, float("inf")
         for cfg in _candidates(m, n, k):
             try:
-                t = _time(lambda x, w, c=cfg: skinny_gemm(x, w, c), operands, warmup, iters)
+                t = _time(lambda x, w, c=cfg: skinny_gemm(x, w, c), operands, warmup, iters,
+                          after_norm=after_norm)  # fmt: skip
             except Exception as e:  # a tile that does not fit this GPU is skipped
                 print(f"skip {cfg}: {type(e).__name__}", flush=True)
                 continue
@@ -124,6 +136,8 @@ def tune(
                  "cublas_us": round(cublas_ms * 1e3, 2)}  # fmt: skip
         if impl == "triton":
             entry["config"] = best.__dict__
+        if after_norm:
+            entry["timed"] = "after_norm"
         print(json.dumps(entry), flush=True)
         entries.append(entry)
         del operands
@@ -182,6 +196,11 @@ def main() -> None:
         metavar="TABLE_JSON",
         help="with --tune: sweep the model's shapes at every row bucket above one again",
     )
+    parser.add_argument(
+        "--after-norm",
+        action="store_true",
+        help="with a re-tune: time every candidate after an RMSNorm launch, as the model runs it",
+    )
     cli = parser.parse_args()
     if not cli.tune:
         run_alone(run, cli, __doc__)
@@ -190,9 +209,11 @@ def main() -> None:
     if cli.tune_gemv is not None:
         table = _tune_gemv(cli.tune_gemv, device)
     elif cli.retune_cublas is not None:
-        table = _retune(cli.retune_cublas, device, lambda e: e["impl"] == "cublas")
+        table = _retune(
+            cli.retune_cublas, device, lambda e: e["impl"] == "cublas", after_norm=cli.after_norm
+        )
     elif cli.retune_rows is not None:
-        table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1)
+        table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1, after_norm=cli.after_norm)
     else:
         table = {"device": torch.cuda.get_device_name(device), "entries": tune(device)}
     with open(cli.tune, "w") as f:
@@ -205,14 +226,19 @@ def _read_table(table_path: str) -> dict[str, Any]:
 
 
 def _retune(
-    table_path: str, device: torch.device, select: Callable[[dict[str, Any]], bool]
+    table_path: str,
+    device: torch.device,
+    select: Callable[[dict[str, Any]], bool],
+    *,
+    after_norm: bool = False,
 ) -> dict[str, Any]:
     """The table at `table_path` with its selected entries at the model's decode shapes tuned
     again (after a change to the Triton kernels); every other entry is kept."""
     table = _read_table(table_path)
     keys = [(e["m"], e["n"], e["k"]) for e in table["entries"]
             if select(e) and (e["n"], e["k"]) in MODEL_SHAPES]  # fmt: skip
-    fresh = {(e["m"], e["n"], e["k"]): e for e in tune(device, keys=keys)}
+    fresh = {(e["m"], e["n"], e["k"]): e
+             for e in tune(device, keys=keys, after_norm=after_norm)}  # fmt: skip
     table["entries"] = [fresh.get((e["m"], e["n"], e["k"]), e) for e in table["entries"]]
     return table
 
