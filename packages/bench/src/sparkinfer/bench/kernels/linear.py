@@ -26,6 +26,7 @@ from sparkinfer.bench.kernels._graph_timing import (
     rotation_copies,
     time_graph,
 )
+from sparkinfer.kernels.activation import silu_and_mul
 from sparkinfer.kernels.linear import (
     GemvConfig,
     SkinnyGemmConfig,
@@ -70,15 +71,20 @@ def _operands(m: int, n: int, k: int, device: torch.device) -> list[tuple[torch.
 
 
 def _time(fn, operands, args_warmup: int, iters: int, *, after_norm: bool = False):
-    """Median time of fn(x, w) over the rotated operands; with after_norm, of an RMSNorm of x
-    then fn on its output, the way the model runs a projection: dependent launch overlaps the
-    Triton kernels with the norm before them, not cuBLAS's."""
+    """Median time of fn(x, w) over the rotated operands; with after_norm, of the small kernel
+    the model runs before the projection (an RMSNorm of x; the SwiGLU that makes down_proj's
+    input) then fn on its output: dependent launch overlaps the Triton kernels with the kernel
+    before them, not cuBLAS's."""
     if not after_norm:
         calls = [lambda x=x, w=w: fn(x, w) for x, w in operands]
         return time_graph(calls, warmup=args_warmup, iters=iters)
-    norm_w = torch.zeros(operands[0][0].shape[1], device=operands[0][0].device,
-                         dtype=operands[0][0].dtype)  # fmt: skip
-    calls = [lambda x=x, w=w: fn(rms_norm(x, norm_w, 1e-6)[0], w) for x, w in operands]
+    x0 = operands[0][0]
+    if x0.shape[1] == INTERMEDIATE:
+        gate_up = torch.randn(x0.shape[0], 2 * INTERMEDIATE, device=x0.device, dtype=x0.dtype)
+        calls = [lambda w=w: fn(silu_and_mul(gate_up), w) for _, w in operands]
+    else:
+        norm_w = torch.zeros(x0.shape[1], device=x0.device, dtype=x0.dtype)
+        calls = [lambda x=x, w=w: fn(rms_norm(x, norm_w, 1e-6)[0], w) for x, w in operands]
     return time_graph(calls, warmup=args_warmup, iters=iters)
 
 
@@ -199,7 +205,8 @@ def main() -> None:
     parser.add_argument(
         "--after-norm",
         action="store_true",
-        help="with a re-tune: time every candidate after an RMSNorm launch, as the model runs it",
+        help="with a re-tune: time every candidate after the small kernel the model runs before "
+        "the projection (RMSNorm, or SwiGLU for down_proj)",
     )
     cli = parser.parse_args()
     if not cli.tune:
