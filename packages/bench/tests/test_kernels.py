@@ -69,3 +69,27 @@ def test_every_kernel_module_takes_the_shared_flags(monkeypatch, capsys):
         assert info.value.code == 0
         usage = capsys.readouterr().out
         assert all(flag in usage for flag in ("--quick", "--warmup", "--iters")), name
+
+
+@pytest.mark.parametrize("k", [64, 17408], ids=["rms_norm_first", "swiglu_first"])
+def test_linear_timing_after_the_models_producer_kernel(monkeypatch, k):
+    """--after-norm times each projection after the kernel the model runs before it: an RMSNorm
+    of x, or for down_proj's 17,408-wide input the SwiGLU that makes it."""
+    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+    shapes = []
+
+    def run_once(calls, *, warmup, iters):
+        for call in calls:
+            call()
+        return "timing"
+
+    monkeypatch.setattr(linear_bench, "time_graph", run_once)
+    operands = [(torch.randn(2, k), torch.randn(8, k))]
+
+    def projection(x, w):
+        shapes.append(tuple(x.shape))
+        return x @ w.T
+
+    assert linear_bench._time(projection, operands, 0, 1, after_norm=True) == "timing"
+    assert linear_bench._time(projection, operands, 0, 1) == "timing"
+    assert shapes == [(2, k), (2, k)]
