@@ -1,5 +1,7 @@
 """The one-row GEMV against the fp32 reference, and the shape table's GEMV entries."""
 
+import json
+
 import pytest
 import torch
 from sparkinfer.kernels.activation import silu_and_mul
@@ -77,6 +79,29 @@ def test_gemv_lookup_takes_the_nearest_measured_width():
         assert shape_table.gemv_lookup(n, k, getattr(torch, dtype)) == config
         assert shape_table.gemv_lookup(n + n // 200, k, getattr(torch, dtype)) == config
     assert shape_table.gemv_lookup(7, 9, torch.bfloat16) is None
+
+
+def test_use_table_swaps_the_dispatchers_table_and_back(tmp_path):
+    bf16 = torch.bfloat16
+    committed = shape_table.gemv_lookup(34816, 5120, bf16)
+    assert committed is not None
+    table = {"entries": [
+        {"m": 1, "n": 34816, "k": 5120, "dtype": "bfloat16", "impl": "cublas"},
+        {"m": 8, "n": 34816, "k": 5120, "dtype": "bfloat16", "impl": "triton",
+         "config": {"BN": 16, "BK": 128, "SWAP_AB": True}},
+    ]}  # fmt: skip
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    try:
+        shape_table.use_table(str(path))
+        assert shape_table.gemv_lookup(34816, 5120, bf16) is None
+        assert shape_table.lookup(8, 34816, 5120, bf16) == shape_table.SkinnyGemmConfig(
+            BN=16, BK=128, SWAP_AB=True
+        )
+        assert shape_table.lookup(8, 14336, 5120, bf16) is None  # not in this table: cuBLAS
+    finally:
+        shape_table.use_table(None)
+    assert shape_table.gemv_lookup(34816, 5120, bf16) == committed
 
 
 CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

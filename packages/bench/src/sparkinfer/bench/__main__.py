@@ -134,8 +134,8 @@ def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model or kernels in this process: offline, stack, profile, vision,
-    kernels."""
+    """The modes that run the model or kernels in this process: offline, tables, stack, profile,
+    vision, kernels."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -162,6 +162,22 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
         "default fastest kernel per shape",
     )
+    p = sub.add_parser(
+        "tables", help="engine decode at 27B shapes with each of several linear shape tables (CUDA)"
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        required=True,
+        help="NAME=PATH of a shape table JSON, or 'committed' (the package's); repeat, the first "
+        "is the baseline",
+    )
+    p.add_argument("--concurrency", type=int_list, default=(1, 8, 32))
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--reps", type=int, default=2, help="repetitions, tables interleaved")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p = sub.add_parser(
         "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
     )
@@ -212,6 +228,7 @@ def _check(args: argparse.Namespace) -> None:
         "prompt_len",
         "context",
         "new_tokens",
+        "reps",
         "warmup",
         "timeout",
     ):
@@ -398,6 +415,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import engine
 
         return engine.run(args, info)
+    if args.mode == "tables":
+        from sparkinfer.bench import tables
+
+        return tables.run(args, info)
     if args.mode == "stack":
         from sparkinfer.bench import stack
 

@@ -27,9 +27,13 @@ TableKey = tuple[int, int, int, str]
 Tile = TypeVar("Tile")  # a table's value: skinny tile (or None) or GEMV tile
 
 
-def _load_entries() -> list[dict]:
-    path = resources.files("sparkinfer.kernels.linear") / TABLE_FILE
-    return json.loads(path.read_text())["entries"] if path.is_file() else []
+def _load_entries(path: str | None = None) -> list[dict]:
+    """The entries of the table file at `path`, or of the committed table (absent: none)."""
+    if path is not None:
+        with open(path) as f:
+            return json.load(f)["entries"]
+    committed = resources.files("sparkinfer.kernels.linear") / TABLE_FILE
+    return json.loads(committed.read_text())["entries"] if committed.is_file() else []
 
 
 def _load_table(
@@ -113,3 +117,16 @@ def lookup(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig | Non
 def gemv_lookup(n: int, k: int, dtype: torch.dtype) -> GemvConfig | None:
     """The GEMV tile for one row of an [N, K] weight where the GEMV won, else None."""
     return _nearest(GEMV_TABLE, 1, n, k, str(dtype).removeprefix("torch."))[1]
+
+
+def use_table(path: str | None) -> None:
+    """Make the table file at `path` (None: the committed `shape_table.json`) the dispatcher's for
+    later calls, so a benchmark can run the engine with several tables in one process. CUDA graphs
+    captured before keep the kernels they captured."""
+    global TABLE, SKINNY_TILES, GEMV_TABLE
+    entries = _load_entries(path)
+    TABLE = _load_table(entries)
+    SKINNY_TILES = _load_table(entries, winners_only=False)
+    GEMV_TABLE = _load_gemv_table(entries)
+    for cached in (_entry, decode_entry, gemv_lookup):
+        cached.cache_clear()

@@ -1,0 +1,48 @@
+"""The `tables` mode: argument parsing and the summary (the engine runs need CUDA)."""
+
+import math
+
+import pytest
+import torch
+from sparkinfer.bench.__main__ import main
+from sparkinfer.bench.errors import UsageError
+from sparkinfer.bench.tables import COMMITTED, TableRun, parse_table, summary_tables
+
+
+def test_parse_table_names_a_file_or_the_committed_table():
+    assert parse_table("swap=/tmp/t.json") == ("swap", "/tmp/t.json")
+    assert parse_table(COMMITTED) == (COMMITTED, None)
+    for bad in ("just-a-path.json", "=x.json", "name="):
+        with pytest.raises(UsageError, match="NAME=PATH"):
+            parse_table(bad)
+
+
+def test_summary_takes_each_tables_median_against_the_first():
+    runs = [
+        TableRun("base", 0, 1, 70.0, 70.0, 0),
+        TableRun("new", 0, 1, 71.0, 71.0, 0),
+        TableRun("base", 1, 1, 72.0, 72.0, 0),
+        TableRun("new", 1, 1, 73.0, 73.0, 0),
+        TableRun("base", 0, 32, 1500.0, 1560.0, 0),
+        TableRun("new", 0, 32, 1515.0, 1575.0, 0),
+    ]
+    summary, each = summary_tables(runs)
+    assert summary.columns[-1] == "vs base"
+    assert summary.rows[0] == [1, "base", 71.0, 1.0]
+    assert summary.rows[1][:3] == [1, "new", 72.0]
+    assert math.isclose(summary.rows[1][3], 72.0 / 71.0)
+    assert summary.rows[3][:2] == [32, "new"] and math.isclose(summary.rows[3][3], 1.01)
+    assert len(each.rows) == len(runs) and each.rows[1][:3] == ["new", 1, 1]
+
+
+def test_tables_without_cuda_says_so(tmp_path, capsys):
+    if torch.cuda.is_available():
+        return
+    assert main(["tables", "--table", COMMITTED, "--out", str(tmp_path)]) == 2
+    assert "CUDA" in capsys.readouterr().err
+
+
+def test_tables_needs_a_table(capsys):
+    with pytest.raises(SystemExit):
+        main(["tables"])
+    assert "--table" in capsys.readouterr().err
