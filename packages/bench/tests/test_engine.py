@@ -102,6 +102,7 @@ def test_stack_compares_torch_and_triton_steps(monkeypatch, tmp_path):
     monkeypatch.setattr(stack, "require_cuda", lambda: torch.device("cpu"))
     monkeypatch.setattr(stack, "full_size_config", lambda n=None: parse_model_config(TINY_CONFIG))
     monkeypatch.setattr(stack, "NUM_REAL_TOKENS", 250)
+    monkeypatch.setattr(engine, "NUM_REAL_TOKENS", 250)  # random_model builds with it
     monkeypatch.setattr(roofline, "measure_peaks", lambda d: roofline.Peaks(1e12, 1e12))
     argv = ["stack", "--prompt-len", "20", "--context", "30", "--decode-batches", "2"]
     argv += ["--warmup", "0", "--iters", "1", "--out", str(tmp_path)]

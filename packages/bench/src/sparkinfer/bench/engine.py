@@ -82,6 +82,19 @@ def fill_random(model: torch.nn.Module, seed: int) -> None:
             p.normal_(0.0, 0.02, generator=gen)
 
 
+def random_model(cfg: ModelConfig, device: torch.device, mode: str) -> Qwen3_8ForCausalLM:
+    """The model of `cfg` in bf16 on `device` with `fill_random` weights (seed 0), logged as
+    `mode`'s step."""
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+
+    log(f"{mode}: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
+    model = Qwen3_8ForCausalLM(
+        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=NUM_REAL_TOKENS
+    )
+    fill_random(model, seed=0)
+    return model
+
+
 @dataclass
 class _Tracker:
     """Arrival time and size of every output of some requests (filled from the engine thread)."""
@@ -204,16 +217,10 @@ def measure_prefill(
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     """The `offline` mode: peaks, engine decode and prefill, then the transformers peer."""
     device = require_cuda()
-    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-
     cfg = full_size_config(args.num_layers)
     log("offline: measuring copy bandwidth and matmul rate")
     peaks = roofline.measure_peaks(device)
-    log(f"offline: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
-    model = Qwen3_8ForCausalLM(
-        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=NUM_REAL_TOKENS
-    )
-    fill_random(model, seed=0)
+    model = random_model(cfg, device, "offline")
     weights_gib = torch.cuda.memory_allocated() / 2**30
     sched = _scheduler_config(args)
     log("offline: starting the engine (caches, CUDA graphs)")

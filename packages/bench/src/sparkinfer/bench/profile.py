@@ -234,15 +234,10 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
-    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.config import SchedulerConfig
 
     cfg = offline.full_size_config(args.num_layers)
-    log(f"profile: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
-    model = Qwen3_8ForCausalLM(
-        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=offline.NUM_REAL_TOKENS
-    )
-    offline.fill_random(model, seed=0)
+    model = offline.random_model(cfg, device, "profile")
     sched = SchedulerConfig(
         max_num_seqs=max(args.decode_batches),
         max_model_len=max(

@@ -15,12 +15,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 from sparkinfer.bench import roofline
-from sparkinfer.bench.engine import NUM_REAL_TOKENS, fill_random, full_size_config, require_cuda
+from sparkinfer.bench.engine import NUM_REAL_TOKENS, full_size_config, random_model, require_cuda
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.model.cache_spec import allocate_caches
-from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.layers import REFERENCE_OPS, triton_ops
 
@@ -49,11 +48,7 @@ def _batch(new: int, context: int, num_seqs: int, caches, device) -> ForwardBatc
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = require_cuda()
     cfg = full_size_config(args.num_layers)
-    log(f"stack: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
-    model = Qwen3_8ForCausalLM(
-        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=NUM_REAL_TOKENS
-    )
-    fill_random(model, seed=0)
+    model = random_model(cfg, device, "stack")
     max_seqs = max(args.decode_batches)
     blocks_per_seq = -(-(max(args.context, args.prompt_len) + 1) // BLOCK_SIZE)
     caches = allocate_caches(

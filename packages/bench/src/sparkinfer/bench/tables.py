@@ -51,7 +51,6 @@ def parse_table(text: str) -> tuple[str, str | None]:
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
     from sparkinfer.kernels.linear import shape_table
-    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.config import SchedulerConfig
 
     tables = [parse_table(t) for t in args.table]
@@ -59,11 +58,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         raise UsageError("--table names must differ")
     cfg = offline.full_size_config(args.num_layers)
     peaks = roofline.measure_peaks(device)
-    log(f"tables: building the model ({cfg.text.num_hidden_layers} layers, bf16, random weights)")
-    model = Qwen3_8ForCausalLM(
-        cfg, device=device, dtype=torch.bfloat16, num_real_tokens=offline.NUM_REAL_TOKENS
-    )
-    offline.fill_random(model, seed=0)
+    model = offline.random_model(cfg, device, "tables")
     sched = SchedulerConfig(
         max_num_seqs=max(args.concurrency),
         max_model_len=args.context + args.new_tokens + 64,
