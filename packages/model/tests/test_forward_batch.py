@@ -58,3 +58,19 @@ def test_rejects_mismatched_lists_and_short_block_tables() -> None:
         build([1, 2], [0], [[0]], [0])
     with pytest.raises(ValueError, match="needs 6 KV rows; its block table has 1 blocks of 4"):
         build([2], [4], [[3]], [0])
+
+
+def test_positions_and_slots_match_a_per_token_walk_of_the_tables() -> None:
+    gen = torch.Generator().manual_seed(3)
+    new = [int(n) for n in torch.randint(0, 40, (9,), generator=gen)]
+    cached = [int(c) for c in torch.randint(0, 30, (9,), generator=gen)]
+    tables = [torch.randperm(64, generator=gen)[: -(-(c + n) // 4)].tolist()
+              for c, n in zip(cached, new, strict=True)]  # fmt: skip
+    batch = build(new, cached, tables, list(range(9)))
+    positions = [p for c, n in zip(cached, new, strict=True) for p in range(c, c + n)]
+    slots = [t[p // 4] * 4 + p % 4 for c, n, t in zip(cached, new, tables, strict=True)
+             for p in range(c, c + n)]  # fmt: skip
+    assert batch.positions.tolist() == positions
+    assert batch.slot_mapping.tolist() == slots and batch.slot_mapping.dtype == torch.int64
+    empty = build([], [], [], [])
+    assert empty.positions.tolist() == [] and empty.block_tables.shape == (0, 0)

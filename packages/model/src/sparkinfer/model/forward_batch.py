@@ -11,6 +11,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 
@@ -103,28 +104,35 @@ class ForwardBatch:
                 f"{len(cached_lens)}, block_tables {len(block_tables)}, state_slots "
                 f"{len(state_slots)}: give one entry per sequence"
             )
-        cu = [0]
-        for n in num_new_tokens:
-            cu.append(cu[-1] + n)
-        text_positions: list[int] = []
-        slots: list[int] = []
         for new, cached, table in zip(num_new_tokens, cached_lens, block_tables, strict=True):
             if cached + new > len(table) * block_size:
                 raise ValueError(
                     f"a sequence needs {cached + new} KV rows; its block table has {len(table)} "
                     f"blocks of {block_size}: allocate more blocks"
                 )
-            for pos in range(cached, cached + new):
-                text_positions.append(pos)
-                slots.append(table[pos // block_size] * block_size + pos % block_size)
+        # Per-token positions and KV rows, vectorised: a long prompt's chunk is thousands of rows.
+        new_np = np.asarray(num_new_tokens, dtype=np.int64).reshape(num_seqs)
+        cu_np = np.zeros(num_seqs + 1, dtype=np.int64)
+        np.cumsum(new_np, out=cu_np[1:])
         max_blocks = max((len(t) for t in block_tables), default=0)
-        tables = [list(t) + [0] * (max_blocks - len(t)) for t in block_tables]
+        tables = np.zeros((num_seqs, max_blocks), dtype=np.int64)
+        for i, t in enumerate(block_tables):
+            tables[i, : len(t)] = t
+        seq_of_token = np.repeat(np.arange(num_seqs), new_np)
+        text_positions = (
+            np.arange(int(cu_np[-1]), dtype=np.int64)
+            - cu_np[:-1][seq_of_token]
+            + np.asarray(cached_lens, dtype=np.int64).reshape(num_seqs)[seq_of_token]
+        )
+        blocks = tables[seq_of_token, text_positions // block_size]
+        slots = blocks * block_size + text_positions % block_size
+        cu = cu_np.tolist()
         context = [c + n for c, n in zip(cached_lens, num_new_tokens, strict=True)]
         last = [c - 1 for c in cu[1:]] if logits_indices is None else list(logits_indices)
 
-        def ints(
-            values: Sequence[int] | Sequence[Sequence[int]], dtype: torch.dtype
-        ) -> torch.Tensor:
+        def ints(values: Sequence[int] | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+            if isinstance(values, np.ndarray):
+                return host_to_device(torch.as_tensor(values).to(dtype), device)
             return host_to_device(torch.tensor(values, dtype=dtype), device)
 
         return cls(

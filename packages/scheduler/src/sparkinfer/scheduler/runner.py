@@ -20,10 +20,12 @@ never holds [chunk, vocab] logits at once); the scheduler gathers them across ch
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from sparkinfer.kernels.dependent_launch import set_dependent_launch
 from sparkinfer.kernels.linear import batch_invariant
@@ -222,9 +224,7 @@ class Runner:
             positions=host_to_device(step_positions(seqs), self.device),
             logits_indices=_logits_indices(seqs),
         )
-        ids = [t for s in seqs for t in (s.new_token_ids if not s.is_input_inflight else [0])]
-        rows = torch.tensor([ids, _token_sources(seqs, sources)], dtype=torch.int64)
-        rows = host_to_device(rows, self.device)
+        rows = host_to_device(_step_inputs(seqs, sources), self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)
@@ -328,10 +328,17 @@ def _no_sources(seqs: Sequence[ScheduledSeq]) -> list[int | None]:
     return [None] * len(seqs)
 
 
-def _token_sources(seqs: Sequence[ScheduledSeq], sources: Sequence[int | None]) -> list[int]:
-    """Per token of the packed step: the in-flight row that feeds it, -1 where it is known."""
-    rows = device_source_rows(sources)
-    return [src for s, row in zip(seqs, rows, strict=True) for src in [row] * s.num_new_tokens]
+def _step_inputs(seqs: Sequence[ScheduledSeq], sources: Sequence[int | None]) -> torch.Tensor:
+    """[2, T] int64 host rows of the packed step: each token's id (0 where the input is still in
+    flight) and the in-flight row that feeds it (-1 where the id is known)."""
+    num_new = [s.num_new_tokens for s in seqs]
+    chunks = ([0] if s.is_input_inflight else s.new_token_ids for s in seqs)
+    rows = np.empty((2, sum(num_new)), dtype=np.int64)
+    rows[0] = np.fromiter(
+        itertools.chain.from_iterable(chunks), dtype=np.int64, count=rows.shape[1]
+    )
+    rows[1] = np.repeat(np.asarray(device_source_rows(sources), dtype=np.int64), num_new)
+    return torch.as_tensor(rows)
 
 
 def _slot(seq: ScheduledSeq) -> int:
