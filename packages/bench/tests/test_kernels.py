@@ -1,4 +1,5 @@
 import importlib
+import json
 import sys
 
 import pytest
@@ -93,3 +94,27 @@ def test_linear_timing_after_the_models_producer_kernel(monkeypatch, k):
     assert linear_bench._time(projection, operands, 0, 1, after_norm=True) == "timing"
     assert linear_bench._time(projection, operands, 0, 1) == "timing"
     assert shapes == [(2, k), (2, k)]
+
+
+def test_gemv_tune_times_every_kernel_in_context_and_drops_an_engine_choice(monkeypatch, tmp_path):
+    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+    contexts = set()
+
+    class Timing:
+        median_ms = 0.05
+
+    def fake_time(fn, operands, warmup, iters, *, after_norm=False):
+        contexts.add(after_norm)
+        return Timing()
+
+    monkeypatch.setattr(linear_bench, "_time", fake_time)
+    monkeypatch.setattr(linear_bench, "_operands", lambda m, n, k, device: [])
+    entry = {"m": 1, "n": 16384, "k": 5120, "dtype": "bfloat16", "impl": "gemv",
+             "gemv": {"BN": 8}, "chosen_by": "the engine"}  # fmt: skip
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"entries": [entry]}))
+    table = linear_bench._tune_gemv(str(path), torch.device("cpu"), after_norm=True)
+    (tuned,) = table["entries"]
+    assert contexts == {True}
+    assert tuned["timed"] == "after_norm" and "chosen_by" not in tuned
+    assert tuned["impl"] == "cublas"  # every kernel tied: the GEMV must beat the others

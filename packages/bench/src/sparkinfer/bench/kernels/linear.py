@@ -205,8 +205,8 @@ def main() -> None:
     parser.add_argument(
         "--after-norm",
         action="store_true",
-        help="with a re-tune: time every candidate after the small kernel the model runs before "
-        "the projection (RMSNorm, or SwiGLU for down_proj)",
+        help="with --tune-gemv or a re-tune: time every candidate after the small kernel the model "
+        "runs before the projection (RMSNorm, or SwiGLU for down_proj)",
     )
     cli = parser.parse_args()
     if not cli.tune:
@@ -214,7 +214,7 @@ def main() -> None:
         return
     device = torch.device("cuda")
     if cli.tune_gemv is not None:
-        table = _tune_gemv(cli.tune_gemv, device)
+        table = _tune_gemv(cli.tune_gemv, device, after_norm=cli.after_norm)
     elif cli.retune_cublas is not None:
         table = _retune(
             cli.retune_cublas, device, lambda e: e["impl"] == "cublas", after_norm=cli.after_norm
@@ -259,32 +259,45 @@ def _gemv_candidates() -> list[GemvConfig]:
     ]
 
 
-def _tune_gemv(table_path: str, device: torch.device, warmup: int = 3, iters: int = 10):
+def _tune_gemv(
+    table_path: str,
+    device: torch.device,
+    warmup: int = 3,
+    iters: int = 10,
+    *,
+    after_norm: bool = False,
+):
     """The table at `table_path` with each one-row entry at the model's shapes timed again
     against the best GEMV tile; the GEMV becomes the entry's kernel where it beats both the
-    skinny tile and cuBLAS in this run. Every other entry is kept."""
+    skinny tile and cuBLAS in this run. Every other entry is kept. With after_norm every kernel
+    is timed after the one the model runs before it (see `_time`)."""
     table = _read_table(table_path)
+
+    def timed_us(fn, operands) -> float:
+        t = _time(fn, operands, warmup, iters, after_norm=after_norm)
+        return round(t.median_ms * 1e3, 2)
+
     for e in table["entries"]:
         if e["m"] != 1 or (e["n"], e["k"]) not in MODEL_SHAPES:
             continue
         operands = _operands(1, e["n"], e["k"], device)
-        e["cublas_us"] = round(_time(_cublas, operands, warmup, iters).median_ms * 1e3, 2)
+        e["cublas_us"] = timed_us(_cublas, operands)
         if "config" in e:
             tile = SkinnyGemmConfig(**e["config"])
-            t = _time(lambda x, w, c=tile: skinny_gemm(x, w, c), operands, warmup, iters)
-            e["triton_us"] = round(t.median_ms * 1e3, 2)
+            e["triton_us"] = timed_us(lambda x, w, c=tile: skinny_gemm(x, w, c), operands)
         timed = [
-            (_time(lambda x, w, c=c: gemv(x, w, c), operands, warmup, iters).median_ms, c)
-            for c in _gemv_candidates()
+            (timed_us(lambda x, w, c=c: gemv(x, w, c), operands), c) for c in _gemv_candidates()
         ]
-        best_ms, best = min(timed, key=lambda r: r[0])
-        e["gemv_us"] = round(best_ms * 1e3, 2)
+        e["gemv_us"], best = min(timed, key=lambda r: r[0])
         others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
         if e["gemv_us"] < min(others):
             e["impl"], e["gemv"] = "gemv", best.__dict__
         else:
             e["impl"] = "triton" if "config" in e and e["triton_us"] < e["cublas_us"] else "cublas"
             e.pop("gemv", None)
+        e.pop("chosen_by", None)  # this run's times decide now
+        if after_norm:
+            e["timed"] = "after_norm"
         print(json.dumps(e), flush=True)
         del operands
     return table
