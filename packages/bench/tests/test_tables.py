@@ -46,3 +46,40 @@ def test_tables_needs_a_table(capsys):
     with pytest.raises(SystemExit):
         main(["tables"])
     assert "--table" in capsys.readouterr().err
+
+
+def test_tables_mode_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
+    """The whole mode with the scheduler tests' tiny model (Triton interpreted): two tables,
+    interleaved, each through its own engine; the dispatcher's table is the committed one after."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from sparkinfer.bench import engine, roofline
+    from sparkinfer.kernels.linear import shape_table
+    from sparkinfer.model.config import parse_model_config
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "scheduler" / "tests"))
+    from scheduler_testing import TINY_CONFIG
+
+    monkeypatch.setattr(engine, "require_cuda", lambda: torch.device("cpu"))
+    monkeypatch.setattr(engine, "full_size_config", lambda n=None: parse_model_config(TINY_CONFIG))
+    monkeypatch.setattr(engine, "NUM_REAL_TOKENS", 250)
+    monkeypatch.setattr(roofline, "measure_peaks", lambda d: roofline.Peaks(1e12, 1e12))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    other = tmp_path / "empty.json"
+    other.write_text(json.dumps({"entries": []}))
+    argv = ["tables", "--table", COMMITTED, "--table", f"empty={other}", "--concurrency", "1,2"]
+    argv += ["--context", "16", "--new-tokens", "3", "--reps", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    runs = json.loads((tmp_path / "tables.json").read_text())["raw"]["runs"]
+    assert [(r["table"], r["batch"]) for r in runs] == [
+        (COMMITTED, 1),
+        (COMMITTED, 2),
+        ("empty", 1),
+        ("empty", 2),
+    ]
+    assert all(r["errors"] == 0 and r["aggregate_tok_s"] > 0 for r in runs)
+    assert shape_table.GEMV_TABLE  # the committed table is back
