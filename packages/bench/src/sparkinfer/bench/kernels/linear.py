@@ -118,7 +118,8 @@ def tune(
 ) -> list[Row]:
     """Best skinny-GEMM tile per (M, N, K) against cuBLAS: the dispatcher's table entries; every
     shape at every tuned batch, or the given (M, N, K) keys. With after_norm every candidate is
-    timed after an RMSNorm launch (see `_time`) and the entry says so ("timed": "after_norm")."""
+    timed after the kernel the model runs before it (see `_time`) and the entry says so
+    ("timed": "after_norm")."""
     entries = []
     if keys is None:
         keys = [(m, n, k) for (n, k), m in itertools.product(SHAPES, TUNE_BATCHES)]
@@ -151,8 +152,9 @@ def tune(
 
 
 def _cublas(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, w)  # the dispatcher's own cuBLAS call (matmul with w.t() picked slower
-    # kernels for some shapes on the H200)
+    """The dispatcher's own cuBLAS call (matmul with w.t() picked slower kernels for some shapes
+    on the H200)."""
+    return F.linear(x, w)
 
 
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
