@@ -91,10 +91,12 @@ def _time(fn, operands, args_warmup: int, iters: int, *, after_norm: bool = Fals
 def _candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
     """Tiles worth trying: enough programs to fill 132 SMs, pipelines that fit shared memory.
     The weight-first form (SWAP_AB) gets the wide tiles its 64-row dot side wants, and may run
-    a few programs short of a full wave (one 128-row tile per SM at 14336-16480 rows won)."""
+    a few programs short of a full wave (one 128-row tile per SM at 14336-16480 rows won).
+    Three and six K slices spread the 5120-row projections' 40-80 tiles more evenly over 132
+    SMs than powers of two do (6144 is 3 x 2048)."""
     bm = max(16, min(64, 1 << (m - 1).bit_length()))
-    x_first = itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8), (3, 4))
-    weight_first = itertools.product((64, 128), (1, 2, 4), (3, 4, 5))
+    x_first = itertools.product((16, 32, 64), (128, 256), (1, 2, 3, 4, 6, 8), (3, 4))
+    weight_first = itertools.product((64, 128), (1, 2, 3, 4, 6), (3, 4, 5))
     grid = [(False, bn, bk, split_k, stages, 132) for bn, bk, split_k, stages in x_first]
     grid += [(True, bn, 128, split_k, stages, 100) for bn, split_k, stages in weight_first]
     out = []
