@@ -19,6 +19,7 @@ from sparkinfer.kernels.gated_delta_rule import (
 )
 from sparkinfer.kernels.gated_delta_rule.chunk import _chunk_table
 from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
+from sparkinfer.kernels.rms_norm import gated_rms_norm
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 H, HV, K, V = 2, 4, 16, 16
@@ -330,6 +331,29 @@ def test_recurrent_batch(dtype, assert_close):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("weight_dtype", ["input", "fp32"])
+def test_recurrent_fused_gated_norm_equals_the_norm_after(dtype, weight_dtype, assert_close):
+    # The model's gate z is a strided view of the packed projection; a padding row stays zero.
+    x = make_inputs(5, seed=22, dtype=dtype, num_slots=6)
+    slots = [4, -1, 0, 5, 2]
+    packed = torch.randn(5, HV * V + 24, generator=torch.Generator().manual_seed(3)).to(dtype)
+    z = packed[:, 8 : 8 + HV * V].view(5, HV, V)
+    weight = torch.rand(V, generator=torch.Generator().manual_seed(4)) + 0.5
+    weight = weight.to(dtype if weight_dtype == "input" else torch.float32)
+    norm = {"norm_gate": z, "norm_weight": weight, "norm_eps": 1e-5}
+    state, state_plain, state_ref = (x["state"].clone() for _ in range(3))
+    args = (x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"])
+    slots_t = torch.tensor(slots)
+    o = fused_recurrent_gated_delta_rule(*args, state, state_slots=slots_t, **norm)
+    plain = fused_recurrent_gated_delta_rule(*args, state_plain, state_slots=slots_t)
+    assert torch.equal(o, gated_rms_norm(plain, z, weight, 1e-5))
+    assert torch.equal(state, state_plain)
+    o_ref = fused_recurrent_gated_delta_rule_ref(*args, state_ref, state_slots=slots_t, **norm)
+    assert_close(o, o_ref)
+    assert o[1].abs().max() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gating(dtype):
     x = make_inputs(37, seed=21, dtype=dtype)
     x["a"][0, 0] = 30.0  # softplus takes its linear branch
@@ -382,6 +406,15 @@ def test_launchers_reject_bad_inputs():
         )
     with pytest.raises(ValueError, match="state has strides"):
         run_decode(fused_recurrent_gated_delta_rule, x, [0] * 8, x["state"].transpose(2, 3))
+    decode = (x["q"], x["k"], x["v"], x["a"], x["b"], x["A_log"], x["dt_bias"], x["state"])
+    slots = torch.zeros(8, dtype=torch.int64)
+    with pytest.raises(ValueError, match="norm_gate and norm_weight together"):
+        fused_recurrent_gated_delta_rule(*decode, state_slots=slots, norm_gate=x["v"])
+    with pytest.raises(ValueError, match="norm_gate needs dense heads"):
+        fused_recurrent_gated_delta_rule(
+            *decode, state_slots=slots, norm_gate=x["v"].transpose(1, 2).contiguous().mT,
+            norm_weight=torch.ones(V),
+        )  # fmt: skip
     with pytest.raises(ValueError, match="H >= 1"):
         chunk_gated_delta_rule(x["q"][:, :0], x["k"][:, :0], x["v"], g, beta, x["state"], **kw)
 
@@ -433,3 +466,13 @@ def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
     o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, s_ref)
     assert_close(o, o_ref)
     assert_close(s, s_ref, torch.float32)
+    # The gated norm fused in (whole heads per program) gives the norm-after bits.
+    z, weight = randn(num_seqs, nhv, dk), randn(dk) * 0.1 + 1.0
+    s_fused = state.clone()
+    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
+    slots_t = torch.tensor(slots, device="cuda")
+    fused = fused_recurrent_gated_delta_rule(
+        *args, s_fused, state_slots=slots_t, norm_gate=z, norm_weight=weight, norm_eps=1e-6
+    )
+    assert torch.equal(fused, gated_rms_norm(o, z, weight, 1e-6))
+    assert torch.equal(s_fused, s)

@@ -1,7 +1,9 @@
 """Recurrent gated-delta-rule decode: one token per sequence, state updated in place in its slot.
 
 One program per (V block, sequence x value head) reads its [K, BV] tile of the fp32 state once and
-writes it once; the l2norm of q and k, the gates and beta are fused in.
+writes it once; the l2norm of q and k, the gates and beta are fused in. Given the gated RMSNorm
+that follows in the model (its gate and weight), one program takes a value head's whole V and
+normalises its output before the store, which saves the norm's launch.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -19,18 +21,21 @@ from sparkinfer.kernels._triton import (
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
+from sparkinfer.kernels.rms_norm.fused import gated_norm_rows, rounds_weight_product
 
 # V tile below / from 8 sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
 BV_SMALL_BATCH, BV_LARGE_BATCH = 32, 64
 NUM_WARPS = 4
+NORM_NUM_WARPS = 8  # with the gated norm fused: one program holds a whole [K, V] state
 
 
 @triton.jit
 def _fused_recurrent_kernel(
-    q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
-    stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale,
+    q, k, v, a, b, A_log, dt_bias, state, state_slots, o, norm_gate, norm_weight,
+    stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, stride_gb, scale, norm_eps,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr, USE_PDL: tl.constexpr,
+    GATED_NORM: tl.constexpr, ROUND_PRODUCT: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -66,6 +71,12 @@ def _fused_recurrent_kernel(
     b_h += b_k[:, None] * b_delta[None, :]
     b_o = tl.sum(b_h * b_q[:, None], 0)
     tl.store(p_state, b_h, mask=m_kv)
+    if GATED_NORM:  # BV == V: the whole head, normed from its output rounded as stored
+        b_z = tl.load(norm_gate + i_n * stride_gb + i_hv * V + o_v, mask=m_v, other=0.0)
+        b_w = tl.load(norm_weight + o_v, mask=m_v, other=0.0).to(tl.float32)
+        b_o = b_o.to(o.dtype.element_ty).to(tl.float32)
+        b_o = gated_norm_rows(b_o, b_z.to(tl.float32), b_w, V, norm_eps, o.dtype.element_ty,
+                              ROUND_PRODUCT)  # fmt: skip
     tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_v)
 
 
@@ -91,6 +102,9 @@ def fused_recurrent_gated_delta_rule(
     state_slots: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm: bool = True,
+    norm_gate: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 1e-6,
 ) -> torch.Tensor:
     """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
 
@@ -106,6 +120,11 @@ def fused_recurrent_gated_delta_rule(
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernel.
+        norm_gate: optional [B, HV, V] gate z (v's dtype; rows may be strided, heads dense):
+            the output is then the gated RMSNorm `gated_rms_norm(o, norm_gate, norm_weight,
+            norm_eps)` of the plain output o, to the bit.
+        norm_weight: [V] the gated norm's weight; given together with norm_gate.
+        norm_eps: the gated norm's variance epsilon.
 
     Returns:
         o: [B, HV, V] in v.dtype.
@@ -116,6 +135,8 @@ def fused_recurrent_gated_delta_rule(
     check_shape(op, "a", a, tuple(v.shape[:2]))
     tensors = {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log, "dt_bias": dt_bias}
     check_device(op, tensors | {"state": state, "state_slots": state_slots})
+    if norm_gate is not None or norm_weight is not None:
+        _check_norm(op, v, norm_gate, norm_weight)
     num_seqs, num_heads, head_k = q.shape
     num_v_heads, head_v = v.shape[1:]
     scale = head_k**-0.5 if scale is None else scale
@@ -124,11 +145,36 @@ def fused_recurrent_gated_delta_rule(
         return o
     BK = triton.next_power_of_2(head_k)
     BV = min(triton.next_power_of_2(head_v), BV_SMALL_BATCH if num_seqs < 8 else BV_LARGE_BATCH)
+    gated_norm = norm_gate is not None and norm_weight is not None
+    if gated_norm:
+        BV = triton.next_power_of_2(head_v)
     pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
-        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), scale,
+        norm_gate if gated_norm else o, norm_weight if gated_norm else o,
+        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0),
+        norm_gate.stride(0) if gated_norm else 0, scale, norm_eps,
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
-        USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, num_warps=NUM_WARPS, launch_pdl=pdl,
+        USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=gated_norm,
+        ROUND_PRODUCT=gated_norm and rounds_weight_product(norm_weight, v),
+        num_warps=NORM_NUM_WARPS if gated_norm else NUM_WARPS, launch_pdl=pdl,
     )  # fmt: skip
     return o
+
+
+def _check_norm(
+    op: str, v: torch.Tensor, norm_gate: torch.Tensor | None, norm_weight: torch.Tensor | None
+) -> None:
+    if norm_gate is None or norm_weight is None:
+        raise ValueError(f"{op}: give norm_gate and norm_weight together, or neither")
+    check_dtype(op, "norm_gate", norm_gate, (v.dtype,))
+    check_shape(op, "norm_gate", norm_gate, tuple(v.shape))
+    if norm_gate.shape[0] and (norm_gate.stride(2) != 1 or norm_gate.stride(1) != v.shape[2]):
+        raise ValueError(
+            f"{op}: norm_gate needs dense heads (strides (*, {v.shape[2]}, 1)), got "
+            f"{norm_gate.stride()}: pass a view whose heads are contiguous"
+        )
+    check_dtype(op, "norm_weight", norm_weight, (v.dtype, torch.float32))
+    check_shape(op, "norm_weight", norm_weight, (v.shape[2],))
+    check_contiguous(op, "norm_weight", norm_weight)
+    check_device(op, {"v": v, "norm_gate": norm_gate, "norm_weight": norm_weight})

@@ -6,6 +6,7 @@ timestep at a time and are written for reading, not speed.
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.rms_norm.ref import gated_rms_norm_ref
 
 L2NORM_EPS = 1e-6
 
@@ -137,6 +138,9 @@ def fused_recurrent_gated_delta_rule_ref(
     state_slots: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm: bool = True,
+    norm_gate: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 1e-6,
 ) -> torch.Tensor:
     """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
 
@@ -152,10 +156,18 @@ def fused_recurrent_gated_delta_rule_ref(
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
+        norm_gate: optional [B, HV, V] gate z: the output is then
+            `gated_rms_norm_ref(o, norm_gate, norm_weight, norm_eps)` of the plain output o.
+        norm_weight: [V] the gated norm's weight; given together with norm_gate.
+        norm_eps: the gated norm's variance epsilon.
 
     Returns:
         o: [B, HV, V] in v.dtype.
     """
+    if (norm_gate is None) != (norm_weight is None):
+        raise ValueError(
+            "fused_recurrent_gated_delta_rule: give norm_gate and norm_weight together, or neither"
+        )
     g, beta = gdn_gating_ref(a, b, A_log, dt_bias)
     qs, ks = _prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm)
     o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
@@ -164,4 +176,6 @@ def fused_recurrent_gated_delta_rule_ref(
             continue
         S, o[i] = _delta_rule_step(state[slot].float(), qs[i], ks[i], v[i].float(), g[i], beta[i])
         state[slot] = S
+    if norm_gate is not None and norm_weight is not None:
+        return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
     return o.to(v.dtype)

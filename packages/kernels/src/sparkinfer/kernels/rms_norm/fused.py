@@ -69,14 +69,23 @@ def _gated_rms_norm_kernel(
     b_x = tl.load(p_x + o_x[:, None] + o_n[None, :], mask=m, other=0.0).to(tl.float32)
     b_z = tl.load(p_z + o_z[:, None] + o_n[None, :], mask=m, other=0.0).to(tl.float32)
     b_w = tl.load(p_w + o_n, mask=o_n < N, other=0.0).to(tl.float32)
-    b_rstd = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=1) / N + eps)
-    # The normed value is rounded to the input dtype before the weight, as transformers does.
-    b_n = (b_x * b_rstd[:, None]).to(p_y.dtype.element_ty).to(tl.float32)
-    b_y = b_w[None, :] * b_n
-    if ROUND_PRODUCT:
-        b_y = b_y.to(p_y.dtype.element_ty).to(tl.float32)
-    b_y = b_y * (b_z * tl.sigmoid(b_z))
+    b_y = gated_norm_rows(b_x, b_z, b_w[None, :], N, eps, p_y.dtype.element_ty, ROUND_PRODUCT)
     tl.store(p_y + o_r[:, None] * N + o_n[None, :], b_y.to(p_y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def gated_norm_rows(b_x, b_z, b_w, N, eps, OUT_DTYPE: tl.constexpr, ROUND_PRODUCT: tl.constexpr):
+    """The gated RMSNorm of fp32 rows b_x [..., BN] (zero past N) with gate b_z and weight b_w,
+    in fp32, for a store in OUT_DTYPE; other kernels fuse it as their epilogue.
+
+    The normed value is rounded to OUT_DTYPE before the weight, as transformers does;
+    ROUND_PRODUCT rounds the product with the weight too (a 16-bit weight's promoted product).
+    """
+    b_rstd = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=-1, keep_dims=True) / N + eps)
+    b_y = b_w * (b_x * b_rstd).to(OUT_DTYPE).to(tl.float32)
+    if ROUND_PRODUCT:
+        b_y = b_y.to(OUT_DTYPE).to(tl.float32)
+    return b_y * (b_z * tl.sigmoid(b_z))
 
 
 def _as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -165,6 +174,11 @@ def rms_norm(
     return y, res_out
 
 
+def rounds_weight_product(weight: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether the gated norm's product with its weight is rounded (a 16-bit promoted dtype)."""
+    return torch.promote_types(weight.dtype, x.dtype) != torch.float32
+
+
 def gated_rms_norm(
     x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> torch.Tensor:
@@ -186,7 +200,7 @@ def gated_rms_norm(
     if num_rows == 0:
         return y
     br, bn, grid = _tiles(num_rows, n)
-    round_product = torch.promote_types(weight.dtype, x.dtype) != torch.float32
+    round_product = rounds_weight_product(weight, x)
     pdl = dependent_launch(x)
     _gated_rms_norm_kernel[(grid,)](
         x3, z3, weight, y,
