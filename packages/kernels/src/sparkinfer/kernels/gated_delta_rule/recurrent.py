@@ -146,17 +146,19 @@ def fused_recurrent_gated_delta_rule(
     BK = triton.next_power_of_2(head_k)
     BV = min(triton.next_power_of_2(head_v), BV_SMALL_BATCH if num_seqs < 8 else BV_LARGE_BATCH)
     gated_norm = norm_gate is not None and norm_weight is not None
+    gate, weight = (o, o)  # placeholders the kernel does not read without the norm
+    if norm_gate is not None and norm_weight is not None:
+        gate, weight = norm_gate, norm_weight
     if gated_norm:
         BV = triton.next_power_of_2(head_v)
     pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
-        q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
-        norm_gate if gated_norm else o, norm_weight if gated_norm else o,
-        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0),
-        norm_gate.stride(0) if gated_norm else 0, scale, norm_eps,
+        q, k, v, a, b, A_log, dt_bias, state, state_slots, o, gate, weight,
+        q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), gate.stride(0),
+        scale, norm_eps,
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
         USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=gated_norm,
-        ROUND_PRODUCT=gated_norm and rounds_weight_product(norm_weight, v),
+        ROUND_PRODUCT=gated_norm and rounds_weight_product(weight, v),
         num_warps=NORM_NUM_WARPS if gated_norm else NUM_WARPS, launch_pdl=pdl,
     )  # fmt: skip
     return o
