@@ -2,8 +2,10 @@
 
 One program per (V block, sequence x value head) reads its [K, BV] tile of the fp32 state once and
 writes it once; the l2norm of q and k, the gates and beta are fused in. Given the gated RMSNorm
-that follows in the model (its gate and weight), one program takes a value head's whole V and
-normalises its output before the store, which saves the norm's launch.
+that follows in the model (its gate and weight), batches below NORM_FUSED_MAX_SEQS sequences run
+one program per value head's whole V that normalises its output before the store, which saves
+the norm's launch; larger batches launch the norm after (whole heads per program ran slower
+there on the H200: 65 us against 60 us for both launches at 32 sequences, 48 heads).
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -21,12 +23,17 @@ from sparkinfer.kernels._triton import (
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
-from sparkinfer.kernels.rms_norm.fused import gated_norm_rows, rounds_weight_product
+from sparkinfer.kernels.rms_norm.fused import (
+    gated_norm_rows,
+    gated_rms_norm,
+    rounds_weight_product,
+)
 
 # V tile below / from 8 sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
 BV_SMALL_BATCH, BV_LARGE_BATCH = 32, 64
 NUM_WARPS = 4
-NORM_NUM_WARPS = 8  # with the gated norm fused: one program holds a whole [K, V] state
+NORM_FUSED_MAX_SEQS = 8  # the gated norm runs in the kernel below this many sequences
+NORM_NUM_WARPS = 4  # with the gated norm fused: one program holds a whole [K, V] state
 
 
 @triton.jit
@@ -122,7 +129,7 @@ def fused_recurrent_gated_delta_rule(
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernel.
         norm_gate: optional [B, HV, V] gate z (v's dtype; rows may be strided, heads dense):
             the output is then the gated RMSNorm `gated_rms_norm(o, norm_gate, norm_weight,
-            norm_eps)` of the plain output o, to the bit.
+            norm_eps)` of the plain output o (in this launch below NORM_FUSED_MAX_SEQS rows).
         norm_weight: [V] the gated norm's weight; given together with norm_gate.
         norm_eps: the gated norm's variance epsilon.
 
@@ -140,6 +147,12 @@ def fused_recurrent_gated_delta_rule(
     num_seqs, num_heads, head_k = q.shape
     num_v_heads, head_v = v.shape[1:]
     scale = head_k**-0.5 if scale is None else scale
+    if norm_gate is not None and norm_weight is not None and num_seqs >= NORM_FUSED_MAX_SEQS:
+        o = fused_recurrent_gated_delta_rule(
+            q, k, v, a, b, A_log, dt_bias, state,
+            state_slots=state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
+        )  # fmt: skip
+        return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     o = torch.empty(num_seqs, num_v_heads, head_v, dtype=v.dtype, device=v.device)
     if num_seqs == 0:
         return o
