@@ -19,6 +19,7 @@ from sparkinfer.kernels.gated_delta_rule import (
 )
 from sparkinfer.kernels.gated_delta_rule.chunk import _chunk_table
 from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
+from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.rms_norm import gated_rms_norm
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
@@ -356,6 +357,35 @@ def test_recurrent_fused_gated_norm_equals_the_norm_after(
     assert o[1].abs().max() == 0
 
 
+def _decode_with_norm(x: dict, rows: list[int], seed: int) -> torch.Tensor:
+    """The recurrent op with the gated norm over the given rows of x (slot = row), on x's device."""
+    gen = torch.Generator().manual_seed(seed)
+    num_rows, (_, num_v_heads, head_v) = x["v"].shape[0], x["v"].shape
+    z = torch.randn(num_rows, num_v_heads, head_v, generator=gen).to(x["v"])
+    weight = (torch.rand(head_v, generator=gen) + 0.5).to(x["v"])
+    state = x["state"].clone()
+    args = [x[n][rows] for n in ("q", "k", "v", "a", "b")] + [x["A_log"], x["dt_bias"], state]
+    return fused_recurrent_gated_delta_rule(
+        *args, state_slots=torch.tensor(rows, device=state.device), norm_gate=z[rows],
+        norm_weight=weight, norm_eps=1e-6,
+    )  # fmt: skip
+
+
+def _check_decode_rows_batch_invariant(x: dict) -> None:
+    # Inside batch_invariant a row's bits do not depend on how many rows share the launch, on
+    # either side of the small/large batch switch.
+    num_rows = x["v"].shape[0]
+    with batch_invariant("decode"):
+        together = _decode_with_norm(x, list(range(num_rows)), seed=5)
+        for r in (0, num_rows - 1):
+            assert torch.equal(_decode_with_norm(x, [r], seed=5)[0], together[r])
+        assert torch.equal(_decode_with_norm(x, list(range(3)), seed=5), together[:3])
+
+
+def test_recurrent_with_norm_batch_invariant():
+    _check_decode_rows_batch_invariant(make_inputs(12, seed=23, num_slots=12))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gating(dtype):
     x = make_inputs(37, seed=21, dtype=dtype)
@@ -479,3 +509,17 @@ def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
     )
     assert_close(fused, gated_rms_norm(o, z, weight, 1e-6))
     assert_close(s_fused, s, torch.float32)
+
+
+@pytest.mark.gpu
+def test_recurrent_with_norm_batch_invariant_real_shapes_gpu():
+    gen = torch.Generator().manual_seed(52)
+    x = {
+        "q": torch.randn(12, 16, 128, generator=gen), "k": torch.randn(12, 16, 128, generator=gen),
+        "v": torch.randn(12, 48, 128, generator=gen), "a": torch.randn(12, 48, generator=gen),
+        "b": torch.randn(12, 48, generator=gen),
+    }  # fmt: skip
+    x = {n: t.to("cuda", torch.bfloat16) for n, t in x.items()}
+    x |= {"A_log": torch.rand(48, device="cuda"), "dt_bias": torch.randn(48, device="cuda")}
+    x["state"] = torch.randn(12, 48, 128, 128, device="cuda") * 0.1
+    _check_decode_rows_batch_invariant(x)

@@ -5,7 +5,8 @@ writes it once; the l2norm of q and k, the gates and beta are fused in. Given th
 that follows in the model (its gate and weight), batches below NORM_FUSED_MAX_SEQS sequences run
 one program per value head's whole V that normalises its output before the store, which saves
 the norm's launch; larger batches launch the norm after (whole heads per program ran slower
-there on the H200: 65 us against 60 us for both launches at 32 sequences, 48 heads).
+there on the H200: 65 us against 60 us for both launches at 32 sequences, 48 heads). Inside
+`batch_invariant` every batch size takes the large batches' path.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -23,13 +24,15 @@ from sparkinfer.kernels._triton import (
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
+from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.rms_norm.fused import (
     gated_norm_rows,
     gated_rms_norm,
     rounds_weight_product,
 )
 
-# V tile below / from 8 sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
+# V tile below / from NORM_FUSED_MAX_SEQS sequences; tuned on an H200 at B=1 and B=64 (HV=48,
+# K=V=128).
 BV_SMALL_BATCH, BV_LARGE_BATCH = 32, 64
 NUM_WARPS = 4
 NORM_FUSED_MAX_SEQS = 8  # the gated norm runs in the kernel below this many sequences
@@ -147,7 +150,11 @@ def fused_recurrent_gated_delta_rule(
     num_seqs, num_heads, head_k = q.shape
     num_v_heads, head_v = v.shape[1:]
     scale = head_k**-0.5 if scale is None else scale
-    if norm_gate is not None and norm_weight is not None and num_seqs >= NORM_FUSED_MAX_SEQS:
+    # Inside batch_invariant one tiling serves every batch size, so a row's bits never depend
+    # on how many others share the step: the large batches' V tile, the norm launched after.
+    is_invariant = current_phase() is not None
+    is_large = is_invariant or num_seqs >= NORM_FUSED_MAX_SEQS
+    if norm_gate is not None and norm_weight is not None and is_large:
         o = fused_recurrent_gated_delta_rule(
             q, k, v, a, b, A_log, dt_bias, state,
             state_slots=state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
@@ -157,7 +164,7 @@ def fused_recurrent_gated_delta_rule(
     if num_seqs == 0:
         return o
     BK = triton.next_power_of_2(head_k)
-    BV = min(triton.next_power_of_2(head_v), BV_SMALL_BATCH if num_seqs < 8 else BV_LARGE_BATCH)
+    BV = min(triton.next_power_of_2(head_v), BV_LARGE_BATCH if is_large else BV_SMALL_BATCH)
     gated_norm = norm_gate is not None and norm_weight is not None
     gate, weight = (o, o)  # placeholders the kernel does not read without the norm
     if norm_gate is not None and norm_weight is not None:
