@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
+from sparkinfer.bench.kernels._graph_timing import time_graph
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -30,6 +31,8 @@ BF16_TFLOPS = 989.0  # H200 dense bf16 tensor-core peak
 HBM_TB_S = 4.8
 PREFILL_LENGTHS = (4096, 16384, 65536)
 DECODE_BATCHES = (1, 32, 64)
+NORM_DECODE_BATCHES = (1, 4, 8, 32)
+NUM_GDN_LAYERS = 48  # linear-attention layers of the 27B model: one state each per step
 MAX_REF_PREFILL = 4096  # the per-timestep reference is too slow beyond this
 
 Row = dict[str, Any]
@@ -159,11 +162,76 @@ def bench_decode(batches: tuple[int, ...], warmup: int, iters: int, device: str)
     return rows
 
 
+def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
+    """The model's decode step of one GDN layer: recurrent decode then the gated RMSNorm.
+
+    "fast" is the op given the norm (in-kernel below `recurrent.NORM_FUSED_MAX_SEQS` rows, a
+    second launch above); "in-kernel" forces whole heads per program at every batch; "two
+    launches" runs the plain op then `gated_rms_norm`. Each is a CUDA-graph replay over one
+    state per layer of the model (48), with dependent launch on, as in the decode graphs, so
+    the states are not in L2.
+    """
+    from sparkinfer.kernels.dependent_launch import set_dependent_launch
+
+    rows = []
+    set_dependent_launch(True)
+    try:
+        for batch in batches:
+            times = _decode_norm_times(batch, warmup, iters, device)
+            state_bytes = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4
+            shape = f"B={batch} HV={NUM_V_HEADS} K=V={HEAD_DIM}, {NUM_GDN_LAYERS} layers' states"
+            roof_ms = state_bytes / (COPY_TB_S * 1e9)
+            rows += _rows("recurrent decode + gated norm", shape, times, roof_ms)
+    finally:
+        set_dependent_launch(False)
+    return rows
+
+
+def _decode_norm_times(
+    batch: int, warmup: int, iters: int, device: str
+) -> dict[str, tuple[float, float]]:
+    from sparkinfer.kernels.gated_delta_rule import recurrent
+    from sparkinfer.kernels.rms_norm import gated_rms_norm
+
+    layers = [_inputs(batch, device) for _ in range(NUM_GDN_LAYERS)]
+    slots = torch.arange(batch, device=device)
+    for x in layers:
+        x["state"] = torch.zeros(batch, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+        x["z"] = torch.randn_like(x["v"])
+        x["w"] = torch.ones(HEAD_DIM, device=device, dtype=x["v"].dtype)
+
+    def op(x: dict[str, torch.Tensor], norm: bool) -> torch.Tensor:
+        names = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "state")
+        kw: dict[str, Any] = {"state_slots": slots}
+        if norm:
+            kw |= {"norm_gate": x["z"], "norm_weight": x["w"], "norm_eps": 1e-6}
+        return fused_recurrent_gated_delta_rule(*(x[n] for n in names), **kw)
+
+    def two_launches(x: dict[str, torch.Tensor]) -> torch.Tensor:
+        return gated_rms_norm(op(x, False), x["z"], x["w"], 1e-6)
+
+    def timed(fn: Callable[[dict[str, torch.Tensor]], object]) -> tuple[float, float]:
+        t = time_graph([partial(fn, x) for x in layers], warmup=warmup, iters=iters)
+        return t.median_ms, t.p90_ms
+
+    fused = partial(op, norm=True)
+    times = {"fast": timed(fused), "two launches": timed(two_launches)}
+    limit = recurrent.NORM_FUSED_MAX_SEQS
+    recurrent.NORM_FUSED_MAX_SEQS = batch + 1
+    try:
+        times["in-kernel"] = timed(fused)
+    finally:
+        recurrent.NORM_FUSED_MAX_SEQS = limit
+    return times
+
+
 def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: str = "cuda"):
-    """All rows: prefill at T = 4K/16K/64K (quick: 4K) and decode at B = 1/32/64."""
+    """All rows: prefill at T = 4K/16K/64K (quick: 4K), decode at B = 1/32/64 and decode with the
+    gated norm at B = 1/4/8/32."""
     lengths = PREFILL_LENGTHS[:1] if quick else PREFILL_LENGTHS
     prefill = bench_prefill(lengths, warmup, iters, device)
-    return prefill + bench_decode(DECODE_BATCHES, warmup, iters, device)
+    decode = bench_decode(DECODE_BATCHES, warmup, iters, device)
+    return prefill + decode + bench_decode_norm(NORM_DECODE_BATCHES, warmup, iters, device)
 
 
 def run(args: Any) -> list[Row]:
