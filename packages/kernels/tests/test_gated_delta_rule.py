@@ -499,7 +499,7 @@ def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
     o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, s_ref)
     assert_close(o, o_ref)
     assert_close(s, s_ref, torch.float32)
-    # The gated norm fused in (whole heads per program below 8 rows) or launched after.
+    # The gated norm fused in (whole heads per program up to 8 rows) or launched after.
     z, weight = randn(num_seqs, nhv, dk), randn(dk) * 0.1 + 1.0
     s_fused = state.clone()
     args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))

@@ -165,7 +165,7 @@ def bench_decode(batches: tuple[int, ...], warmup: int, iters: int, device: str)
 def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
     """The model's decode step of one GDN layer: recurrent decode then the gated RMSNorm.
 
-    "fast" is the op given the norm (in-kernel below `recurrent.NORM_FUSED_MAX_SEQS` rows, a
+    "fast" is the op given the norm (in-kernel up to `recurrent.NORM_IN_KERNEL_MAX_SEQS` rows, a
     second launch above); "in-kernel" forces whole heads per program at every batch; "two
     launches" runs the plain op then `gated_rms_norm`. Each is a CUDA-graph replay over one
     state per layer of the model (48), with dependent launch on, as in the decode graphs, so
@@ -216,12 +216,12 @@ def _decode_norm_times(
 
     fused = partial(op, norm=True)
     times = {"fast": timed(fused), "two launches": timed(two_launches)}
-    limit = recurrent.NORM_FUSED_MAX_SEQS
-    recurrent.NORM_FUSED_MAX_SEQS = batch + 1
+    limit = recurrent.NORM_IN_KERNEL_MAX_SEQS
+    recurrent.NORM_IN_KERNEL_MAX_SEQS = batch
     try:
         times["in-kernel"] = timed(fused)
     finally:
-        recurrent.NORM_FUSED_MAX_SEQS = limit
+        recurrent.NORM_IN_KERNEL_MAX_SEQS = limit
     return times
 
 

@@ -2,11 +2,11 @@
 
 One program per (V block, sequence x value head) reads its [K, BV] tile of the fp32 state once and
 writes it once; the l2norm of q and k, the gates and beta are fused in. Given the gated RMSNorm
-that follows in the model (its gate and weight), batches below NORM_FUSED_MAX_SEQS sequences run
-one program per value head's whole V that normalises its output before the store, which saves
-the norm's launch; larger batches launch the norm after (whole heads per program ran slower
-there on the H200: 65 us against 60 us for both launches at 32 sequences, 48 heads). Inside
-`batch_invariant` every batch size takes the large batches' path.
+that follows in the model (its gate and weight), batches of up to NORM_IN_KERNEL_MAX_SEQS
+sequences run one program per value head's whole V that normalises its output before the store,
+which saves the norm's launch; larger batches launch the norm after, where whole heads per program
+ran slower on the H200 (the GDN kernel record in docs/benchmarks.md times both at 1-32
+sequences). Inside `batch_invariant` every batch size takes the large batches' path.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -31,11 +31,10 @@ from sparkinfer.kernels.rms_norm.fused import (
     rounds_weight_product,
 )
 
-# V tile below / from NORM_FUSED_MAX_SEQS sequences; tuned on an H200 at B=1 and B=64 (HV=48,
-# K=V=128).
-BV_SMALL_BATCH, BV_LARGE_BATCH = 32, 64
+# V tile below / from LARGE_BATCH sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
+BV_SMALL_BATCH, BV_LARGE_BATCH, LARGE_BATCH = 32, 64, 8
 NUM_WARPS = 4
-NORM_FUSED_MAX_SEQS = 8  # the gated norm runs in the kernel below this many sequences
+NORM_IN_KERNEL_MAX_SEQS = 8  # the gated norm runs in the kernel up to this many sequences
 NORM_NUM_WARPS = 4  # with the gated norm fused: one program holds a whole [K, V] state
 
 
@@ -132,7 +131,7 @@ def fused_recurrent_gated_delta_rule(
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernel.
         norm_gate: optional [B, HV, V] gate z (v's dtype; rows may be strided, heads dense):
             the output is then the gated RMSNorm `gated_rms_norm(o, norm_gate, norm_weight,
-            norm_eps)` of the plain output o (in this launch below NORM_FUSED_MAX_SEQS rows).
+            norm_eps)` of the plain output o (in this launch up to NORM_IN_KERNEL_MAX_SEQS rows).
         norm_weight: [V] the gated norm's weight; given together with norm_gate.
         norm_eps: the gated norm's variance epsilon.
 
@@ -153,8 +152,8 @@ def fused_recurrent_gated_delta_rule(
     # Inside batch_invariant one tiling serves every batch size, so a row's bits never depend
     # on how many others share the step: the large batches' V tile, the norm launched after.
     is_invariant = current_phase() is not None
-    is_large = is_invariant or num_seqs >= NORM_FUSED_MAX_SEQS
-    if norm_gate is not None and norm_weight is not None and is_large:
+    norm_after = is_invariant or num_seqs > NORM_IN_KERNEL_MAX_SEQS
+    if norm_gate is not None and norm_weight is not None and norm_after:
         o = fused_recurrent_gated_delta_rule(
             q, k, v, a, b, A_log, dt_bias, state,
             state_slots=state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
@@ -164,6 +163,7 @@ def fused_recurrent_gated_delta_rule(
     if num_seqs == 0:
         return o
     BK = triton.next_power_of_2(head_k)
+    is_large = is_invariant or num_seqs >= LARGE_BATCH
     BV = min(triton.next_power_of_2(head_v), BV_LARGE_BATCH if is_large else BV_SMALL_BATCH)
     gated_norm = norm_gate is not None and norm_weight is not None
     gate, weight = (o, o)  # placeholders the kernel does not read without the norm
