@@ -1,5 +1,7 @@
 """Repository-wide pytest setup: Triton runs in its interpreter when no CUDA device is present,
-and transformers, the reference the model is checked against, runs its own plain-torch path."""
+and transformers, the reference the model is checked against, runs its own plain-torch path.
+Without CUDA the gpu tests are skipped; with it, the CPU-only ones (the kernels' interpreter tests
+and those marked cpu_only)."""
 
 import os
 import sys
@@ -15,12 +17,25 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+KERNEL_TESTS = os.path.join("packages", "kernels", "tests")
+
+
 def pytest_collection_modifyitems(config, items):
     import pytest
 
-    if torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    # With a CUDA device Triton compiles for it, so the kernels' CPU tests (written for its
+    # interpreter) cannot run, nor can tests of CPU stand-ins for CUDA streams and graphs.
+    skip = pytest.mark.skip(
+        reason="a CPU test (Triton's interpreter, or CPU stand-ins for CUDA): it runs where no "
+        "CUDA device is present, as in CI; the gpu tests cover the same code here"
+    )
     for item in items:
-        if "gpu" in item.keywords:
+        in_kernel_tests = KERNEL_TESTS in str(item.path)
+        if "cpu_only" in item.keywords or (in_kernel_tests and "gpu" not in item.keywords):
             item.add_marker(skip)

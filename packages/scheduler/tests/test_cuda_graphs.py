@@ -107,6 +107,7 @@ class _WatchedModel:
         return self.model.compute_logits(hidden)
 
 
+@pytest.mark.cpu_only
 def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_model):
     """The static buffers are filled on the caller's stream and read on the graph stream, a
     non-blocking one. Unordered, the warm-up on an H200 read input ids not yet zeroed (the
@@ -136,6 +137,7 @@ def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_
         assert torch.isfinite(graphs._graphs[size].logits[:, :250]).all()
 
 
+@pytest.mark.cpu_only
 def test_one_token_prompt_chunks_beside_decodes_stay_off_the_graph(monkeypatch, tiny_model):
     """A step budget of 2 tokens leaves 1 for a prompt chunk while another request decodes: a
     row with one new token on a cache, like a decode, that must not sample. Replayed, the graph
@@ -160,6 +162,7 @@ def test_one_token_prompt_chunks_beside_decodes_stay_off_the_graph(monkeypatch, 
         assert all(row.is_generated_last_token for row in rows), rows
 
 
+@pytest.mark.cpu_only
 def test_staging_buffers_are_refilled_only_after_the_last_copy(monkeypatch, tiny_model):
     """run() copies its rows to the device from pinned host buffers without blocking. The next
     run refilled them at once; the sampler's sync usually made that safe, but after a failed

@@ -228,6 +228,7 @@ def test_positions_of_chunks_and_decode(prompts) -> None:
     assert torch.equal(mixed, torch.cat([mm.positions[:, 3:9], torch.tensor([[1, 2]] * 3)], 1))
 
 
+@pytest.mark.cpu_only
 @pytest.mark.parametrize(
     "budget",
     [
