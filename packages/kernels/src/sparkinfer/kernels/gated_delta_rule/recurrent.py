@@ -165,12 +165,10 @@ def fused_recurrent_gated_delta_rule(
     BK = triton.next_power_of_2(head_k)
     is_large = is_invariant or num_seqs >= LARGE_BATCH
     BV = min(triton.next_power_of_2(head_v), BV_LARGE_BATCH if is_large else BV_SMALL_BATCH)
-    gated_norm = norm_gate is not None and norm_weight is not None
-    gate, weight = (o, o)  # placeholders the kernel does not read without the norm
+    gate, weight, gated_norm = o, o, False  # placeholders the kernel reads only with the norm
     if norm_gate is not None and norm_weight is not None:
-        gate, weight = norm_gate, norm_weight
-    if gated_norm:
-        BV = triton.next_power_of_2(head_v)
+        gate, weight, gated_norm = norm_gate, norm_weight, True
+        BV = triton.next_power_of_2(head_v)  # whole heads: the norm reduces over V
     pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o, gate, weight,
