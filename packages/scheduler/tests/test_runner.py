@@ -1,7 +1,9 @@
 """End to end on a tiny random model (CPU): greedy output against the plain reference decode."""
 
+import itertools
 import random
 import threading
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -167,11 +169,44 @@ def _ban_token_0(output_token_ids: object, row: torch.Tensor) -> None:
     row[0] = float("-inf")
 
 
+def _chain(token_id: int | None) -> int:
+    return 5 if token_id is None else (31 * token_id + 7) % 200
+
+
+def _follow_last_token(output_token_ids: Sequence[int], row: torch.Tensor) -> None:
+    """Allow only _chain(the last output token): each token is a function of the one before."""
+    allowed = _chain(output_token_ids[-1] if output_token_ids else None)
+    keep = row[allowed].clone()
+    row.fill_(float("-inf"))
+    row[allowed] = keep
+
+
+def test_logits_processor_steps_overlap_and_see_every_earlier_token(tiny_model):
+    """A processor that reads the request's last token must see it even when the step that drew
+    it is still in flight as the next step runs: the step before is read ahead of the draw, and
+    the steps keep overlapping."""
+    chained = SamplingParams(
+        temperature=0.0, max_tokens=NUM_NEW, logits_processor=_follow_last_token
+    )
+    params = [chained] * 3 + [SamplingParams(temperature=0.0, max_tokens=NUM_NEW)]
+
+    def generate(overlap: bool) -> MixedRun:
+        cfg = config(max_num_batched_tokens=64, overlap_steps=overlap, deterministic=True)
+        return run_mixed_steps(Runner(tiny_model, cfg), cfg, PROMPTS[: len(params)], params)
+
+    at_once, overlapped = generate(False), generate(True)
+    assert overlapped.tokens == at_once.tokens
+    assert overlapped.num_late_steps >= NUM_NEW - 1 and at_once.num_late_steps == 0
+    for tokens in at_once.tokens[:3]:
+        assert len(tokens) == NUM_NEW and tokens[0] == _chain(None)
+        assert all(b == _chain(a) for a, b in itertools.pairwise(tokens))
+
+
 def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, references):
     """With a step's samples left in flight (decode inputs taken on the device, samples read a
     step later) every request gets the tokens and logprobs it gets when each step is read at
     once: greedy, seeded draws, penalties (counting an output still in flight), a logits
-    processor (its steps are read at once) and a stop id, under preemption. Batch-invariant
+    processor and a stop id, under preemption. Batch-invariant
     numerics: a stopped request's extra row changes its step's batch, which must not change
     anyone's bits."""
     stop = references[3][4]
@@ -181,8 +216,6 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, refe
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, frequency_penalty=2.0),
         SamplingParams(temperature=0.0, max_tokens=NUM_NEW, stop_token_ids=(stop,)),
     ] * 2
-    # Its steps are read at once, beside penalty rows whose last output is in flight; short, so
-    # that most steps overlap.
     params.append(SamplingParams(temperature=0.0, max_tokens=3, logits_processor=_ban_token_0))
 
     def generate(overlap: bool) -> MixedRun:

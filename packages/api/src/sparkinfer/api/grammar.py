@@ -130,7 +130,9 @@ class GrammarLogitsProcessor:
             self._num_accepted += 1
             if not self.is_broken and not self._matcher.accept_token(token_id):
                 self.is_broken = True
-        if self.is_broken:
+        # Ended (its stop token accepted): the engine may draw once more for the request before
+        # its scheduler sees that token, and discards that draw.
+        if self.is_broken or self._matcher.is_terminated():
             return logits
         self._matcher.fill_next_token_bitmask(self._bitmask)
         rows = logits.view(1, -1)

@@ -158,9 +158,15 @@ class Runner:
                 with self._numerics(is_decode=all(s.is_decode for s in group)):
                     logits.append(self._forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
-            now = self._sample(sampled, logits, inflight) if sampled else []
-            # Read after this step is queued: the wait ends with the step before, not this one.
-            before = inflight.resolve() if inflight is not None else []
+            before: list[tuple[ScheduledSeq, SampledToken]] | None = None
+            if inflight is not None and any(Sampler.needs_host_history(s.req) for s in sampled):
+                # A logits processor reads every earlier token, so the step before comes to the
+                # host first: the wait ends with it, while this step's forward runs.
+                before = inflight.resolve()
+            now = self._sample(sampled, logits, inflight, before) if sampled else []
+            if before is None:
+                # Read after this step is queued: the wait ends with the step before, not this.
+                before = inflight.resolve() if inflight is not None else []
         return ModelOutput(samples=tuple(before + now), prompt_logprobs=prompt_logprobs)
 
     def _sample(
@@ -168,18 +174,28 @@ class Runner:
         sampled: list[ScheduledSeq],
         logits: list[torch.Tensor],
         inflight: StepInFlight | None,
+        resolved: list[tuple[ScheduledSeq, SampledToken]] | None,
     ) -> list[tuple[ScheduledSeq, SampledToken]]:
-        """Draw this step's tokens: left in flight when overlapping, else read at once."""
+        """Draw this step's tokens: left in flight when overlapping, else read at once.
+
+        `resolved`: the step before's samples when they were read ahead of this draw (logits
+        processors need them); the scheduler has not appended them yet.
+        """
         rows, reqs = torch.cat(logits), [s.req for s in sampled]
         idxs = [s.output_idx for s in sampled]
         late: list[torch.Tensor | None] = []  # only penalties read an output still in flight
         if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
             late = inflight.outputs_of(sampled)
-        if self.config.overlap_steps and not any(map(Sampler.needs_host_history, reqs)):
-            drawn = self.sampler.draw(rows, reqs, idxs, late)
+        pending: list[int | None] = []
+        if resolved:
+            known = {seq.req: sample.token_id for seq, sample in resolved}
+            pending = [known.get(req) for req in reqs]
+        if self.config.overlap_steps:
+            drawn = self.sampler.draw(rows, reqs, idxs, late, pending)
             self._inflight = StepInFlight(sampled, drawn)
             return []
-        return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
+        samples = self.sampler.sample(rows, reqs, idxs, late, pending)
+        return list(zip(sampled, samples, strict=True))
 
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""

@@ -42,6 +42,7 @@ class Sampler:
         reqs: Sequence[Request],
         output_idxs: Sequence[int] | None = None,
         inflight_outputs: Sequence[torch.Tensor | None] = (),
+        pending_outputs: Sequence[int | None] = (),
     ) -> list[SampledToken]:
         """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request, on the host.
 
@@ -49,9 +50,11 @@ class Sampler:
         after those it holds); it seeds the row's draw and counts toward min_tokens.
         inflight_outputs[i]: reqs[i]'s last output token [1] int64 on the device, when the host
         does not know it yet (empty: every output is known); the penalties count it.
+        pending_outputs[i]: reqs[i]'s last output token when the host has read it but the
+        request does not hold it yet (empty or None: none); its logits processor reads it.
         """
         idxs = [r.num_output_tokens for r in reqs] if output_idxs is None else list(output_idxs)
-        drawn = self.draw(logits, reqs, idxs, inflight_outputs)
+        drawn = self.draw(logits, reqs, idxs, inflight_outputs, pending_outputs)
         return drawn.to_host(non_blocking=False).samples()
 
     def draw(
@@ -60,9 +63,11 @@ class Sampler:
         reqs: Sequence[Request],
         output_idxs: Sequence[int],
         inflight_outputs: Sequence[torch.Tensor | None] = (),
+        pending_outputs: Sequence[int | None] = (),
     ) -> DrawnTokens:
-        """The drawn tokens and the logprobs asked for, left on the device (no host sync)."""
-        token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs)
+        """The drawn tokens and the logprobs asked for, left on the device (no host sync but a
+        logits processor's own)."""
+        token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs, pending_outputs)
         rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
         if not rows:
             return DrawnTokens(token_ids)
@@ -79,13 +84,14 @@ class Sampler:
         reqs: Sequence[Request],
         output_idxs: Sequence[int],
         inflight_outputs: Sequence[torch.Tensor | None],
+        pending_outputs: Sequence[int | None],
     ) -> torch.Tensor:
         """The drawn token ids [N] int64 on the device."""
         logits = logits.clone()
         self._apply_bias(logits, reqs)
         self._apply_penalties(logits, reqs, inflight_outputs)
         self._mask_early_stops(logits, reqs, output_idxs)
-        self._apply_processors(logits, reqs)
+        self._apply_processors(logits, reqs, pending_outputs)
         token_ids = logits.argmax(dim=-1)
         random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
         if random_rows:
@@ -103,7 +109,7 @@ class Sampler:
     @staticmethod
     def needs_host_history(req: Request) -> bool:
         """Whether drawing req's next token reads its earlier tokens on the host (a logits
-        processor, e.g. a grammar): its step cannot leave samples in flight."""
+        processor, e.g. a grammar): the step before must be read before this draw."""
         return req.params.logits_processor is not None
 
     def _apply_bias(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
@@ -154,10 +160,17 @@ class Sampler:
             if stops:
                 logits[i, _ints(stops, logits.device)] = float("-inf")
 
-    def _apply_processors(self, logits: torch.Tensor, reqs: Sequence[Request]) -> None:
+    def _apply_processors(
+        self, logits: torch.Tensor, reqs: Sequence[Request], pending: Sequence[int | None]
+    ) -> None:
         for i, req in enumerate(reqs):
-            if req.params.logits_processor is not None:
-                req.params.logits_processor(req.output_token_ids, logits[i])
+            if req.params.logits_processor is None:
+                continue
+            history = req.output_token_ids
+            late = pending[i] if pending else None
+            if late is not None:
+                history = [*history, late]
+            req.params.logits_processor(history, logits[i])
 
     def _draw(
         self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
