@@ -3,7 +3,8 @@
 The runner overlaps steps: it queues step N's forward and sampling, then reads step N-1's
 tokens (their copy to the host was queued behind N-1, so the wait ends when N-1 does, while N
 runs). A step with a logits processor reads them between its forward and its sampling instead,
-since the processor needs every earlier token; the forward still runs meanwhile. A decode row of step N whose input is N-1's sample takes it from N-1's device tokens
+since the processor needs every earlier token; the forward still runs meanwhile. A decode row
+of step N whose input is N-1's sample takes it from N-1's device tokens
 (`merge_inflight_inputs`), so no host round trip sits between the two steps.
 """
 
