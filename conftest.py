@@ -1,7 +1,7 @@
 """Repository-wide pytest setup: Triton runs in its interpreter when no CUDA device is present,
 and transformers, the reference the model is checked against, runs its own plain-torch path.
-Without CUDA the gpu tests are skipped; with it, the CPU-only ones (the kernels' interpreter tests
-and those marked cpu_only)."""
+Without CUDA the gpu tests are skipped; with it, the CPU-only ones (the kernels' interpreter tests,
+unless marked any_device, and those marked cpu_only)."""
 
 import os
 import sys
@@ -37,5 +37,6 @@ def pytest_collection_modifyitems(config, items):
     )
     for item in items:
         in_kernel_tests = KERNEL_TESTS in str(item.path)
-        if "cpu_only" in item.keywords or (in_kernel_tests and "gpu" not in item.keywords):
+        is_interpreted = in_kernel_tests and not {"gpu", "any_device"} & set(item.keywords)
+        if "cpu_only" in item.keywords or is_interpreted:
             item.add_marker(skip)

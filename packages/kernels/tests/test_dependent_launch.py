@@ -26,6 +26,7 @@ def test_off_for_cpu_tensors_whatever_the_switch():
     assert not dl.dependent_launch(torch.zeros(1))
 
 
+@pytest.mark.any_device
 def test_kernel_that_waits_first_runs_without_dependent_launch():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.arange(37, dtype=torch.float32, device=device)
