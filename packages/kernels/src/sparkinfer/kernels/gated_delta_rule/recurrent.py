@@ -152,22 +152,17 @@ def fused_recurrent_gated_delta_rule(
     # Inside batch_invariant one tiling serves every batch size, so a row's bits never depend
     # on how many others share the step: the large batches' V tile, the norm launched after.
     is_invariant = current_phase() is not None
-    norm_after = is_invariant or num_seqs > NORM_IN_KERNEL_MAX_SEQS
-    if norm_gate is not None and norm_weight is not None and norm_after:
-        o = fused_recurrent_gated_delta_rule(
-            q, k, v, a, b, A_log, dt_bias, state,
-            state_slots=state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
-        )  # fmt: skip
-        return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     o = torch.empty(num_seqs, num_v_heads, head_v, dtype=v.dtype, device=v.device)
     if num_seqs == 0:
         return o
     BK = triton.next_power_of_2(head_k)
     is_large = is_invariant or num_seqs >= LARGE_BATCH
     BV = min(triton.next_power_of_2(head_v), BV_LARGE_BATCH if is_large else BV_SMALL_BATCH)
-    gate, weight, gated_norm = o, o, False  # placeholders the kernel reads only with the norm
+    gate, weight, in_kernel = o, o, False  # placeholders the kernel reads only with the norm
     if norm_gate is not None and norm_weight is not None:
-        gate, weight, gated_norm = norm_gate, norm_weight, True
+        in_kernel = not is_invariant and num_seqs <= NORM_IN_KERNEL_MAX_SEQS
+        gate, weight = norm_gate, norm_weight
+    if in_kernel:
         BV = triton.next_power_of_2(head_v)  # whole heads: the norm reduces over V
     pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
@@ -175,10 +170,12 @@ def fused_recurrent_gated_delta_rule(
         q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), gate.stride(0),
         scale, norm_eps,
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
-        USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=gated_norm,
-        ROUND_PRODUCT=gated_norm and rounds_weight_product(weight, v),
-        num_warps=NORM_NUM_WARPS if gated_norm else NUM_WARPS, launch_pdl=pdl,
+        USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=in_kernel,
+        ROUND_PRODUCT=in_kernel and rounds_weight_product(weight, v),
+        num_warps=NORM_NUM_WARPS if in_kernel else NUM_WARPS, launch_pdl=pdl,
     )  # fmt: skip
+    if norm_gate is not None and norm_weight is not None and not in_kernel:
+        return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     return o
 
 
