@@ -186,16 +186,13 @@ class Runner:
         late: list[torch.Tensor | None] = []  # only penalties read an output still in flight
         if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
             late = inflight.outputs_of(sampled)
-        pending: list[int | None] = []
-        if resolved:
-            known = {seq.req: sample.token_id for seq, sample in resolved}
-            pending = [known.get(req) for req in reqs]
         if self.config.overlap_steps:
+            known = {seq.req: sample.token_id for seq, sample in resolved or ()}
+            pending = [known.get(req) for req in reqs] if known else []
             drawn = self.sampler.draw(rows, reqs, idxs, late, pending)
             self._inflight = StepInFlight(sampled, drawn)
             return []
-        samples = self.sampler.sample(rows, reqs, idxs, late, pending)
-        return list(zip(sampled, samples, strict=True))
+        return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
 
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""

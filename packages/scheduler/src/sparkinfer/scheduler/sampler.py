@@ -42,7 +42,6 @@ class Sampler:
         reqs: Sequence[Request],
         output_idxs: Sequence[int] | None = None,
         inflight_outputs: Sequence[torch.Tensor | None] = (),
-        pending_outputs: Sequence[int | None] = (),
     ) -> list[SampledToken]:
         """logits [N, vocab] fp32 (row i belongs to reqs[i]) -> a token per request, on the host.
 
@@ -50,11 +49,9 @@ class Sampler:
         after those it holds); it seeds the row's draw and counts toward min_tokens.
         inflight_outputs[i]: reqs[i]'s last output token [1] int64 on the device, when the host
         does not know it yet (empty: every output is known); the penalties count it.
-        pending_outputs[i]: reqs[i]'s last output token when the host has read it but the
-        request does not hold it yet (empty or None: none); its logits processor reads it.
         """
         idxs = [r.num_output_tokens for r in reqs] if output_idxs is None else list(output_idxs)
-        drawn = self.draw(logits, reqs, idxs, inflight_outputs, pending_outputs)
+        drawn = self.draw(logits, reqs, idxs, inflight_outputs)
         return drawn.to_host(non_blocking=False).samples()
 
     def draw(
@@ -66,7 +63,11 @@ class Sampler:
         pending_outputs: Sequence[int | None] = (),
     ) -> DrawnTokens:
         """The drawn tokens and the logprobs asked for, left on the device (no host sync but a
-        logits processor's own)."""
+        logits processor's own).
+
+        pending_outputs[i]: reqs[i]'s last output token when the host has read it but the request
+        does not hold it yet (empty or None: none); its logits processor reads it.
+        """
         token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs, pending_outputs)
         rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
         if not rows:
