@@ -151,10 +151,8 @@ class PagedRunner:
         max_lens: Sequence[int],
         block_size: int = 16,
         seed: int = 0,
-        chunk_invariant: bool = False,
     ) -> None:
         self.model = model
-        self.chunk_invariant = chunk_invariant
         self.block_size = block_size
         device = model.lm_head.weight.device
         self.device = device
@@ -186,7 +184,6 @@ class PagedRunner:
             caches=self.caches,
             block_size=self.block_size,
             device=self.device,
-            chunk_invariant=self.chunk_invariant,
         )
         ids = torch.cat([t for _, t in chunks]).to(self.device)
         logits = self.model.compute_logits(self.model(ids, batch))

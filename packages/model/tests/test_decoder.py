@@ -200,40 +200,6 @@ def test_chunked_prefill_equals_one_shot(causal_refs, causal_model, paged_runner
     assert _rel_err(torch.cat(pieces), ref.prefill) <= FP32_TOL
 
 
-@pytest.mark.parametrize("chunk_invariant", [False, True])
-def test_lone_uncached_prompt_attention(
-    causal_refs, causal_model, paged_runner, chunk_invariant
-) -> None:
-    """A step of one uncached prompt (2,100 tokens) runs the cacheless causal attention unless
-    the batch asks for chunk-invariant numerics; either way it matches transformers, and decode
-    then reads the K and V that step cached."""
-    ref, ops = causal_refs[5], causal_model.ops
-    calls = {"causal_attention": 0, "paged_attention_prefill": 0}
-
-    def counted(name):
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return getattr(ops, name)(*args, **kwargs)
-
-        return wrapper
-
-    causal_model.use_ops(dataclasses.replace(ops, **{name: counted(name) for name in calls}))
-    try:
-        runner = paged_runner(
-            causal_model, max_lens=[len(ref.prompt) + 2], chunk_invariant=chunk_invariant
-        )
-        prefill = runner.step([(0, ref.prompt)])[0]
-        decode = [runner.step([(0, ref.decode_ids[i : i + 1])])[0][0] for i in range(2)]
-    finally:
-        causal_model.use_ops(ops)
-    num_layers = len(causal_model.config.text.full_attention_layers)
-    expected = {"causal_attention": 0 if chunk_invariant else num_layers}
-    expected["paged_attention_prefill"] = num_layers - expected["causal_attention"]
-    assert calls == expected
-    assert _rel_err(prefill, ref.prefill) <= FP32_TOL
-    assert _rel_err(torch.stack(decode), ref.decode[:2]) <= FP32_TOL
-
-
 def test_packed_batch_equals_each_alone(causal_refs, causal_model, paged_runner) -> None:
     refs = [causal_refs[i] for i in (3, 0, 2)]
     packed = paged_runner(causal_model, max_lens=[len(r.prompt) for r in refs])

@@ -31,8 +31,6 @@ class ForwardBatch:
     is_decode:      every sequence has exactly one new token (recurrent kernels, no chunking)
     caches:         the cache views of every layer
     cu_seqlens_cpu / cached_lens_cpu: host copies for shapes and python-side loops
-    chunk_invariant: a row's bits must not depend on where its prompt's chunks were cut, so
-                    layers keep the kernels that promise this (no first-chunk-only paths)
     index_cache:    the prefill kernels' index tables derived from cu_seqlens (chunk and tile
                     maps): the first layer that needs one builds it here and every later layer of
                     the step reuses it (valid while cu_seqlens is not rewritten in place)
@@ -50,7 +48,6 @@ class ForwardBatch:
     caches: ModelCaches
     cu_seqlens_cpu: list[int]
     cached_lens_cpu: list[int]
-    chunk_invariant: bool = False
     index_cache: dict[str, tuple[torch.Tensor, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -91,7 +88,6 @@ class ForwardBatch:
         device: torch.device | str,
         positions: torch.Tensor | None = None,
         logits_indices: Sequence[int] | None = None,
-        chunk_invariant: bool = False,
     ) -> ForwardBatch:
         """Build the batch of one step from per-sequence host lists.
 
@@ -99,7 +95,6 @@ class ForwardBatch:
         blocks block_tables[b] (enough for cached + new tokens) and its GDN state in row
         state_slots[b]. Positions default to the text positions cached..cached+new-1 ([T]); pass
         [3, T] MRoPE positions for multimodal prompts. Logits default to each sequence's last token.
-        chunk_invariant: see the class docstring (the deterministic mode sets it).
         The step is a decode step when every sequence has one new token after a non-empty cache.
         """
         num_seqs = len(num_new_tokens)
@@ -153,7 +148,6 @@ class ForwardBatch:
             caches=caches,
             cu_seqlens_cpu=cu,
             cached_lens_cpu=list(cached_lens),
-            chunk_invariant=chunk_invariant,
         )
 
 

@@ -5,8 +5,7 @@
 row's numerics never depend on what else shares the step (and decodes keep the recurrent kernels
 and their CUDA graphs). On CUDA each forward's linear layers then run the kernels' fixed-tile
 batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the decode graphs are
-captured with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`),
-and a prompt's first chunk keeps the paged attention of its later ones (`chunk_invariant`).
+captured with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`).
 Without it, a step is one mixed packed forward with the fastest kernel per shape.
 
 Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
@@ -237,7 +236,6 @@ class Runner:
             device=self.device,
             positions=host_to_device(step_positions(seqs), self.device),
             logits_indices=_logits_indices(seqs),
-            chunk_invariant=self.config.deterministic,
         )
         rows = host_to_device(_step_inputs(seqs, sources), self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
@@ -299,7 +297,6 @@ class Runner:
         batch = ForwardBatch.build(
             [num_tokens], [0], [list(range(num_blocks))], [0],
             caches=scratch, block_size=cfg.block_size, device=self.device,
-            chunk_invariant=cfg.deterministic,
         )  # fmt: skip
         with self._on_stream(), self._numerics(is_decode=False):
             ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)

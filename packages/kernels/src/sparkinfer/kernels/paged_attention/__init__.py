@@ -1,20 +1,15 @@
-"""Paged KV-cache attention: cache write, causal varlen prefill and split-KV decode; causal
-attention of a prompt's first chunk on its own K and V."""
+"""Paged KV-cache attention: cache write, causal varlen prefill and split-KV decode."""
 
 from sparkinfer.kernels.paged_attention.cache_write import write_kv_cache
-from sparkinfer.kernels.paged_attention.causal import causal_attention
 from sparkinfer.kernels.paged_attention.decode import paged_attention_decode
 from sparkinfer.kernels.paged_attention.prefill import paged_attention_prefill
 from sparkinfer.kernels.paged_attention.ref import (
-    causal_attention_ref,
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
     write_kv_cache_ref,
 )
 
 __all__ = [
-    "causal_attention",
-    "causal_attention_ref",
     "paged_attention_decode",
     "paged_attention_decode_ref",
     "paged_attention_prefill",

@@ -139,30 +139,3 @@ def paged_attention_decode_ref(
         o = o * torch.sigmoid(gate.float())
         o[context_lens == 0] = 0.0
     return o.to(q.dtype)
-
-
-def causal_attention_ref(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    scale: float,
-    gate: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Causal attention of one sequence's tokens over themselves (no cached prefix).
-
-    Args:
-        q: [T, H, D] queries.
-        k, v: [T, HKV, D] keys and values of the same tokens; query head h reads KV head
-            h // (H // HKV).
-        scale: softmax scale, usually D ** -0.5.
-        gate: optional [T, H, D]; the output is multiplied by sigmoid(gate).
-
-    Returns:
-        o: [T, H, D] in q.dtype (softmax and accumulation in fp32).
-    """
-    positions = torch.arange(q.shape[0], device=q.device)
-    o = _attend(q, k.float(), v.float(), positions, scale)
-    if gate is not None:
-        o = o * torch.sigmoid(gate.float())
-    return o.to(q.dtype)

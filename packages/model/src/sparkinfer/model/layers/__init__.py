@@ -19,7 +19,6 @@ from sparkinfer.kernels.gated_delta_rule import (
     gdn_gating_ref,
 )
 from sparkinfer.kernels.paged_attention import (
-    causal_attention_ref,
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
 )
@@ -39,7 +38,6 @@ class KernelOps:
     qk_norm_rotary: Op
     paged_attention_prefill: Op
     paged_attention_decode: Op
-    causal_attention: Op
     causal_conv1d: Op
     causal_conv1d_update: Op
     gdn_gating: Op
@@ -57,7 +55,6 @@ REFERENCE_OPS = KernelOps(
     qk_norm_rotary=qk_norm_rotary_ref,
     paged_attention_prefill=paged_attention_prefill_ref,
     paged_attention_decode=paged_attention_decode_ref,
-    causal_attention=causal_attention_ref,
     causal_conv1d=causal_conv1d_ref,
     causal_conv1d_update=causal_conv1d_update_ref,
     gdn_gating=gdn_gating_ref,
@@ -81,7 +78,6 @@ def triton_ops() -> KernelOps:
     )
     from sparkinfer.kernels.linear import linear, linear_swiglu
     from sparkinfer.kernels.paged_attention import (
-        causal_attention,
         paged_attention_decode,
         paged_attention_prefill,
     )
@@ -94,7 +90,6 @@ def triton_ops() -> KernelOps:
         qk_norm_rotary=qk_norm_rotary,
         paged_attention_prefill=paged_attention_prefill,
         paged_attention_decode=paged_attention_decode,
-        causal_attention=causal_attention,
         causal_conv1d=causal_conv1d,
         causal_conv1d_update=causal_conv1d_update,
         gdn_gating=gdn_gating,

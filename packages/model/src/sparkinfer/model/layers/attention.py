@@ -6,10 +6,6 @@ holds [q_h | gate_h] per head (not two global halves). q and k get a (1+w) RMSNo
 before the partial rotary, fused with the KV-cache write into one kernel (`qk_norm_rotary`); the
 q_norm/k_norm modules only hold the checkpoint's norm weights. The output is multiplied by
 sigmoid(gate) before o_proj.
-
-A step that is one prompt's first chunk (no cached prefix) runs `causal_attention` on the chunk's
-own K and V (cuDNN's fused attention on CUDA) instead of the paged kernel, unless the batch asks
-for chunk-invariant numerics (`ForwardBatch.chunk_invariant`, the deterministic mode).
 """
 
 from __future__ import annotations
@@ -87,13 +83,6 @@ class GatedAttention(nn.Module):
                 scale=self.scale,
                 gate=gate,
             )
-        elif _is_whole_first_chunk(batch):
-            # One sequence, nothing cached: it attends only to its own rows, so its K (normed
-            # and rotated, read back from its cache blocks) and V feed a cacheless attention.
-            num_blocks = -(-num_tokens // cache.block_size)
-            blocks = batch.block_tables[0, :num_blocks]
-            k_new = cache.k.index_select(0, blocks).flatten(0, 1)[:num_tokens]
-            o = self.ops.causal_attention(q, k_new, v, scale=self.scale, gate=gate)
         else:
             o = self.ops.paged_attention_prefill(
                 q,
@@ -107,8 +96,3 @@ class GatedAttention(nn.Module):
                 index_cache=batch.index_cache,
             )
         return self.o_proj(o.reshape(num_tokens, -1))
-
-
-def _is_whole_first_chunk(batch: ForwardBatch) -> bool:
-    """A step of one sequence with no cached prefix, where the numerics may depend on chunking."""
-    return not batch.chunk_invariant and batch.num_seqs == 1 and batch.cached_lens_cpu[0] == 0
