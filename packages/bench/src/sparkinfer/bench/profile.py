@@ -203,6 +203,8 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     if tracker.errors:
         raise DeviceError(f"profile: decode requests failed: {tracker.errors[:3]}")
     steps = sum(1 for ts in _tokens(tracker)[last] if t0 <= ts <= t1) or window
+    # Steps the engine ran after the window's synchronize recorded events too: wait for them.
+    torch.cuda.synchronize()
     replay_ms = [start.elapsed_time(end) for start, end in replays]
     return Window(
         f"decode {batch} x {context}",
