@@ -9,10 +9,7 @@ Three kernels, in the spirit of FLA's ``chunk_gated_delta_rule`` (README.md has 
    overwrites u with v_new = u - w S and stores the state entering every output block of
    ``out_chunks`` chunks.
 3. ``_chunk_output_kernel`` per (V tile, value head, chunk): o = exp(g) q̂ S + causal(q̂ k̂^T
-   exp(g_i - g_j)) v_new over the chunks of its output block up to this one. Given the gated
-   RMSNorm that follows in the model (its gate and weight), a program that holds whole heads (the
-   V tile covers V, as at the default tiles for V <= 128) normalises its rows before the store,
-   which saves the norm's launch; narrower V tiles launch the norm after.
+   exp(g_i - g_j)) v_new over the chunks of its output block up to this one.
 Chunk bookkeeping stays on the device (no host sync): programs past the last chunk exit.
 """
 
@@ -42,17 +39,7 @@ from sparkinfer.kernels.gated_delta_rule._chunk_solve import (
     _load_tile,
     _store_tile,
 )
-from sparkinfer.kernels.gated_delta_rule.checks import (
-    INPUT_DTYPES,
-    check_norm,
-    check_qkv,
-    check_state_pool,
-)
-from sparkinfer.kernels.rms_norm.fused import (
-    gated_norm_rows,
-    gated_rms_norm,
-    rounds_weight_product,
-)
+from sparkinfer.kernels.gated_delta_rule.checks import INPUT_DTYPES, check_qkv, check_state_pool
 
 BT = 64  # chunk length
 BC = 16  # sub-block of the chunk for the triangular solve
@@ -201,11 +188,10 @@ def _qk_tile(p_q, p_k, p_h, n_q, n_k, o_v, m_v,
 @triton.jit
 def _chunk_output_kernel(
     q_hat, k_hat, v_new, h, g_cum, o, cu_seqlens, chunk_seq, chunk_pos, block_offsets,
-    state_slots, norm_gate, norm_weight, stride_gt, norm_eps,
+    state_slots,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, R: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    GATED_NORM: tl.constexpr, ROUND_PRODUCT: tl.constexpr,
 ):  # fmt: skip
     # Value heads of one chunk are neighbours in launch order, so they share q̂ and k̂ in L2.
     i_v, i_hv = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -223,8 +209,6 @@ def _chunk_output_kernel(
     if tl.load(state_slots + i_n) < 0:
         _store_tile(p_o, n, HV * V, o_v, m_v, tl.zeros([BT, BV], dtype=tl.float32))
         return
-    if GATED_NORM:  # the gate, loaded ahead so that its load overlaps the dots below
-        b_z = _load_tile(norm_gate + t0 * stride_gt + i_hv * V, n, stride_gt, o_v, m_v, BT)
 
     # The chunk is number s of its output block of R chunks, which starts at token t_b with the
     # state h[i_hb]: o = exp(g) q̂ S + sum over chunks j <= s of gated q̂ k̂_j^T v_new_j, with g
@@ -254,12 +238,6 @@ def _chunk_output_kernel(
         b_s *= tl.exp(tl.where((o_c < n)[:, None], b_gi[:, None] - b_gj[None, :], 0.0))
         b_v = _load_tile(p_v + j * BT * HV * V, BT, HV * V, o_v, m_v, BT).to(DOT_DTYPE)
         b_o = tl.dot(b_s.to(DOT_DTYPE), b_v, b_o, input_precision=P)
-    if GATED_NORM:  # BV >= V: whole heads, normed from their output rounded as stored
-        b_o = b_o.to(o.dtype.element_ty).to(tl.float32)
-        b_z = b_z.to(tl.float32)  # pyright: ignore[reportPossiblyUnboundVariable]
-        b_w = tl.load(norm_weight + o_v, mask=m_v, other=0.0).to(tl.float32)
-        b_o = gated_norm_rows(b_o, b_z, b_w[None, :], V, norm_eps, o.dtype.element_ty,
-                              ROUND_PRODUCT)  # fmt: skip
     _store_tile(p_o, n, HV * V, o_v, m_v, b_o)
 
 
@@ -339,9 +317,6 @@ def chunk_gated_delta_rule(
     scale: float | None = None,
     use_qk_l2norm: bool = True,
     index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
-    norm_gate: torch.Tensor | None = None,
-    norm_weight: torch.Tensor | None = None,
-    norm_eps: float = 1e-6,
 ) -> torch.Tensor:
     """Gated delta rule over a packed (varlen) prefill batch, chunked (64) in WY/UT form.
 
@@ -362,11 +337,6 @@ def chunk_gated_delta_rule(
             tensor (e.g. every layer of a forward): the chunk tables derived from cu_seqlens are
             built by the first call, stored there and reused by the others (keyed by tile sizes,
             checked against cu_seqlens and T). Rewriting cu_seqlens in place needs a fresh dict.
-        norm_gate: optional [T, HV, V] gate z (v's dtype; rows may be strided, heads dense):
-            the output is then the gated RMSNorm `gated_rms_norm(o, norm_gate, norm_weight,
-            norm_eps)` of the plain output o (in the output kernel when its V tile covers V).
-        norm_weight: [V] the gated norm's weight; given together with norm_gate.
-        norm_eps: the gated norm's variance epsilon.
 
     Returns:
         o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.
@@ -377,8 +347,6 @@ def chunk_gated_delta_rule(
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "state": state}
     tensors |= {"cu_seqlens": cu_seqlens, "state_slots": state_slots}
     check_device(op, tensors | {"has_initial_state": has_initial_state})
-    if norm_gate is not None or norm_weight is not None:
-        check_norm(op, v, norm_gate, norm_weight)
     _check_grid(q.shape[0], state_slots.shape[0], v.shape[1])
     launch = LAUNCH
     scale = q.shape[2] ** -0.5 if scale is None else scale
@@ -400,23 +368,14 @@ def chunk_gated_delta_rule(
         num_stages=launch.state_stages,
     )  # fmt: skip
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    bv_out = min(bv, launch.out_bv)
-    gate, weight, in_kernel = o, o, False  # placeholders the kernel reads only with the norm
-    if norm_gate is not None and norm_weight is not None:
-        # The norm reduces over V: in the kernel only when one program holds whole heads. The
-        # choice depends on shapes and tiles alone, never on the batch.
-        in_kernel = bv_out >= head_v
-        gate, weight = norm_gate, norm_weight
     if q.shape[0] > 0:
+        bv_out = min(bv, launch.out_bv)
         _chunk_output_kernel[(triton.cdiv(head_v, bv_out), num_v_heads, chunk_seq.shape[0])](
             wy.q_hat, wy.k_hat, wy.u, h, wy.g_cum, o, cu_seqlens, chunk_seq, chunk_pos,
-            block_offsets, state_slots, gate, weight, gate.stride(0), norm_eps,
-            BK=min(bk, launch.out_bk), BV=bv_out, R=launch.out_chunks, **consts,
-            GATED_NORM=in_kernel, ROUND_PRODUCT=in_kernel and rounds_weight_product(weight, v),
-            num_warps=launch.out_warps, num_stages=launch.out_stages,
+            block_offsets, state_slots, BK=min(bk, launch.out_bk), BV=bv_out,
+            R=launch.out_chunks, **consts, num_warps=launch.out_warps,
+            num_stages=launch.out_stages,
         )  # fmt: skip
-    if norm_gate is not None and norm_weight is not None and not in_kernel:
-        return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     return o
 
 

@@ -6,10 +6,8 @@ the conv, gating and recurrent kernels read strided rows, the gated norm strided
 [q | k | v] channels go through the causal conv and SiLU.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
-The output goes through the gated RMSNorm with z, then out_proj. The recurrent decode op and
-the chunked prefill op both apply that norm themselves, inside their kernels where one program
-holds whole heads (at decode up to 8 sequences, at prefill when the output tile covers V, as for
-V <= 128), which saves a launch per layer.
+The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
+applies that norm (inside its kernel up to 8 sequences, which saves a launch per layer).
 """
 
 from __future__ import annotations
@@ -112,6 +110,6 @@ class GatedDeltaNet(nn.Module):
                 state_slots=batch.state_slots,
                 has_initial_state=has_initial_state,
                 index_cache=batch.index_cache,
-                norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
             )  # fmt: skip
+            o = self.norm(o, z)  # [T, HV, V]
         return self.out_proj(o.reshape(num_tokens, self.value_dim))
