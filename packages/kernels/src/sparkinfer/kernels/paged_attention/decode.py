@@ -114,15 +114,14 @@ def _decode_split_kernel(
         m_kv = m_n[:, None] & m_d[None, :]
         o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
         b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        # V's load is issued with K's, so a one-tile split waits for memory once, not twice.
-        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
-        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BG, BN], log2 domain
         b_s = tl.where(m_n[None, :], b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
+        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
         b_m = b_m_new
 
@@ -165,9 +164,7 @@ def _decode_merge_kernel(
     b_acc = tl.zeros((BD,), dtype=tl.float32)
     # SPLIT_TILE partials at a time, tiles in index order and a fixed reduction tree inside
     # each: the sum depends on the split plan alone, never on the launch order or the batch.
-    # The loop is unrolled over MAX_SPLITS so every tile's loads are issued up front; a tile past
-    # the last split loads nothing and adds +0.0, which leaves the sum's bits as they are.
-    for s0 in tl.static_range(0, MAX_SPLITS, SPLIT_TILE):
+    for s0 in range(0, num_splits, SPLIT_TILE):
         o_t = s0 + tl.arange(0, SPLIT_TILE)
         m_t = o_t < num_splits
         b_mt = tl.load(p_part_ml + (o_part + o_t) * 2, mask=m_t, other=float("-inf"))
