@@ -250,6 +250,9 @@ TUNE_VARIANTS: tuple[dict[str, int], ...] = (
     {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "state_stages": 3},
     {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "out_bv": 64},
     {"solve_warps": 2, "out_warps": 4, "state_warps": 2},
+    {"state_bv": 16}, {"state_bv": 64}, {"state_warps": 1}, {"state_warps": 4},
+    {"state_bv": 16, "state_warps": 1}, {"state_stages": 3}, {"state_bv": 16, "state_stages": 3},
+    {"solve_warps": 4}, {"solve_width": 32}, {"out_chunks": 4}, {"out_warps": 8},
 )  # fmt: skip
 
 

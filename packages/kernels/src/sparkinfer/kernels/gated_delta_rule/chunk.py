@@ -54,11 +54,11 @@ class ChunkLaunch:
     ``dataclasses.replace(LAUNCH, ...)`` between calls.
     """
 
-    solve_width: int = 64  # columns of k and v per step of the solve kernel
+    solve_width: int = 32  # columns of k and v per step of the solve kernel
     solve_warps: int = 2
     state_bv: int = 32  # V tile of the state kernel: B * HV * V / state_bv sequential programs
     state_warps: int = 2
-    state_stages: int = 2
+    state_stages: int = 3
     out_chunks: int = 2  # chunks per output block; the state is stored once per block
     out_bk: int = 64  # K step of the output kernel
     out_bv: int = 128
