@@ -44,8 +44,10 @@ class FakeRunner:
         num_slots: int = 8,
         vocab_size: int = 100,
         overlap: bool | None = None,
+        snapshot_rows: Sequence[int] = (),
     ) -> None:
         self.overlap = type(self).default_overlap if overlap is None else overlap
+        self.snapshot_rows = snapshot_rows
         self._inflight: list[ScheduledSeq] = []
         self.num_blocks = num_blocks
         self.num_slots = num_slots
@@ -59,7 +61,12 @@ class FakeRunner:
         self.batches.append(batch)
         slots = [s.req.state_slot for s in batch.seqs]
         assert None not in slots and len(set(slots)) == len(slots), slots
-        blocks = [b for s in batch.seqs for b in s.req.block_ids]
+        # Past its cached prefix (whole blocks, shared by design) no block is held twice.
+        blocks = [
+            b
+            for s in batch.seqs
+            for b in s.req.block_ids[s.req.num_cached_prompt_tokens // self.block_size :]
+        ]
         assert len(set(blocks)) == len(blocks), "a block is held twice"
         for s in batch.seqs:
             needed = s.num_cached_tokens + s.num_new_tokens

@@ -171,6 +171,8 @@ def _scheduler_config(
         dependent_launch=settings.dependent_launch,
         deterministic=settings.deterministic,
         eos_token_ids=tuple(dict.fromkeys(eos)),
+        prefix_cache_snapshots=settings.prefix_cache_snapshots,
+        prefix_cache_min_tokens=settings.prefix_cache_min_tokens,
     )
 
 

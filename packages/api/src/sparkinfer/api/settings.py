@@ -69,6 +69,19 @@ class Settings(BaseSettings):
         "16% of prefill and 8-29% of decode at 32-64 streams on an H200, docs/benchmarks.md); "
         "off, output is still identical across runs of the same batch",
     )
+    prefix_cache_snapshots: int = Field(
+        0,
+        ge=0,
+        description="Prompt prefixes kept for reuse, each with one snapshot of the model's "
+        "recurrent state (147 MiB at 27B, taken from the KV cache's memory); a later prompt "
+        "that starts with one prefills only the rest. 0: no prefix cache",
+    )
+    prefix_cache_min_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Shortest uncached prompt part worth a prefix snapshot: such a prompt ends a "
+        "prefill step at its last 128-token checkpoint, where its prefix is kept",
+    )
     mrope: bool = Field(
         True,
         description="3-axis (t, h, w) rotary positions for image and video tokens (off: "

@@ -76,10 +76,15 @@ class ScheduledSeq:
 
 @dataclass(frozen=True)
 class ScheduledBatch:
-    """What one step runs: every scheduled sequence, decodes first."""
+    """What one step runs: every scheduled sequence, decodes first.
+
+    `state_copies`: (source, destination) rows of the GDN state pool to copy, in order, before
+    the step's forwards: prefix-cache snapshots taken and restored (`prefix_cache`).
+    """
 
     step_idx: int
     seqs: tuple[ScheduledSeq, ...]
+    state_copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # The output block of the GDN prefill kernels (two 64-token chunks share one stored state): with
@@ -39,6 +40,11 @@ class SchedulerConfig:
         prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
     eos_token_ids: the model's end-of-sequence ids (from its generation defaults).
     seed: seed of the sampler's shared generator (unseeded requests).
+    prefix_cache_snapshots: GDN state snapshots kept for prefix reuse (`prefix_cache`); 0 turns
+        the prefix cache off. Each is one sequence's conv and recurrent state (147 MiB at 27B),
+        taken from the cache memory like a state slot.
+    prefix_cache_min_tokens: shortest prefix worth a snapshot: a prompt at least this much longer
+        than its cached part ends a prefill chunk at its last checkpoint and is kept.
     """
 
     max_num_seqs: int = 64
@@ -56,6 +62,8 @@ class SchedulerConfig:
     deterministic: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int = 0
+    prefix_cache_snapshots: int = 0
+    prefix_cache_min_tokens: int = 1024
 
     def __post_init__(self) -> None:
         positive = {
@@ -68,6 +76,12 @@ class SchedulerConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} is {value}; it must be >= 1")
+        if self.prefix_cache_snapshots < 0 or self.prefix_cache_min_tokens < 1:
+            raise ValueError(
+                f"prefix_cache_snapshots is {self.prefix_cache_snapshots} and "
+                f"prefix_cache_min_tokens {self.prefix_cache_min_tokens}; expected >= 0 "
+                "snapshots (0 turns the prefix cache off) and >= 1 token"
+            )
         if self.max_queue_depth < 0:
             raise ValueError(
                 f"max_queue_depth is {self.max_queue_depth}; it must be >= 0 (0 means unlimited)"
@@ -95,6 +109,12 @@ class SchedulerConfig:
         if not self.deterministic or self.max_num_batched_tokens < PREFILL_CHUNK_ALIGNMENT:
             return 1
         return PREFILL_CHUNK_ALIGNMENT
+
+    @property
+    def prefix_alignment(self) -> int:
+        """Tokens a prefix-cache checkpoint is a multiple of: whole KV blocks, and a cut the
+        deterministic mode allows, so a prompt resumed there gets the bits of one cut there."""
+        return math.lcm(self.block_size, PREFILL_CHUNK_ALIGNMENT)
 
     @property
     def max_blocks_per_seq(self) -> int:

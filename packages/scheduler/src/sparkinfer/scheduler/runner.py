@@ -56,6 +56,7 @@ _PROMPT_LOGPROB_ROWS = 256  # prompt rows turned into fp32 [rows, vocab] logits 
 class CachePlan:
     num_blocks: int
     num_slots: int
+    num_snapshots: int = 0  # state rows after the slots, for the prefix cache
 
 
 def plan_cache(
@@ -64,9 +65,12 @@ def plan_cache(
     """Split `budget_bytes` between state slots (up to max_num_seqs) and KV blocks.
 
     Explicit sizes in `config` win. State gets at most half the budget, so a small GPU still
-    keeps KV room; `cap_blocks` stops at what max_num_seqs full-length sequences could use.
+    keeps KV room; `cap_blocks` stops at what max_num_seqs full-length sequences could use. The
+    prefix cache's `prefix_cache_snapshots` state rows come out of the budget first.
     """
     state_bytes = max(1, spec.state_bytes_per_slot())
+    num_snapshots = config.prefix_cache_snapshots
+    budget_bytes -= num_snapshots * state_bytes
     block_bytes = max(1, spec.kv_bytes_per_token() * config.block_size)
     num_slots = config.num_state_slots
     if num_slots is None:
@@ -78,12 +82,13 @@ def plan_cache(
             num_blocks = min(num_blocks, config.max_num_seqs * config.max_blocks_per_seq)
     if num_slots < 1 or num_blocks < 1:
         raise CacheAllocationError(
-            f"{budget_bytes / 2**20:.0f} MiB for caches gives {num_slots} state slots "
-            f"({state_bytes / 2**20:.1f} MiB each) and {num_blocks} KV blocks "
-            f"({block_bytes / 2**20:.2f} MiB each); at least one of each is needed: raise "
-            "gpu_memory_utilization (or cpu_cache_bytes), or set num_kv_blocks / num_state_slots"
+            f"{budget_bytes / 2**20:.0f} MiB for caches (after {num_snapshots} prefix-cache "
+            f"snapshots) gives {num_slots} state slots ({state_bytes / 2**20:.1f} MiB each) and "
+            f"{num_blocks} KV blocks ({block_bytes / 2**20:.2f} MiB each); at least one of each "
+            "is needed: raise gpu_memory_utilization (or cpu_cache_bytes), set num_kv_blocks / "
+            "num_state_slots, or lower prefix_cache_snapshots"
         )
-    return CachePlan(num_blocks=num_blocks, num_slots=num_slots)
+    return CachePlan(num_blocks=num_blocks, num_slots=num_slots, num_snapshots=num_snapshots)
 
 
 class Runner:
@@ -118,7 +123,7 @@ class Runner:
                 spec,
                 num_blocks=self.plan.num_blocks,
                 block_size=config.block_size,
-                num_slots=self.plan.num_slots,
+                num_slots=self.plan.num_slots + self.plan.num_snapshots,
                 device=self.device,
             )
         self.sampler = Sampler(
@@ -138,6 +143,11 @@ class Runner:
     def num_slots(self) -> int:
         return self.plan.num_slots
 
+    @property
+    def snapshot_rows(self) -> range:
+        """State-pool rows after the request slots, where the prefix cache keeps snapshots."""
+        return range(self.plan.num_slots, self.plan.num_slots + self.plan.num_snapshots)
+
     def check_multimodal(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
         """Raise InvalidRequest unless the model can run these images and videos."""
         self.vision.check(prompt_token_ids, mm)
@@ -152,6 +162,7 @@ class Runner:
         sampled: list[ScheduledSeq] = []
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
         with self._on_stream():
+            self._copy_states(batch.state_copies)
             self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
         with self._on_stream():
             for group in self._groups(batch.seqs):
@@ -193,6 +204,14 @@ class Runner:
             self._inflight = StepInFlight(sampled, drawn)
             return []
         return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
+
+    def _copy_states(self, copies: Sequence[tuple[int, int]]) -> None:
+        """Copy GDN state rows (conv and recurrent, every layer), one pair after the other:
+        a row a prefix-cache snapshot was just taken into may be restored from in the same step."""
+        for src, dst in copies:
+            for cache in self.caches.linear.values():
+                cache.conv[dst].copy_(cache.conv[src])
+                cache.recurrent[dst].copy_(cache.recurrent[src])
 
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""

@@ -21,6 +21,12 @@ prefilled again. Recompute rather than swap because a sequence's GDN state is la
 recomputing is one batched prefill; and the newest request has the least work to redo. Greedy
 output does not change, and its already emitted tokens are kept. A request that could not fit in
 the cache even alone is rejected when it is added, so every accepted request finishes.
+
+Prefix cache (`prefix_cache`, on with `prefix_cache_snapshots`): an admitted request starts after
+the longest cached prefix of its tokens (its blocks shared, the snapshot copied into its state
+row), and a prompt that runs `prefix_cache_min_tokens` or more past that ends a prefill chunk at
+its last checkpoint, where its prefix is cached for later requests. Cached blocks are reclaimed
+before any request is preempted. Requests with media or prompt logprobs take no part.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch
 from sparkinfer.scheduler.block_manager import BlockManager
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import InvalidRequest
+from sparkinfer.scheduler.prefix_cache import PrefixCache, PrefixEntry
 from sparkinfer.scheduler.request import (
     FinishReason,
     MultimodalInputs,
@@ -64,6 +71,8 @@ class SchedulerStats:
     num_finished: int
     num_aborted: int
     num_failed: int
+    num_prefix_cached_tokens: int = 0  # prompt tokens admitted from the prefix cache
+    num_prefix_cache_entries: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -90,10 +99,16 @@ class Scheduler:
         num_slots: int,
         vocab_size: int | None = None,
         emit: Callable[[Request, RequestOutput], None] = _call_on_output,
+        snapshot_rows: Sequence[int] = (),
     ) -> None:
+        """`snapshot_rows`: state-pool rows (past the `num_slots` request rows) the prefix cache
+        keeps its snapshots in; none turns it off."""
         self.config = config
         self.blocks = BlockManager(num_blocks, config.block_size)
+        self.block_size = config.block_size
         self.slots = StateSlots(num_slots)
+        self.prefix = PrefixCache(self.blocks, snapshot_rows, config.prefix_alignment)
+        self._state_copies: list[tuple[int, int]] = []  # for the next step, in order
         self.max_num_seqs = min(config.max_num_seqs, num_slots)
         self.vocab_size = vocab_size
         self._emit = emit
@@ -102,7 +117,7 @@ class Scheduler:
         self._requests: dict[str, Request] = {}
         self._step_idx = 0
         self._counters: dict[str, int] = dict.fromkeys(
-            ("prefill", "generated", "preempted", "finished", "aborted", "failed"), 0
+            ("prefill", "cached", "generated", "preempted", "finished", "aborted", "failed"), 0
         )
 
     @property
@@ -191,7 +206,8 @@ class Scheduler:
             budget -= seq.num_new_tokens
         self._step_idx += 1
         ordered = sorted(scheduled.values(), key=lambda s: not s.is_decode)
-        return ScheduledBatch(step_idx=self._step_idx, seqs=tuple(ordered))
+        copies, self._state_copies = tuple(self._state_copies), []
+        return ScheduledBatch(step_idx=self._step_idx, seqs=tuple(ordered), state_copies=copies)
 
     def update(self, batch: ScheduledBatch, output: ModelOutput) -> None:
         """Record the step, then the samples the host got: append, stop, free and emit.
@@ -204,6 +220,8 @@ class Scheduler:
             if req.is_finished:
                 continue
             req.num_computed_tokens = seq.num_cached_tokens + seq.num_new_tokens
+            if req.checkpoint_at and req.num_computed_tokens == req.checkpoint_at:
+                self._checkpoint(req)
             if not seq.is_decode:
                 self._counters["prefill"] += seq.num_new_tokens
             if req.request_id in output.prompt_logprobs:
@@ -259,17 +277,23 @@ class Scheduler:
             num_finished=c["finished"],
             num_aborted=c["aborted"],
             num_failed=c["failed"],
+            num_prefix_cached_tokens=c["cached"],
+            num_prefix_cache_entries=len(self.prefix),
         )
 
     def _schedule_running(
         self, req: Request, num_wanted: int, scheduled: dict[str, ScheduledSeq]
     ) -> ScheduledSeq | None:
         """Fit `req`'s next chunk, preempting the newest unscheduled requests for blocks."""
+        total = req.num_computed_tokens + num_wanted
+        self._reclaim(self.blocks.blocks_for(total) - len(req.block_ids))
         while True:
             num_new = self._chunk_len(req, min(num_wanted, self._num_fitting_tokens(req)))
             # A prefill chunk may shrink to the free blocks; a decode needs its one token.
             if num_new > 0:
                 return self._reserve(req, num_new)
+            if self.prefix.evict_one():
+                continue
             victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
             self._preempt(victim)
             if victim is req:
@@ -279,27 +303,77 @@ class Scheduler:
         return len(self.running) < self.max_num_seqs and self.slots.num_free_slots > 0
 
     def _admit(self, req: Request, budget: int) -> ScheduledSeq | None:
-        num_new = self._chunk_len(req, budget)
         # A request preempted with a sample in flight waits until that token is known.
-        if (
-            num_new == 0
-            or req.num_inflight_tokens
-            or not self.blocks.can_allocate(self.blocks.blocks_for(num_new))
-        ):
+        if req.num_inflight_tokens:
+            return None
+        hit = self._lookup(req)
+        num_cached = len(hit.tokens) if hit is not None else 0
+        req.num_computed_tokens = num_cached
+        req.checkpoint_at = self._checkpoint_for(req, num_cached)
+        num_new = self._chunk_len(req, budget)
+        num_needed = self.blocks.blocks_for(num_cached + num_new) - num_cached // self.block_size
+        if num_new > 0:
+            self._reclaim(num_needed, keep=hit)
+        if num_new == 0 or not self.blocks.can_allocate(num_needed):
+            req.num_computed_tokens = req.checkpoint_at = 0
             return None
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
         req.state_slot = self.slots.allocate()
+        req.num_cached_prompt_tokens = min(num_cached, req.num_prompt_tokens)
+        if hit is not None:
+            req.block_ids = list(hit.blocks)
+            self.blocks.share(req.block_ids)
+            self._state_copies.append((hit.snapshot_row, req.state_slot))
+            self._counters["cached"] += num_cached
         self.running.append(req)
         return self._reserve(req, num_new)
 
+    def _takes_part_in_prefix_cache(self, req: Request) -> bool:
+        """Media share placeholder token ids, and a hit skips the rows prompt logprobs need."""
+        return (
+            self.prefix.is_enabled and req.multimodal is None and req.params.prompt_logprobs is None
+        )
+
+    def _lookup(self, req: Request) -> PrefixEntry | None:
+        return self.prefix.lookup(req.token_ids) if self._takes_part_in_prefix_cache(req) else None
+
+    def _checkpoint_for(self, req: Request, num_cached: int) -> int:
+        """Where `req`'s prefill is to end a chunk and cache its prefix (0: nowhere): the last
+        checkpoint before its final token, when that adds enough uncached tokens."""
+        if not self._takes_part_in_prefix_cache(req):
+            return 0
+        align = self.prefix.alignment
+        end = (req.num_tokens - 1) // align * align
+        if end - num_cached < self.config.prefix_cache_min_tokens:
+            return 0
+        return 0 if self.prefix.contains(req.token_ids[:end]) else end
+
+    def _checkpoint(self, req: Request) -> None:
+        """Cache `req`'s prefix up to its checkpoint, which the step just computed; the next
+        step copies its state row to the entry's snapshot row before anything writes it."""
+        end, req.checkpoint_at = req.checkpoint_at, 0
+        assert req.state_slot is not None
+        entry = self.prefix.insert(req.token_ids[:end], req.block_ids)
+        if entry is not None:
+            self._state_copies.append((req.state_slot, entry.snapshot_row))
+
+    def _reclaim(self, num_blocks: int, keep: PrefixEntry | None = None) -> None:
+        """Evict cached prefixes (least recently used first, never `keep`) until `num_blocks`
+        blocks are free or none is left to evict."""
+        while not self.blocks.can_allocate(num_blocks) and self.prefix.evict_one(keep):
+            pass
+
     def _chunk_len(self, req: Request, limit: int) -> int:
         """Tokens of `req` to run now, at most `limit`: all that is pending, or a chunk ending on
-        a multiple of `chunk_alignment` (0 when no such end fits)."""
+        a multiple of `chunk_alignment` (0 when no such end fits), never past its checkpoint."""
+        start = req.num_computed_tokens
+        if start < req.checkpoint_at:
+            limit = min(limit, req.checkpoint_at - start)
         pending = req.num_pending_tokens
         if pending <= limit:
             return pending
-        start, align = req.num_computed_tokens, self.config.chunk_alignment
+        align = self.config.chunk_alignment
         return max(0, (start + max(0, limit)) // align * align - start)
 
     def _num_fitting_tokens(self, req: Request) -> int:
@@ -317,7 +391,7 @@ class Scheduler:
         self.running.remove(req)
         self._release(req)
         req.status = RequestStatus.WAITING
-        req.num_computed_tokens = 0
+        req.num_computed_tokens = req.checkpoint_at = 0
         req.num_preemptions += 1
         self._counters["preempted"] += 1
         self.waiting.appendleft(req)
@@ -369,6 +443,7 @@ class Scheduler:
             new_token_ids=new_token_ids,
             num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=req.num_output_tokens,
+            num_cached_tokens=req.num_cached_prompt_tokens,
             finish_reason=req.finish_reason,
             error=req.error,
             logprobs=() if logprob is None else (logprob,),

@@ -1,0 +1,246 @@
+"""The prefix cache: entries and eviction, the scheduler's checkpoints and hits (fake runner), and
+greedy output with hits on the tiny model (CPU) equal to the output without the cache."""
+
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+from scheduler_testing import FakeRunner, reference_greedy
+from sparkinfer.scheduler.batch import ScheduledBatch
+from sparkinfer.scheduler.block_manager import BlockManager
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.prefix_cache import PrefixCache
+from sparkinfer.scheduler.request import MultimodalInputs, RequestOutput, SamplingParams
+from sparkinfer.scheduler.runner import Runner, plan_cache
+from sparkinfer.scheduler.scheduler import Scheduler
+
+SNAPSHOT_ROWS = (8, 9)
+
+
+def test_lookup_takes_the_longest_entry_that_leaves_a_token():
+    blocks = BlockManager(16, 4)
+    cache = PrefixCache(blocks, (10, 11, 12), alignment=8)
+    tokens = list(range(40))
+    held = blocks.allocate(10)
+    short = cache.insert(tokens[:8], held)
+    long = cache.insert(tokens[:24], held)
+    assert short is not None and long is not None
+    assert cache.lookup(tokens) is long
+    assert cache.lookup(tokens[:25]) is long
+    assert cache.lookup(tokens[:24]) is short  # the 24-token entry would leave nothing to run
+    assert cache.lookup(tokens[:8]) is None
+    assert cache.lookup([99, *tokens[1:]]) is None
+    assert cache.contains(tokens[:24]) and not cache.contains(tokens[:16])
+    assert [blocks.ref_count(b) for b in held] == [3, 3] + [2] * 4 + [1] * 4
+
+
+def test_entries_go_least_recently_used_first_and_give_back_blocks_and_rows():
+    blocks = BlockManager(16, 4)
+    cache = PrefixCache(blocks, (10, 11), alignment=8)
+    stems = [[s] * 16 for s in (1, 2, 3)]
+    held = blocks.allocate(4)
+    first, second = cache.insert(stems[0], held), cache.insert(stems[1], held)
+    assert first is not None and second is not None
+    assert cache.lookup([*stems[0], 5]) is first  # the first is now the most recent
+    third = cache.insert(stems[2], held)
+    assert third is not None and third.snapshot_row == second.snapshot_row
+    assert cache.lookup([*stems[1], 5]) is None and cache.lookup([*stems[0], 5]) is first
+    assert cache.insert(stems[0], held) is None  # cached already
+    assert not cache.evict_one(keep=first) or len(cache) == 1
+    cache.clear()
+    assert len(cache) == 0 and [blocks.ref_count(b) for b in held] == [1] * 4
+    blocks.free(held)
+    assert blocks.num_free_blocks == 16
+
+
+def test_insert_needs_a_whole_number_of_checkpoints():
+    cache = PrefixCache(BlockManager(16, 4), (10,), alignment=8)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        cache.insert(list(range(12)), [0, 1, 2])
+    with pytest.raises(ValueError, match="block size"):
+        PrefixCache(BlockManager(16, 4), (10,), alignment=6)
+
+
+def _scheduler(num_blocks=256, rows=SNAPSHOT_ROWS, **cfg):
+    config = SchedulerConfig(
+        **{
+            "block_size": 4,
+            "max_model_len": 1024,
+            "max_num_batched_tokens": 512,
+            "prefix_cache_snapshots": len(rows),
+            "prefix_cache_min_tokens": 128,
+            **cfg,
+        }
+    )
+    outputs: dict[str, list[RequestOutput]] = {}
+    sched = Scheduler(
+        config,
+        num_blocks=num_blocks,
+        num_slots=8,
+        snapshot_rows=rows,
+        emit=lambda req, out: outputs.setdefault(req.request_id, []).append(out),
+    )
+    return sched, FakeRunner(num_blocks=num_blocks, snapshot_rows=rows), outputs
+
+
+def _run(sched: Scheduler, runner: FakeRunner) -> list[ScheduledBatch]:
+    batches = []
+    while sched.has_work():
+        batch = sched.schedule()
+        batches.append(batch)
+        sched.update(batch, runner.run(batch))
+    return batches
+
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=3)
+STEM = [1 + i % 97 for i in range(300)]
+
+
+def test_a_long_prompt_is_cut_at_its_checkpoint_and_a_later_one_starts_there():
+    sched, runner, outputs = _scheduler()
+    a = sched.add_request("a", STEM, GREEDY)
+    batches = _run(sched, runner)
+    # 300 tokens: the last checkpoint before the final token is 256 (a multiple of 128).
+    assert [s.num_new_tokens for s in batches[0].seqs] == [256]
+    assert batches[1].state_copies == ((0, 8),)  # a's row, right after the chunk that ended there
+    assert len(sched.prefix) == 1 and outputs["a"][-1].num_cached_tokens == 0
+    cached_blocks = sched.prefix.lookup(STEM).blocks  # type: ignore[union-attr]
+    assert a.block_ids == [] and all(sched.blocks.ref_count(b) == 1 for b in cached_blocks)
+
+    b = sched.add_request("b", [*STEM[:280], 5, 6, 7], GREEDY)
+    batches = _run(sched, runner)
+    assert batches[0].state_copies == ((8, b.state_slot if b.state_slot is not None else 0),)
+    assert [(s.num_cached_tokens, s.num_new_tokens) for s in batches[0].seqs] == [(256, 27)]
+    assert outputs["b"][-1].num_cached_tokens == 256
+    assert sched.stats().num_prefix_cached_tokens == 256
+    # A prompt that runs < prefix_cache_min_tokens past the cached part takes no checkpoint.
+    assert len(sched.prefix) == 1
+
+
+def test_requests_with_media_or_prompt_logprobs_take_no_part():
+    sched, runner, _ = _scheduler()
+    sched.add_request("a", STEM, GREEDY)
+    _run(sched, runner)
+    media = MultimodalInputs(torch.zeros(4, 8), ((1, 2, 2),), ("image",))
+    sched.add_request("m", [*STEM, 9], GREEDY, multimodal=media)
+    scoring = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=0)
+    sched.add_request("s", [*STEM, 9], scoring)
+    batches = _run(sched, runner)
+    assert all(s.num_cached_tokens == 0 for s in batches[0].seqs)
+    assert all(not b.state_copies for b in batches) and len(sched.prefix) == 1
+
+
+def test_cached_blocks_are_reclaimed_before_anyone_is_preempted():
+    # 100 blocks of 4: one 300-token prompt's entry holds 64 of them.
+    sched, runner, _ = _scheduler(num_blocks=100)
+    sched.add_request("a", STEM, GREEDY)
+    _run(sched, runner)
+    assert len(sched.prefix) == 1
+    sched.add_request("b", [7] * 300, GREEDY)  # needs 76 blocks: the entry has to go
+    _run(sched, runner)
+    stats = sched.stats()
+    assert stats.num_preemptions == 0 and stats.num_failed == 0
+    assert stats.num_prefix_cache_entries == 1  # b's own prefix replaced a's
+
+
+def test_no_block_or_row_leaks_after_random_shared_prefixes_and_aborts():
+    rng = random.Random(0)
+    sched, runner, _ = _scheduler(num_blocks=300, rows=(8, 9, 10))
+    stems = [[rng.randrange(1, 90) for _ in range(rng.randint(130, 400))] for _ in range(4)]
+    live: list[str] = []
+    for i in range(120):
+        stem = rng.choice(stems)
+        prompt = stem[: rng.randint(1, len(stem))] + [rng.randrange(1, 90) for _ in range(5)]
+        sched.add_request(str(i), prompt, SamplingParams(max_tokens=rng.randint(1, 6)))
+        live.append(str(i))
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.2:
+            sched.abort(rng.choice(live))
+    _run(sched, runner)
+    stats = sched.stats()
+    assert stats.num_prefix_cached_tokens > 0 and stats.num_running == 0
+    sched.prefix.clear()
+    assert sched.blocks.num_free_blocks == 300 and sched.slots.num_free_slots == 8
+    assert sorted(sched.prefix._free_rows) == [8, 9, 10]
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_greedy_output_with_a_cached_prefix_equals_the_output_without(tiny_model, deterministic):
+    """Tiny model (CPU): the second prompt resumes at the first one's 256-token checkpoint; its
+    tokens equal the reference decode, and in the deterministic mode its logprobs equal those of
+    the same run without the prefix cache bit for bit."""
+    rng = random.Random(1)
+    stem = [rng.randrange(250) for _ in range(300)]
+    prompts = [stem, [*stem[:270], *(rng.randrange(250) for _ in range(30))]]
+    params = SamplingParams(temperature=0.0, max_tokens=6, logprobs=1)
+
+    def run(num_snapshots: int) -> tuple[list[list[int]], list[list[float]], int]:
+        config = SchedulerConfig(
+            block_size=16, max_model_len=512, max_num_batched_tokens=512,
+            deterministic=deterministic, prefix_cache_snapshots=num_snapshots,
+            prefix_cache_min_tokens=128,
+        )  # fmt: skip
+        runner = Runner(tiny_model, config)
+        logprobs: dict[str, list[float]] = {}
+
+        def emit(req, out):
+            logprobs.setdefault(req.request_id, []).extend(lp.logprob for lp in out.logprobs)
+
+        sched = Scheduler(
+            config, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
+            snapshot_rows=runner.snapshot_rows, emit=emit,
+        )  # fmt: skip
+        tokens = []
+        for i, prompt in enumerate(prompts):  # one after the other: the first fills the cache
+            req = sched.add_request(str(i), prompt, params)
+            while sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+            assert req.error is None
+            tokens.append(req.output_token_ids)
+        num_cached = sched.stats().num_prefix_cached_tokens
+        return tokens, [logprobs[str(i)] for i in range(len(prompts))], num_cached
+
+    cached_tokens, cached_logprobs, num_cached = run(2)
+    plain_tokens, plain_logprobs, _ = run(0)
+    assert num_cached == 256
+    assert cached_tokens == plain_tokens
+    assert cached_tokens[1] == reference_greedy(tiny_model, prompts[1], 6)
+    if deterministic:
+        assert cached_logprobs == plain_logprobs
+
+
+def test_snapshots_come_out_of_the_cache_budget_and_the_engine_uses_them(tiny_model):
+    spec = tiny_model.cache_spec()
+    config = SchedulerConfig(
+        block_size=16, max_model_len=512, max_num_batched_tokens=512, max_num_seqs=4,
+        prefix_cache_snapshots=3, prefix_cache_min_tokens=128,
+    )  # fmt: skip
+    budget = 20 * spec.state_bytes_per_slot()
+    off = plan_cache(spec, replace(config, prefix_cache_snapshots=0), budget_bytes=budget,
+                     cap_blocks=False)  # fmt: skip
+    on = plan_cache(spec, config, budget_bytes=budget, cap_blocks=False)
+    assert (on.num_slots, on.num_snapshots) == (off.num_slots, 3)
+    block_bytes = spec.kv_bytes_per_token() * config.block_size
+    rows_bytes = (on.num_slots + 3) * spec.state_bytes_per_slot()
+    assert on.num_blocks == (budget - rows_bytes) // block_bytes < off.num_blocks
+    engine = Engine.from_model(tiny_model, config)
+    try:
+        runner = engine.runner
+        assert isinstance(runner, Runner)
+        rows = list(runner.snapshot_rows)
+        assert rows == [runner.num_slots + i for i in range(3)]
+        assert next(iter(runner.caches.linear.values())).recurrent.shape[0] == runner.num_slots + 3
+        rng = random.Random(2)
+        stem = [rng.randrange(250) for _ in range(300)]
+        first = engine.generate(stem, SamplingParams(temperature=0.0, max_tokens=4))
+        again = engine.generate(stem, SamplingParams(temperature=0.0, max_tokens=4))
+        assert first == again == reference_greedy(tiny_model, stem, 4)
+        assert engine.stats().num_prefix_cached_tokens == 256
+    finally:
+        engine.shutdown()
