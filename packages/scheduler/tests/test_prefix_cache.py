@@ -244,3 +244,20 @@ def test_snapshots_come_out_of_the_cache_budget_and_the_engine_uses_them(tiny_mo
         assert engine.stats().num_prefix_cached_tokens == 256
     finally:
         engine.shutdown()
+
+
+def test_a_prompt_that_parts_from_a_cached_one_caches_the_shared_part_for_a_third():
+    sched, runner, outputs = _scheduler(rows=(8, 9, 10))
+    system = STEM[:260]
+    questions = [[90 + i] * 150 for i in range(3)]
+    sched.add_request("a", [*system, *questions[0]], GREEDY)  # 410 tokens: checkpoint at 384
+    _run(sched, runner)
+    sched.add_request("b", [*system, *questions[1]], GREEDY)
+    batches = _run(sched, runner)
+    # b shares 256 aligned tokens with a's entry but no snapshot ends there: it cuts there too.
+    assert [s.num_new_tokens for s in batches[0].seqs] == [256]
+    assert [s.num_new_tokens for s in batches[1].seqs] == [128]
+    assert len(sched.prefix) == 3
+    sched.add_request("c", [*system, *questions[2]], GREEDY)
+    _run(sched, runner)
+    assert outputs["c"][-1].num_cached_tokens == 256

@@ -5,9 +5,10 @@ which is not paged and which every later token overwrites in place. So a prefix 
 only where that state was copied aside: at a checkpoint, a multiple of `alignment` tokens
 (`SchedulerConfig.prefix_alignment`: whole KV blocks, and a cut the deterministic mode allows).
 
-The scheduler makes a long prompt end a prefill chunk at its last checkpoint; after that step the
-runner copies the request's state row to a snapshot row, and the entry keeps the prefix's tokens,
-one more hold on each of its KV blocks and the snapshot. A later prompt that starts with an
+The scheduler makes a long prompt end prefill chunks at checkpoints (its last one, and the one
+where it parts from a cached prefix, which two prompts share and a third may); after such a step
+the runner copies the request's state row to a snapshot row, and the entry keeps the prefix's
+tokens, one more hold on each of its KV blocks and the snapshot. A later prompt that starts with an
 entry's tokens and has more after them starts from the longest such entry: its block table
 begins with the entry's blocks, the snapshot is copied into its state row and its prefill resumes
 at the checkpoint. Nothing writes a cached block again: it holds positions before the checkpoint.
@@ -69,6 +70,20 @@ class PrefixCache:
                 self._entries.move_to_end(key)
                 return entry
         return None
+
+    def longest_shared(self, token_ids: Sequence[int], max_len: int) -> int:
+        """Tokens (a multiple of the alignment, at most `max_len`) that `token_ids` shares with
+        the start of some entry, whether or not an entry ends there."""
+        best, a = 0, self.alignment
+        for entry in self._entries.values():
+            end = min(len(entry.tokens), max_len) // a * a
+            n = best
+            if tuple(token_ids[:n]) != entry.tokens[:n]:
+                continue
+            while n < end and tuple(token_ids[n : n + a]) == entry.tokens[n : n + a]:
+                n += a
+            best = n
+        return best
 
     def contains(self, token_ids: Sequence[int]) -> bool:
         """Whether `token_ids` (a multiple of the alignment long) is cached already."""

@@ -195,7 +195,8 @@ class Request:
         self.block_ids: list[int] = []
         self.state_slot: int | None = None
         self.num_cached_prompt_tokens = 0  # served from the prefix cache at the last admission
-        self.checkpoint_at = 0  # a prefill chunk ends here and the prefix is cached (0: none)
+        # Where prefill chunks end so the prefix is cached (`prefix_cache`), ascending.
+        self.checkpoints: list[int] = []
         self.num_preemptions = 0
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None

@@ -24,9 +24,10 @@ the cache even alone is rejected when it is added, so every accepted request fin
 
 Prefix cache (`prefix_cache`, on with `prefix_cache_snapshots`): an admitted request starts after
 the longest cached prefix of its tokens (its blocks shared, the snapshot copied into its state
-row), and a prompt that runs `prefix_cache_min_tokens` or more past that ends a prefill chunk at
-its last checkpoint, where its prefix is cached for later requests. Cached blocks are reclaimed
-before any request is preempted. Requests with media or prompt logprobs take no part.
+row). Its prefill ends a chunk, and caches its prefix, at the last checkpoint before its final
+token and where it parts from a cached prefix (a prefix two prompts share), each at least
+`prefix_cache_min_tokens` past the cached part before it. Cached blocks are reclaimed before any
+request is preempted. Requests with media or prompt logprobs take no part.
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ class Scheduler:
             if req.is_finished:
                 continue
             req.num_computed_tokens = seq.num_cached_tokens + seq.num_new_tokens
-            if req.checkpoint_at and req.num_computed_tokens == req.checkpoint_at:
+            if req.checkpoints and req.num_computed_tokens == req.checkpoints[0]:
                 self._checkpoint(req)
             if not seq.is_decode:
                 self._counters["prefill"] += seq.num_new_tokens
@@ -309,13 +310,13 @@ class Scheduler:
         hit = self._lookup(req)
         num_cached = len(hit.tokens) if hit is not None else 0
         req.num_computed_tokens = num_cached
-        req.checkpoint_at = self._checkpoint_for(req, num_cached)
+        req.checkpoints = self._checkpoints_for(req, num_cached)
         num_new = self._chunk_len(req, budget)
         num_needed = self.blocks.blocks_for(num_cached + num_new) - num_cached // self.block_size
         if num_new > 0:
             self._reclaim(num_needed, keep=hit)
         if num_new == 0 or not self.blocks.can_allocate(num_needed):
-            req.num_computed_tokens = req.checkpoint_at = 0
+            req.num_computed_tokens, req.checkpoints = 0, []
             return None
         self.waiting.popleft()
         req.status = RequestStatus.RUNNING
@@ -338,21 +339,26 @@ class Scheduler:
     def _lookup(self, req: Request) -> PrefixEntry | None:
         return self.prefix.lookup(req.token_ids) if self._takes_part_in_prefix_cache(req) else None
 
-    def _checkpoint_for(self, req: Request, num_cached: int) -> int:
-        """Where `req`'s prefill is to end a chunk and cache its prefix (0: nowhere): the last
-        checkpoint before its final token, when that adds enough uncached tokens."""
+    def _checkpoints_for(self, req: Request, num_cached: int) -> list[int]:
+        """Where `req`'s prefill is to end chunks and cache its prefix, each at least
+        `prefix_cache_min_tokens` past the part before it: where it parts from a cached prefix
+        (a prefix two prompts share, which a third may share too), and its last checkpoint
+        before its final token."""
         if not self._takes_part_in_prefix_cache(req):
-            return 0
-        align = self.prefix.alignment
+            return []
+        align, min_tokens = self.prefix.alignment, self.config.prefix_cache_min_tokens
         end = (req.num_tokens - 1) // align * align
-        if end - num_cached < self.config.prefix_cache_min_tokens:
-            return 0
-        return 0 if self.prefix.contains(req.token_ids[:end]) else end
+        points: list[int] = []
+        for point in (self.prefix.longest_shared(req.token_ids, end), end):
+            far_enough = point - max([num_cached, *points]) >= min_tokens
+            if far_enough and not self.prefix.contains(req.token_ids[:point]):
+                points.append(point)
+        return points
 
     def _checkpoint(self, req: Request) -> None:
-        """Cache `req`'s prefix up to its checkpoint, which the step just computed; the next
+        """Cache `req`'s prefix up to its next checkpoint, which the step just computed; the next
         step copies its state row to the entry's snapshot row before anything writes it."""
-        end, req.checkpoint_at = req.checkpoint_at, 0
+        end = req.checkpoints.pop(0)
         assert req.state_slot is not None
         entry = self.prefix.insert(req.token_ids[:end], req.block_ids)
         if entry is not None:
@@ -368,8 +374,8 @@ class Scheduler:
         """Tokens of `req` to run now, at most `limit`: all that is pending, or a chunk ending on
         a multiple of `chunk_alignment` (0 when no such end fits), never past its checkpoint."""
         start = req.num_computed_tokens
-        if start < req.checkpoint_at:
-            limit = min(limit, req.checkpoint_at - start)
+        if req.checkpoints:
+            limit = min(limit, req.checkpoints[0] - start)
         pending = req.num_pending_tokens
         if pending <= limit:
             return pending
@@ -391,7 +397,7 @@ class Scheduler:
         self.running.remove(req)
         self._release(req)
         req.status = RequestStatus.WAITING
-        req.num_computed_tokens = req.checkpoint_at = 0
+        req.num_computed_tokens, req.checkpoints = 0, []
         req.num_preemptions += 1
         self._counters["preempted"] += 1
         self.waiting.appendleft(req)
