@@ -2,11 +2,12 @@
 greedy output with hits on the tiny model (CPU) equal to the output without the cache."""
 
 import random
+import threading
 from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import FakeRunner, reference_greedy
+from scheduler_testing import FakeRunner, build_tiny_model, reference_greedy
 from sparkinfer.scheduler.batch import ScheduledBatch
 from sparkinfer.scheduler.block_manager import BlockManager
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -261,3 +262,42 @@ def test_a_prompt_that_parts_from_a_cached_one_caches_the_shared_part_for_a_thir
     sched.add_request("c", [*system, *questions[2]], GREEDY)
     _run(sched, runner)
     assert outputs["c"][-1].num_cached_tokens == 256
+
+
+@pytest.mark.gpu
+def test_a_cached_prefix_gives_the_bits_of_a_cut_there_on_cuda():
+    """On the device (bf16, CUDA graphs, deterministic): a prompt resumed from a snapshot at 256
+    tokens gives the tokens and logprobs of the same prompt run without the prefix cache."""
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    rng = random.Random(3)
+    stem = [rng.randrange(250) for _ in range(300)]
+    prompts = [stem, [*stem[:290], *(rng.randrange(250) for _ in range(20))]]
+    params = SamplingParams(temperature=0.0, max_tokens=8, logprobs=1)
+
+    def run(num_snapshots: int) -> tuple[list[list[int]], list[list[float]]]:
+        config = SchedulerConfig(
+            block_size=16, max_model_len=512, max_num_seqs=4, max_num_batched_tokens=512,
+            deterministic=True, prefix_cache_snapshots=num_snapshots, prefix_cache_min_tokens=128,
+        )  # fmt: skip
+        engine = Engine.from_model(model, config)
+        try:
+            tokens, logprobs = [], []
+            for prompt in prompts:
+                outs: list[RequestOutput] = []
+                done = threading.Event()
+
+                def on_output(out, outs=outs, done=done):
+                    outs.append(out)
+                    if out.is_finished:
+                        done.set()
+
+                engine.add_request(f"r{len(tokens)}", prompt, params, on_output=on_output)
+                assert done.wait(120)
+                tokens.append([t for o in outs for t in o.new_token_ids])
+                logprobs.append([lp.logprob for o in outs for lp in o.logprobs])
+            assert engine.stats().num_prefix_cached_tokens == (256 if num_snapshots else 0)
+            return tokens, logprobs
+        finally:
+            engine.shutdown()
+
+    assert run(2) == run(0)
