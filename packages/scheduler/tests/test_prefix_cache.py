@@ -20,21 +20,50 @@ from sparkinfer.scheduler.scheduler import Scheduler
 SNAPSHOT_ROWS = (8, 9)
 
 
+def _digests(cache: PrefixCache, tokens: list[int]) -> list[int]:
+    return cache.digests(tokens, [])
+
+
 def test_lookup_takes_the_longest_entry_that_leaves_a_token():
     blocks = BlockManager(16, 4)
     cache = PrefixCache(blocks, (10, 11, 12), alignment=8)
     tokens = list(range(40))
+    digests = _digests(cache, tokens)
     held = blocks.allocate(10)
-    short = cache.insert(tokens[:8], held)
-    long = cache.insert(tokens[:24], held)
+    short = cache.insert(tokens[:8], digests, held)
+    long = cache.insert(tokens[:24], digests, held)
     assert short is not None and long is not None
-    assert cache.lookup(tokens) is long
-    assert cache.lookup(tokens[:25]) is long
-    assert cache.lookup(tokens[:24]) is short  # the 24-token entry would leave nothing to run
-    assert cache.lookup(tokens[:8]) is None
-    assert cache.lookup([99, *tokens[1:]]) is None
-    assert cache.contains(tokens[:24]) and not cache.contains(tokens[:16])
+    assert cache.lookup(tokens, digests) is long
+    assert cache.lookup(tokens[:25], digests) is long
+    assert cache.lookup(tokens[:24], digests) is short  # the 24-token entry would leave nothing
+    assert cache.lookup(tokens[:8], digests) is None
+    other = [99, *tokens[1:]]
+    assert cache.lookup(other, _digests(cache, other)) is None
+    assert cache.contains(digests, 24) and not cache.contains(digests, 16)
+    assert cache.longest_shared(digests, 40) == 24 and cache.longest_shared(digests, 20) == 16
     assert [blocks.ref_count(b) for b in held] == [3, 3] + [2] * 4 + [1] * 4
+
+
+def test_a_digest_match_is_confirmed_token_by_token():
+    """Digests are not collision-proof against crafted prompts: a hit needs the same tokens."""
+    blocks = BlockManager(16, 4)
+    cache = PrefixCache(blocks, (10,), alignment=8)
+    tokens = list(range(20))
+    digests = _digests(cache, tokens)
+    entry = cache.insert(tokens[:8], digests, blocks.allocate(2))
+    assert entry is not None
+    forged = [50, *tokens[1:]]  # other tokens presenting the cached prefix's digests
+    assert cache.lookup(forged, digests) is None
+    assert cache.lookup(forged, digests, confirmed=entry) is entry  # an earlier check stands
+
+
+def test_digests_extend_as_tokens_grow():
+    cache = PrefixCache(BlockManager(16, 4), (10,), alignment=8)
+    tokens = list(range(30))
+    known = cache.digests(tokens[:13], [])
+    assert len(known) == 1
+    assert cache.digests(tokens, known) is known and known == _digests(cache, tokens)
+    assert len(known) == 3
 
 
 def test_entries_go_least_recently_used_first_and_give_back_blocks_and_rows():
@@ -42,14 +71,19 @@ def test_entries_go_least_recently_used_first_and_give_back_blocks_and_rows():
     cache = PrefixCache(blocks, (10, 11), alignment=8)
     stems = [[s] * 16 for s in (1, 2, 3)]
     held = blocks.allocate(4)
-    first, second = cache.insert(stems[0], held), cache.insert(stems[1], held)
+    first = cache.insert(stems[0], _digests(cache, stems[0]), held)
+    second = cache.insert(stems[1], _digests(cache, stems[1]), held)
     assert first is not None and second is not None
-    assert cache.lookup([*stems[0], 5]) is first  # the first is now the most recent
-    third = cache.insert(stems[2], held)
+
+    def find(stem: list[int]):
+        prompt = [*stem, 5]
+        return cache.lookup(prompt, _digests(cache, prompt))
+
+    assert find(stems[0]) is first  # the first is now the most recent
+    third = cache.insert(stems[2], _digests(cache, stems[2]), held)
     assert third is not None and third.snapshot_row == second.snapshot_row
-    assert cache.lookup([*stems[1], 5]) is None and cache.lookup([*stems[0], 5]) is first
-    assert cache.insert(stems[0], held) is None  # cached already
-    assert not cache.evict_one(keep=first) or len(cache) == 1
+    assert find(stems[1]) is None and find(stems[0]) is first
+    assert cache.insert(stems[0], _digests(cache, stems[0]), held) is None  # cached already
     cache.clear()
     assert len(cache) == 0 and [blocks.ref_count(b) for b in held] == [1] * 4
     blocks.free(held)
@@ -58,8 +92,9 @@ def test_entries_go_least_recently_used_first_and_give_back_blocks_and_rows():
 
 def test_insert_needs_a_whole_number_of_checkpoints():
     cache = PrefixCache(BlockManager(16, 4), (10,), alignment=8)
+    tokens = list(range(12))
     with pytest.raises(ValueError, match="multiple of 8"):
-        cache.insert(list(range(12)), [0, 1, 2])
+        cache.insert(tokens, _digests(cache, tokens), [0, 1, 2])
     with pytest.raises(ValueError, match="block size"):
         PrefixCache(BlockManager(16, 4), (10,), alignment=6)
 
@@ -107,7 +142,9 @@ def test_a_long_prompt_is_cut_at_its_checkpoint_and_a_later_one_starts_there():
     assert [s.num_new_tokens for s in batches[0].seqs] == [256]
     assert batches[1].state_copies == ((0, 8),)  # a's row, right after the chunk that ended there
     assert len(sched.prefix) == 1 and outputs["a"][-1].num_cached_tokens == 0
-    cached_blocks = sched.prefix.lookup(STEM).blocks  # type: ignore[union-attr]
+    entry = sched.prefix.lookup(STEM, sched.prefix.digests(STEM, []))
+    assert entry is not None
+    cached_blocks = entry.blocks
     assert a.block_ids == [] and all(sched.blocks.ref_count(b) == 1 for b in cached_blocks)
 
     b = sched.add_request("b", [*STEM[:280], 5, 6, 7], GREEDY)

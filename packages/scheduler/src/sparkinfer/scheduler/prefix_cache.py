@@ -28,16 +28,22 @@ from sparkinfer.scheduler.block_manager import BlockManager
 
 @dataclass(frozen=True)
 class PrefixEntry:
-    """A cached prefix: `tokens` (a multiple of the alignment), its KV `blocks`, and the
-    state-pool row holding the GDN state after its last token."""
+    """A cached prefix: `tokens` (a multiple of the alignment), the chained digest after each of
+    its aligned pieces, its KV `blocks`, and the state-pool row holding the GDN state after its
+    last token."""
 
     tokens: tuple[int, ...]
+    digests: tuple[int, ...]
     blocks: tuple[int, ...]
     snapshot_row: int
 
 
 class PrefixCache:
-    """Entries keyed by (length, chained hash of the aligned pieces), in recency order."""
+    """Entries keyed by the chained digest of their aligned pieces, in recency order.
+
+    A request's digests are computed once and extended as its tokens grow (`digests`); a hit is
+    confirmed token by token, since digests are not collision-proof against crafted prompts.
+    """
 
     def __init__(self, blocks: BlockManager, snapshot_rows: Sequence[int], alignment: int) -> None:
         if alignment % blocks.block_size:
@@ -49,7 +55,7 @@ class PrefixCache:
         self.alignment = alignment
         self.num_rows = len(snapshot_rows)
         self._free_rows = list(reversed(snapshot_rows))
-        self._entries: OrderedDict[tuple[int, int], PrefixEntry] = OrderedDict()
+        self._entries: OrderedDict[int, PrefixEntry] = OrderedDict()
 
     @property
     def is_enabled(self) -> bool:
@@ -58,55 +64,74 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, token_ids: Sequence[int]) -> PrefixEntry | None:
+    def digests(self, token_ids: Sequence[int], known: list[int]) -> list[int]:
+        """Extend `known` (the digests of `token_ids`' first pieces, computed before) to every
+        whole aligned piece of `token_ids`, in place, and return it. Digest i covers the first
+        (i + 1) * alignment tokens."""
+        a = self.alignment
+        digest = known[-1] if known else 0
+        for end in range((len(known) + 1) * a, len(token_ids) + 1, a):
+            digest = hash((digest, tuple(token_ids[end - a : end])))
+            known.append(digest)
+        return known
+
+    def lookup(
+        self, token_ids: Sequence[int], digests: Sequence[int], confirmed: object = None
+    ) -> PrefixEntry | None:
         """The longest entry whose tokens start `token_ids` and leave at least one token after
-        them (the step after a hit must compute something to sample from)."""
+        them (the step after a hit must compute something to sample from). `confirmed`: an entry
+        already checked token by token against these tokens."""
         if not self._entries:
             return None
-        keys = self._keys(token_ids, len(token_ids) - 1)
-        for key in reversed(keys):
-            entry = self._entries.get(key)
-            if entry is not None and tuple(token_ids[: key[0]]) == entry.tokens:
-                self._entries.move_to_end(key)
+        for i in reversed(range(min(len(digests), (len(token_ids) - 1) // self.alignment))):
+            entry = self._entries.get(digests[i])
+            if entry is None or len(entry.tokens) != (i + 1) * self.alignment:
+                continue
+            if entry is confirmed or tuple(token_ids[: len(entry.tokens)]) == entry.tokens:
+                self._entries.move_to_end(digests[i])
                 return entry
         return None
 
-    def longest_shared(self, token_ids: Sequence[int], max_len: int) -> int:
-        """Tokens (a multiple of the alignment, at most `max_len`) that `token_ids` shares with
-        the start of some entry, whether or not an entry ends there."""
-        best, a = 0, self.alignment
+    def longest_shared(self, digests: Sequence[int], max_len: int) -> int:
+        """Tokens (a multiple of the alignment, at most `max_len`) whose digests match the start
+        of some entry's, whether or not an entry ends there."""
+        best = 0
         for entry in self._entries.values():
-            end = min(len(entry.tokens), max_len) // a * a
-            n = best
-            if tuple(token_ids[:n]) != entry.tokens[:n]:
-                continue
-            while n < end and tuple(token_ids[n : n + a]) == entry.tokens[n : n + a]:
-                n += a
-            best = n
+            n, end = 0, min(len(entry.digests), len(digests), max_len // self.alignment)
+            while n < end and entry.digests[n] == digests[n]:
+                n += 1
+            best = max(best, n * self.alignment)
         return best
 
-    def contains(self, token_ids: Sequence[int]) -> bool:
-        """Whether `token_ids` (a multiple of the alignment long) is cached already."""
-        keys = self._keys(token_ids, len(token_ids))
-        return bool(keys) and keys[-1][0] == len(token_ids) and keys[-1] in self._entries
+    def contains(self, digests: Sequence[int], num_tokens: int) -> bool:
+        """Whether the first `num_tokens` (a positive multiple of the alignment) of the tokens
+        whose digests these are are cached already."""
+        i = num_tokens // self.alignment - 1
+        entry = self._entries.get(digests[i]) if 0 <= i < len(digests) else None
+        return entry is not None and len(entry.tokens) == num_tokens
 
-    def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> PrefixEntry | None:
-        """Keep `token_ids` (a multiple of the alignment) with its first KV blocks; returns the
-        entry, whose snapshot row the caller fills, or None when no row can be freed."""
+    def insert(
+        self, token_ids: Sequence[int], digests: Sequence[int], blocks: Sequence[int]
+    ) -> PrefixEntry | None:
+        """Keep `token_ids` (a multiple of the alignment; `digests` at least covers them) with
+        its first KV blocks; returns the entry, whose snapshot row the caller fills, or None when
+        it is cached already or no row can be freed."""
         tokens = tuple(token_ids)
-        if not tokens or len(tokens) % self.alignment:
+        num_pieces = len(tokens) // self.alignment
+        if not tokens or len(tokens) % self.alignment or len(digests) < num_pieces:
             raise ValueError(
-                f"a cached prefix has {len(tokens)} tokens; expected a positive multiple of "
-                f"{self.alignment}"
+                f"a cached prefix has {len(tokens)} tokens and {len(digests)} digests; expected a "
+                f"positive multiple of {self.alignment} tokens and a digest for each piece"
             )
         num_blocks = len(tokens) // self.blocks.block_size
         if len(blocks) < num_blocks:
             raise ValueError(f"{len(tokens)} tokens need {num_blocks} blocks, got {len(blocks)}")
-        if self.contains(tokens) or (not self._free_rows and not self.evict_one()):
+        chain = tuple(digests[:num_pieces])
+        if chain[-1] in self._entries or (not self._free_rows and not self.evict_one()):
             return None
-        entry = PrefixEntry(tokens, tuple(blocks[:num_blocks]), self._free_rows.pop())
+        entry = PrefixEntry(tokens, chain, tuple(blocks[:num_blocks]), self._free_rows.pop())
         self.blocks.share(list(entry.blocks))
-        self._entries[self._keys(tokens, len(tokens))[-1]] = entry
+        self._entries[chain[-1]] = entry
         return entry
 
     def evict_one(self, keep: PrefixEntry | None = None) -> bool:
@@ -123,12 +148,3 @@ class PrefixCache:
     def clear(self) -> None:
         while self.evict_one():
             pass
-
-    def _keys(self, token_ids: Sequence[int], max_len: int) -> list[tuple[int, int]]:
-        """(length, chained hash) of each aligned prefix of `token_ids` up to `max_len` tokens."""
-        keys: list[tuple[int, int]] = []
-        digest, a = 0, self.alignment
-        for end in range(a, max_len + 1, a):
-            digest = hash((digest, tuple(token_ids[end - a : end])))
-            keys.append((end, digest))
-        return keys

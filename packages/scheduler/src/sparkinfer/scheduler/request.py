@@ -195,8 +195,12 @@ class Request:
         self.block_ids: list[int] = []
         self.state_slot: int | None = None
         self.num_cached_prompt_tokens = 0  # served from the prefix cache at the last admission
-        # Where prefill chunks end so the prefix is cached (`prefix_cache`), ascending.
+        # Where prefill chunks end so the prefix is cached (`prefix_cache`), ascending; the
+        # chained digests of the tokens' aligned pieces, extended as they grow; the cached prefix
+        # last checked against the tokens.
         self.checkpoints: list[int] = []
+        self.prefix_digests: list[int] = []
+        self.prefix_confirmed: object | None = None
         self.num_preemptions = 0
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None

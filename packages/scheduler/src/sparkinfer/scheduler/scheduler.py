@@ -337,7 +337,12 @@ class Scheduler:
         )
 
     def _lookup(self, req: Request) -> PrefixEntry | None:
-        return self.prefix.lookup(req.token_ids) if self._takes_part_in_prefix_cache(req) else None
+        if not self._takes_part_in_prefix_cache(req):
+            return None
+        digests = self.prefix.digests(req.token_ids, req.prefix_digests)
+        hit = self.prefix.lookup(req.token_ids, digests, req.prefix_confirmed)
+        req.prefix_confirmed = hit
+        return hit
 
     def _checkpoints_for(self, req: Request, num_cached: int) -> list[int]:
         """Where `req`'s prefill is to end chunks and cache its prefix, each at least
@@ -349,9 +354,10 @@ class Scheduler:
         align, min_tokens = self.prefix.alignment, self.config.prefix_cache_min_tokens
         end = (req.num_tokens - 1) // align * align
         points: list[int] = []
-        for point in (self.prefix.longest_shared(req.token_ids, end), end):
+        digests = req.prefix_digests  # computed by _lookup
+        for point in (self.prefix.longest_shared(digests, end), end):
             far_enough = point - max([num_cached, *points]) >= min_tokens
-            if far_enough and not self.prefix.contains(req.token_ids[:point]):
+            if far_enough and not self.prefix.contains(digests, point):
                 points.append(point)
         return points
 
@@ -360,7 +366,7 @@ class Scheduler:
         step copies its state row to the entry's snapshot row before anything writes it."""
         end = req.checkpoints.pop(0)
         assert req.state_slot is not None
-        entry = self.prefix.insert(req.token_ids[:end], req.block_ids)
+        entry = self.prefix.insert(req.token_ids[:end], req.prefix_digests, req.block_ids)
         if entry is not None:
             self._state_copies.append((req.state_slot, entry.snapshot_row))
 
