@@ -148,9 +148,12 @@ def test_a_long_prompt_is_cut_at_its_checkpoint_and_a_later_one_starts_there():
     assert a.block_ids == [] and all(sched.blocks.ref_count(b) == 1 for b in cached_blocks)
 
     b = sched.add_request("b", [*STEM[:280], 5, 6, 7], GREEDY)
-    batches = _run(sched, runner)
-    assert batches[0].state_copies == ((8, b.state_slot if b.state_slot is not None else 0),)
-    assert [(s.num_cached_tokens, s.num_new_tokens) for s in batches[0].seqs] == [(256, 27)]
+    first = sched.schedule()
+    assert first.state_copies == ((8, b.state_slot),)  # the snapshot into b's own row
+    assert [(s.num_cached_tokens, s.num_new_tokens) for s in first.seqs] == [(256, 27)]
+    assert b.block_ids[:64] == list(cached_blocks)
+    sched.update(first, runner.run(first))
+    _run(sched, runner)
     assert outputs["b"][-1].num_cached_tokens == 256
     assert sched.stats().num_prefix_cached_tokens == 256
     # A prompt that runs < prefix_cache_min_tokens past the cached part takes no checkpoint.
