@@ -43,8 +43,8 @@ class SchedulerConfig:
     prefix_cache_snapshots: GDN state snapshots kept for prefix reuse (`prefix_cache`); 0 turns
         the prefix cache off. Each is one sequence's conv and recurrent state (147 MiB at 27B),
         taken from the cache memory like a state slot.
-    prefix_cache_min_tokens: shortest prefix worth a snapshot: a prompt at least this much longer
-        than its cached part ends a prefill chunk at its last checkpoint and is kept.
+    prefix_cache_min_tokens: fewest new tokens worth a snapshot: a prompt's prefill ends a chunk
+        at a checkpoint (`prefix_cache`) only this far or more past the cached part before it.
     """
 
     max_num_seqs: int = 64
