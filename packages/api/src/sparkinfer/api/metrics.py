@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sparkinfer.scheduler.scheduler import SchedulerStats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -14,7 +14,7 @@ _E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 6
 class ServerMetrics:
     """All metrics of one app in its own registry (no process-global state)."""
 
-    def __init__(self, stats: Callable[[], Any] | None = None) -> None:
+    def __init__(self, stats: Callable[[], SchedulerStats] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._stats = stats
@@ -29,6 +29,11 @@ class ServerMetrics:
         )
         self.slot_usage = Gauge(
             "sparkinfer_state_slot_usage_ratio", "Share of recurrent-state slots in use", registry=r
+        )
+        self.prefix_entries = Gauge(
+            "sparkinfer_prefix_cache_entries",
+            "Prompt prefixes held by the prefix cache (each with a state snapshot)",
+            registry=r,
         )
         self.prompt_tokens = Counter(
             "sparkinfer_prompt_tokens", "Prompt tokens of finished requests", registry=r
@@ -76,10 +81,11 @@ class ServerMetrics:
         if self._stats is None:
             return
         stats = self._stats()
-        self.running.set(getattr(stats, "num_running", 0))
-        self.waiting.set(getattr(stats, "num_waiting", 0))
-        self.kv_usage.set(getattr(stats, "kv_cache_usage", 0.0))
-        self.slot_usage.set(getattr(stats, "state_slot_usage", 0.0))
+        self.running.set(stats.num_running)
+        self.waiting.set(stats.num_waiting)
+        self.kv_usage.set(stats.kv_usage)
+        self.slot_usage.set(stats.slot_usage)
+        self.prefix_entries.set(stats.num_prefix_cache_entries)
 
     def render(self) -> bytes:
         """The Prometheus text exposition, with engine gauges read now."""
