@@ -241,18 +241,14 @@ def run(args: Any) -> list[Row]:
     )
 
 
-# ChunkLaunch fields to vary one at a time from the default, and a few combinations.
+# ChunkLaunch fields to vary one at a time from the default, a few combinations, and the
+# defaults before b3c9b13 (64-column solve steps, two state stages).
 TUNE_VARIANTS: tuple[dict[str, int], ...] = (
-    {},
-    {"solve_warps": 1}, {"solve_warps": 2}, {"solve_warps": 2, "solve_width": 32},
-    {"solve_warps": 2, "out_warps": 4}, {"solve_warps": 2, "out_chunks": 1},
-    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1},
-    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "state_stages": 3},
-    {"solve_warps": 2, "out_warps": 4, "out_chunks": 1, "out_bv": 64},
-    {"solve_warps": 2, "out_warps": 4, "state_warps": 2},
+    {}, {"solve_width": 64, "state_stages": 2}, {"solve_width": 64}, {"state_stages": 2},
+    {"solve_warps": 1}, {"solve_warps": 4},
     {"state_bv": 16}, {"state_bv": 64}, {"state_warps": 1}, {"state_warps": 4},
-    {"state_bv": 16, "state_warps": 1}, {"state_stages": 3}, {"state_bv": 16, "state_stages": 3},
-    {"solve_warps": 4}, {"solve_width": 32}, {"out_chunks": 4}, {"out_warps": 8},
+    {"state_bv": 16, "state_warps": 1},
+    {"out_chunks": 1}, {"out_chunks": 4}, {"out_chunks": 1, "out_bv": 64}, {"out_warps": 8},
 )  # fmt: skip
 
 
