@@ -106,7 +106,6 @@ class Scheduler:
         keeps its snapshots in; none turns it off."""
         self.config = config
         self.blocks = BlockManager(num_blocks, config.block_size)
-        self.block_size = config.block_size
         self.slots = StateSlots(num_slots)
         self.prefix = PrefixCache(self.blocks, snapshot_rows, config.prefix_alignment)
         self._state_copies: list[tuple[int, int]] = []  # for the next step, in order
@@ -286,6 +285,7 @@ class Scheduler:
         self, req: Request, num_wanted: int, scheduled: dict[str, ScheduledSeq]
     ) -> ScheduledSeq | None:
         """Fit `req`'s next chunk, preempting the newest unscheduled requests for blocks."""
+        # Cached prefixes go first: `_reclaim` evicts until the chunk fits or none is left.
         total = req.num_computed_tokens + num_wanted
         self._reclaim(self.blocks.blocks_for(total) - len(req.block_ids))
         while True:
@@ -293,8 +293,6 @@ class Scheduler:
             # A prefill chunk may shrink to the free blocks; a decode needs its one token.
             if num_new > 0:
                 return self._reserve(req, num_new)
-            if self.prefix.evict_one():
-                continue
             victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
             self._preempt(victim)
             if victim is req:
@@ -312,7 +310,8 @@ class Scheduler:
         req.num_computed_tokens = num_cached
         req.checkpoints = self._checkpoints_for(req, num_cached)
         num_new = self._chunk_len(req, budget)
-        num_needed = self.blocks.blocks_for(num_cached + num_new) - num_cached // self.block_size
+        num_shared = len(hit.blocks) if hit is not None else 0
+        num_needed = self.blocks.blocks_for(num_cached + num_new) - num_shared
         if num_new > 0:
             self._reclaim(num_needed, keep=hit)
         if num_new == 0 or not self.blocks.can_allocate(num_needed):
