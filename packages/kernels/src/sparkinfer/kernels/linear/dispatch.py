@@ -2,7 +2,7 @@
 the measured table; `linear_swiglu`: the MLP's gate_up projection and SwiGLU, in one launch for
 one row where the table's kernel for the shape is the GEMV or a one-slice skinny tile;
 `linear_conv_update`: Gated DeltaNet's decode in_proj and the causal conv's step, in one launch
-from 16 rows where the table's kernel for the shape is a one-slice skinny tile.
+wherever that kernel is.
 
 Shapes absent from `shape_table`, rows beyond its largest bucket and CPU tensors go to torch
 (cuBLAS on CUDA). Inside `invariant.batch_invariant(phase)` CUDA calls take that phase's fixed
@@ -22,11 +22,6 @@ from sparkinfer.kernels.linear.invariant import current_phase, decode_config, in
 from sparkinfer.kernels.linear.ref import linear_conv_update_ref
 from sparkinfer.kernels.linear.shape_table import gemv_lookup, lookup
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
-
-# The conv's epilogue paid off in the engine at 32 decode rows (GDN's in_proj, a one-slice skinny
-# tile) and lost at one row (the GEMV) and, timed alone, at eight: docs/benchmarks.md. Below this
-# the projection and `causal_conv1d_update` run apart.
-CONV_EPILOGUE_MIN_ROWS = 16
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -91,11 +86,10 @@ def linear_conv_update(
     """y = x @ weight.T whose first C columns then take one decode step of the causal conv and
     SiLU: `linear`, then `causal_conv1d_update` on y[:, :C], bit for bit.
 
-    From CONV_EPILOGUE_MIN_ROWS rows, where `linear` would run a one-slice skinny GEMM (the
-    table's tile, or the decode tile of `batch_invariant("decode")`), the conv runs in that
-    launch's epilogue: each program convolves the columns it computed, so no program waits for
-    another and the conv's own launch goes. Elsewhere (fewer rows, the GEMV, cuBLAS, split-K
-    tiles, CPU tensors) the two run one after the other; the bits are the same either way.
+    Where `linear` would run the GEMV or a one-slice skinny GEMM (the table's tile, or the decode
+    tile of `batch_invariant("decode")`), the conv runs in that launch's epilogue: each program
+    convolves the columns it computed, so no program waits for another and the conv's own launch
+    goes. Elsewhere (cuBLAS, split-K tiles, CPU tensors) the two run one after the other.
 
     Args:
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K; one row per sequence.
@@ -110,6 +104,8 @@ def linear_conv_update(
     """
     conv = ConvUpdate(conv_weight, conv_state, state_slots)
     config = _epilogue_config(x, weight) if conv.width <= MAX_UPDATE_WIDTH else None
+    if isinstance(config, GemvConfig):
+        return gemv(x, weight, config, conv=conv)
     if config is not None:
         return skinny_gemm(x, weight, config, conv=conv)
     if not x.is_cuda:
@@ -122,16 +118,20 @@ def linear_conv_update(
     return y
 
 
-def _epilogue_config(x: torch.Tensor, weight: torch.Tensor) -> SkinnyGemmConfig | None:
-    """The one-slice skinny tile `linear` would launch for this shape, from
-    CONV_EPILOGUE_MIN_ROWS rows, else None."""
+def _epilogue_config(x: torch.Tensor, weight: torch.Tensor) -> GemvConfig | SkinnyGemmConfig | None:
+    """The GEMV tile or the one-slice skinny tile `linear` would launch for this shape (any row
+    count), else None."""
     phase = current_phase()
     if not x.is_cuda or x.dim() != 2 or weight.dim() != 2 or phase == "prefill":
         return None
     (m, k), n = x.shape, weight.shape[0]
-    if m < CONV_EPILOGUE_MIN_ROWS:
-        return None
-    config = decode_config(n, k, x.dtype) if phase == "decode" else lookup(m, n, k, x.dtype)
+    if phase == "decode":
+        config = decode_config(n, k, x.dtype)
+    else:
+        one_row = _gemv_tile(x, weight)
+        if one_row is not None:
+            return one_row
+        config = lookup(m, n, k, x.dtype)
     if config is None or split_k_slices(k, config)[0] > 1:
         return None
     return config

@@ -7,9 +7,7 @@ spans BN weight rows and x's few rows take the narrow side, which streamed the w
 projections faster at 8 and 32 rows on the H200 (docs/benchmarks.md). With SPLIT_K > 1 the
 slices write fp32 partials, and the last slice of each output tile to finish (elected by an arrival
 counter) sums every slice's partial in slice order: results never depend on scheduling, and no
-second kernel runs. With one slice the epilogue may apply SwiGLU, or the causal conv's decode step
-to the first columns (`ConvUpdate`, GDN's in_proj): each program owns its outputs, so no program
-waits for another.
+second kernel runs.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, tl.static_range.

@@ -3,8 +3,8 @@
 in_proj gives [q | k | v | z | b | a] in one GEMM (the checkpoint's in_proj_qkv, in_proj_z,
 in_proj_b and in_proj_a, stacked by rows in weights.py). Its output is split by views, no copies:
 the conv, gating and recurrent kernels read strided rows, the gated norm strided heads. Only the
-[q | k | v] channels go through the causal conv and SiLU; at decode on the GPU, from 16 sequences,
-that step runs in the in_proj GEMM's epilogue (`linear_conv_update`), saving the conv's launch.
+[q | k | v] channels go through the causal conv and SiLU; at decode on the GPU that step runs in
+the in_proj GEMM's epilogue (`linear_conv_update`), which saves the conv's launch per layer.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
