@@ -5,10 +5,8 @@ Prefill runs two kernels: the conv reads the initial windows, then a second laun
 windows back, so that no program overwrites a window another one still reads.
 """
 
-# Triton's annotations misread valid kernel code: constexpr and launch arguments, tl.static_range,
-# names bound under constexpr branches.
+# Triton's annotations misread valid kernel code: constexpr and launch arguments, tl.static_range.
 # pyright: reportArgumentType=false, reportCallIssue=false, reportGeneralTypeIssues=false
-# pyright: reportPossiblyUnboundVariable=false
 
 import torch
 import triton
@@ -29,7 +27,6 @@ BT = 16  # prefill tokens per program; its W - 1 + BT input rows live in registe
 BC = 128  # prefill channels per program, 4 per thread
 BB = 32  # cu_seqlens entries a prefill program compares per step to find its sequence
 UPDATE_BC = 128  # channels per program of the decode update and the conv-state write-back
-MAX_UPDATE_WIDTH = 4  # the decode step (`conv_step`) holds the window in registers
 
 
 @triton.jit
@@ -159,43 +156,9 @@ def _conv_state_out_kernel(
 
 
 @triton.jit
-def conv_step(b_x, p_state, p_w, m, STATE_ROW, W: tl.constexpr):
-    """One decode step of the causal conv then SiLU at each element of a tile (W in 2..4).
-
-    b_x: the new inputs; p_state: each element's oldest window row, the next ones STATE_ROW apart;
-    p_w: each element's W filter taps (unit stride); m: the elements computed and updated.
-    Returns silu(sum_j w_j x_{t-W+1+j}) in fp32, summed oldest first as the prefill conv sums;
-    each window drops its oldest input and gains b_x. The update kernel and the epilogues of the
-    in_proj GEMMs share it, so their bits agree.
-    """
-    b_s0 = tl.load(p_state, mask=m, other=0.0)
-    b_acc = tl.zeros(b_x.shape, dtype=tl.float32)
-    b_acc += b_s0.to(tl.float32) * tl.load(p_w, mask=m, other=0.0).to(tl.float32)
-    if W >= 3:
-        b_s1 = tl.load(p_state + STATE_ROW, mask=m, other=0.0)
-        b_acc += b_s1.to(tl.float32) * tl.load(p_w + 1, mask=m, other=0.0).to(tl.float32)
-    if W >= 4:
-        b_s2 = tl.load(p_state + 2 * STATE_ROW, mask=m, other=0.0)
-        b_acc += b_s2.to(tl.float32) * tl.load(p_w + 2, mask=m, other=0.0).to(tl.float32)
-    b_acc += b_x.to(tl.float32) * tl.load(p_w + (W - 1), mask=m, other=0.0).to(tl.float32)
-    b_new = b_x.to(p_state.dtype.element_ty)
-    tl.debug_barrier()  # every read of the old window (a tile may hold an element twice) first
-    if W == 2:
-        tl.store(p_state, b_new, mask=m)
-    if W == 3:
-        tl.store(p_state, b_s1, mask=m)
-        tl.store(p_state + STATE_ROW, b_new, mask=m)
-    if W == 4:
-        tl.store(p_state, b_s1, mask=m)
-        tl.store(p_state + STATE_ROW, b_s2, mask=m)
-        tl.store(p_state + 2 * STATE_ROW, b_new, mask=m)
-    return _silu(b_acc)
-
-
-@triton.jit
 def _causal_conv1d_update_kernel(
     x, weight, conv_state, y, state_slots, C, stride_xb, stride_wc,
-    W: tl.constexpr, BC: tl.constexpr, USE_PDL: tl.constexpr,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -206,51 +169,41 @@ def _causal_conv1d_update_kernel(
     if slot < 0:
         tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
         return
+    o_r = tl.arange(0, BR)
+    m_r = o_r < W - 1
+    m_rc = m_r[:, None] & m_c[None, :]
+    p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
+    b_win = tl.load(p_state, mask=m_rc, other=0.0)  # [BR, BC], oldest first
     b_x = tl.load(x + i_n * stride_xb + o_c, mask=m_c, other=0.0)
-    p_state = conv_state + slot * (W - 1) * C + o_c
-    b_y = conv_step(b_x, p_state, weight + o_c * stride_wc, m_c, C, W)
-    tl.store(p_y, b_y.to(y.dtype.element_ty), mask=m_c)
+    p_w = weight + o_c[None, :] * stride_wc + o_r[:, None]
+    b_w = tl.load(p_w, mask=m_rc, other=0.0).to(tl.float32)
+    b_w_last = tl.load(weight + o_c * stride_wc + (W - 1), mask=m_c, other=0.0).to(tl.float32)
+    b_acc = tl.sum(b_win.to(tl.float32) * b_w, 0) + b_x.to(tl.float32) * b_w_last
+    # Shifted window: row r takes old row r + 1, the newest row takes x.
+    b_next = tl.load(p_state + C, mask=(o_r < W - 2)[:, None] & m_c[None, :], other=0.0)
+    b_next = tl.where((o_r == W - 2)[:, None], b_x[None, :].to(b_next.dtype), b_next)
+    tl.debug_barrier()  # every read of the old window precedes the writes
+    tl.store(p_state, b_next, mask=m_rc)
+    tl.store(p_y, _silu(b_acc).to(y.dtype.element_ty), mask=m_c)
 
 
 def _check_conv_inputs(op: str, x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor):
     check_ndim(op, "x", x, 2, "[T, C]")
     check_dtype(op, "x", x, FLOAT_DTYPES)
     check_last_dim_contiguous(op, "x", x)
-    check_conv_weight_state(op, x.shape[1], x.dtype, weight, conv_state)
-
-
-def check_conv_weight_state(
-    op: str, channels: int, dtype: torch.dtype, weight: torch.Tensor, conv_state: torch.Tensor
-) -> None:
-    """weight [channels, W] (W >= 2, unit last stride) and conv_state [num_slots, W - 1,
-    channels] contiguous in `dtype`, the dtype of the conv's inputs x."""
     check_ndim(op, "weight", weight, 2, "[C, W]")
     check_dtype(op, "weight", weight, FLOAT_DTYPES)
     check_last_dim_contiguous(op, "weight", weight)
-    width = weight.shape[1]
+    channels, width = weight.shape
     if width < 2:
         raise ValueError(f"{op}: weight has shape {list(weight.shape)}; expected [C, W], W >= 2")
-    if weight.shape[0] != channels:
-        raise ValueError(f"{op}: x has {channels} channels but weight has {weight.shape[0]}")
+    if x.shape[1] != channels:
+        raise ValueError(f"{op}: x has {x.shape[1]} channels but weight has {channels}")
     check_ndim(op, "conv_state", conv_state, 3, "[num_slots, W - 1, C]")
     check_shape(op, "conv_state", conv_state, (conv_state.shape[0], width - 1, channels))
-    if conv_state.dtype != dtype:
-        raise TypeError(f"{op}: conv_state has dtype {conv_state.dtype}; expected x's {dtype}")
+    if conv_state.dtype != x.dtype:
+        raise TypeError(f"{op}: conv_state has dtype {conv_state.dtype}; expected x's {x.dtype}")
     check_contiguous(op, "conv_state", conv_state)
-
-
-def check_update_inputs(
-    op: str, weight: torch.Tensor, state_slots: torch.Tensor, rows: int
-) -> None:
-    """A decode update's filter width (2..MAX_UPDATE_WIDTH) and its [rows] slots."""
-    if weight.shape[1] > MAX_UPDATE_WIDTH:
-        raise ValueError(
-            f"{op}: weight has shape {list(weight.shape)}; the decode update takes filter widths "
-            f"2 to {MAX_UPDATE_WIDTH} (Qwen3.5 uses 4)"
-        )
-    check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
-    check_shape(op, "state_slots", state_slots, (rows,))
-    check_contiguous(op, "state_slots", state_slots)
 
 
 def causal_conv1d(
@@ -312,7 +265,7 @@ def causal_conv1d_update(
 
     Args:
         x: [B, C] the new pre-conv input of each sequence (rows may be strided).
-        weight: [C, W] depthwise filter, W in 2..4.
+        weight: [C, W] depthwise filter.
         conv_state: [num_slots, W - 1, C] contiguous windows in x's dtype, oldest first; row
             ``state_slots[i]`` gains x[i] and drops its oldest input.
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
@@ -322,7 +275,9 @@ def causal_conv1d_update(
     """
     op = "causal_conv1d_update"
     _check_conv_inputs(op, x, weight, conv_state)
-    check_update_inputs(op, weight, state_slots, x.shape[0])
+    check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
+    check_shape(op, "state_slots", state_slots, (x.shape[0],))
+    check_contiguous(op, "state_slots", state_slots)
     tensors = {"x": x, "weight": weight, "conv_state": conv_state, "state_slots": state_slots}
     check_device(op, tensors)
     num_seqs, channels = x.shape
@@ -332,6 +287,7 @@ def causal_conv1d_update(
         pdl = dependent_launch(x)
         _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
             x, weight, conv_state, y, state_slots, channels, x.stride(0), weight.stride(0),
-            W=width, BC=UPDATE_BC, USE_PDL=pdl, launch_pdl=pdl,
+            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC, USE_PDL=pdl,
+            launch_pdl=pdl,
         )  # fmt: skip
     return y

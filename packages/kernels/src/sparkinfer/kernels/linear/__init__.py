@@ -1,11 +1,10 @@
 """Linear layers: Triton skinny GEMM, one-row GEMV or cuBLAS per shape from a measured table,
-fixed-tile batch-invariant kernels for deterministic serving, and epilogues that fuse the op after
-a projection (SwiGLU, the causal conv's decode step)."""
+and fixed-tile batch-invariant kernels for deterministic serving."""
 
-from sparkinfer.kernels.linear.dispatch import linear, linear_conv_update, linear_swiglu
+from sparkinfer.kernels.linear.dispatch import linear, linear_swiglu
 from sparkinfer.kernels.linear.gemv import GemvConfig, gemv
 from sparkinfer.kernels.linear.invariant import batch_invariant, decode_config, invariant_linear
-from sparkinfer.kernels.linear.ref import linear_conv_update_ref, linear_ref, linear_swiglu_ref
+from sparkinfer.kernels.linear.ref import linear_ref, linear_swiglu_ref
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
 from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 
@@ -18,8 +17,6 @@ __all__ = [
     "gemv",
     "invariant_linear",
     "linear",
-    "linear_conv_update",
-    "linear_conv_update_ref",
     "linear_ref",
     "linear_swiglu",
     "linear_swiglu_ref",

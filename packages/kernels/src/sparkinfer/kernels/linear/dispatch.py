@@ -1,8 +1,6 @@
 """`linear`: per shape, the fastest of the Triton skinny GEMM, the one-row GEMV and cuBLAS, from
 the measured table; `linear_swiglu`: the MLP's gate_up projection and SwiGLU, in one launch for
-one row where the table's kernel for the shape is the GEMV or a one-slice skinny tile;
-`linear_conv_update`: Gated DeltaNet's decode in_proj and the causal conv's step, in one launch
-wherever that kernel is.
+one row where the table's kernel for the shape is the GEMV or a one-slice skinny tile.
 
 Shapes absent from `shape_table`, rows beyond its largest bucket and CPU tensors go to torch
 (cuBLAS on CUDA). Inside `invariant.batch_invariant(phase)` CUDA calls take that phase's fixed
@@ -14,12 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.activation import silu_and_mul, silu_and_mul_ref
-from sparkinfer.kernels.causal_conv1d import causal_conv1d_update
-from sparkinfer.kernels.causal_conv1d.fused import MAX_UPDATE_WIDTH
-from sparkinfer.kernels.linear._checks import ConvUpdate
 from sparkinfer.kernels.linear.gemv import GemvConfig, gemv
 from sparkinfer.kernels.linear.invariant import current_phase, decode_config, invariant_linear
-from sparkinfer.kernels.linear.ref import linear_conv_update_ref
 from sparkinfer.kernels.linear.shape_table import gemv_lookup, lookup
 from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
 
@@ -73,68 +67,6 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return skinny_gemm(x, weight, config, swiglu=True)
     y = linear(x, weight)
     return silu_and_mul(y) if y.is_cuda else silu_and_mul_ref(y)
-
-
-def linear_conv_update(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    conv_weight: torch.Tensor,
-    conv_state: torch.Tensor,
-    *,
-    state_slots: torch.Tensor,
-) -> torch.Tensor:
-    """y = x @ weight.T whose first C columns then take one decode step of the causal conv and
-    SiLU: `linear`, then `causal_conv1d_update` on y[:, :C], bit for bit.
-
-    Where `linear` would run the GEMV or a one-slice skinny GEMM (the table's tile, or the decode
-    tile of `batch_invariant("decode")`), the conv runs in that launch's epilogue: each program
-    convolves the columns it computed, so no program waits for another and the conv's own launch
-    goes. Elsewhere (cuBLAS, split-K tiles, CPU tensors) the two run one after the other.
-
-    Args:
-        x: [M, K] activations (bf16, fp16 or fp32), unit stride along K; one row per sequence.
-        weight: [N, K] weight, same dtype; its first C rows feed the conv.
-        conv_weight: [C, W] depthwise filter, W in 2..4.
-        conv_state: [num_slots, W - 1, C] contiguous windows in x's dtype, oldest first; row
-            ``state_slots[i]`` gains y[i, :C] and drops its oldest input.
-        state_slots: [M] int64 slot per row; -1 is a padding row (its first C columns are zero).
-
-    Returns:
-        y: [M, N] contiguous in x.dtype.
-    """
-    conv = ConvUpdate(conv_weight, conv_state, state_slots)
-    config = _epilogue_config(x, weight) if conv.width <= MAX_UPDATE_WIDTH else None
-    if isinstance(config, GemvConfig):
-        return gemv(x, weight, config, conv=conv)
-    if config is not None:
-        return skinny_gemm(x, weight, config, conv=conv)
-    if not x.is_cuda:
-        return linear_conv_update_ref(x, weight, conv_weight, conv_state, state_slots=state_slots)
-    y = linear(x, weight)
-    channels = conv_weight.shape[0]
-    y[:, :channels] = causal_conv1d_update(
-        y[:, :channels], conv_weight, conv_state, state_slots=state_slots
-    )
-    return y
-
-
-def _epilogue_config(x: torch.Tensor, weight: torch.Tensor) -> GemvConfig | SkinnyGemmConfig | None:
-    """The GEMV tile or the one-slice skinny tile `linear` would launch for this shape (any row
-    count), else None."""
-    phase = current_phase()
-    if not x.is_cuda or x.dim() != 2 or weight.dim() != 2 or phase == "prefill":
-        return None
-    (m, k), n = x.shape, weight.shape[0]
-    if phase == "decode":
-        config = decode_config(n, k, x.dtype)
-    else:
-        one_row = _gemv_tile(x, weight)
-        if one_row is not None:
-            return one_row
-        config = lookup(m, n, k, x.dtype)
-    if config is None or split_k_slices(k, config)[0] > 1:
-        return None
-    return config
 
 
 def _one_slice_config(

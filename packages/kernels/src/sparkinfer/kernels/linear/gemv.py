@@ -19,9 +19,8 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels.activation.fused import silu_mul
-from sparkinfer.kernels.causal_conv1d.fused import conv_step
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
-from sparkinfer.kernels.linear._checks import ConvUpdate, check_gemm_operands
+from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
 @dataclass(frozen=True)
@@ -36,10 +35,9 @@ class GemvConfig:
 
 @triton.jit
 def _gemv_kernel(
-    p_x, p_w, p_y, p_cw, p_cs, p_slots,
-    N, K, K_PER_PROGRAM, CONV_C, stride_cw,
-    BN: tl.constexpr, BK: tl.constexpr, SWIGLU: tl.constexpr, CONV_W: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    p_x, p_w, p_y,
+    N, K, K_PER_PROGRAM,
+    BN: tl.constexpr, BK: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     # Keep this form when editing: an int64 K offset from the grid's second axis, a separately
     # passed K extent, the row stride taken from K and the weight loaded before x ran faster on
@@ -69,16 +67,7 @@ def _gemv_kernel(
         b_gate = b_y.to(p_y.dtype.element_ty).to(tl.float32)
         b_upy = tl.sum(b_up, axis=1).to(p_y.dtype.element_ty).to(tl.float32)
         b_y = silu_mul(b_gate, b_upy)
-    b_y = b_y.to(p_y.dtype.element_ty)
-    if CONV_W > 0:  # noqa: SIM102 (a constexpr test, then a runtime one)
-        if i_n * BN < CONV_C:  # the columns of the first CONV_C take the conv's decode step
-            slot = tl.load(p_slots).to(tl.int64)
-            m_conv = m_n & (o_n < CONV_C) & (o_n * 0 + slot >= 0)  # a tensor mask
-            p_state = p_cs + slot * (CONV_W - 1) * CONV_C + o_n
-            b_conv = conv_step(b_y, p_state, p_cw + o_n * stride_cw, m_conv, CONV_C, CONV_W)
-            b_conv = tl.where(slot >= 0, b_conv, 0.0).to(p_y.dtype.element_ty)
-            b_y = tl.where(o_n < CONV_C, b_conv, b_y)
-    tl.store(p_y + o_n, b_y, mask=m_n)
+    tl.store(p_y + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
 
 
 def gemv(
@@ -87,7 +76,6 @@ def gemv(
     config: GemvConfig | None = None,
     *,
     swiglu: bool = False,
-    conv: ConvUpdate | None = None,
 ) -> torch.Tensor:
     """y = x @ weight.T for one row of x, fp32 accumulate.
 
@@ -97,16 +85,11 @@ def gemv(
         config: tile sizes; the default suits the 27B decode shapes.
         swiglu: weight is [gate | up] stacked by rows ([2 * I, K]); return silu(gate) * up
             [1, I] in the same launch.
-        conv: the first conv.channels columns of y then take one decode step of the causal
-            conv and SiLU in the same launch (`causal_conv1d_update` on y's rounded columns, its
-            window updated in place); not with swiglu.
 
     Returns:
         y: [1, N] contiguous in x.dtype ([1, N / 2] with swiglu).
     """
     check_gemm_operands("gemv", x, weight)
-    if conv is not None:
-        conv.check("gemv", x, weight, swiglu=swiglu)
     cfg = config or GemvConfig()
     (m, k), n = x.shape, weight.shape[0]
     if m != 1:
@@ -121,11 +104,10 @@ def gemv(
     if n == 0:
         return y
     pdl = dependent_launch(x)
-    cw, cs, slots = (conv.weight, conv.state, conv.state_slots) if conv else (y, y, y)
     _gemv_kernel[(triton.cdiv(n, cfg.BN), 1)](
-        x, weight, y, cw, cs, slots,
-        n, k, k, conv.channels if conv else 0, cw.stride(0),
-        BN=cfg.BN, BK=cfg.BK, SWIGLU=swiglu, CONV_W=conv.width if conv else 0, USE_PDL=pdl,
+        x, weight, y,
+        n, k, k,
+        BN=cfg.BN, BK=cfg.BK, SWIGLU=swiglu, USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

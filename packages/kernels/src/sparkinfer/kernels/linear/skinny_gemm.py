@@ -22,9 +22,8 @@ import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype
 from sparkinfer.kernels.activation.fused import silu_mul
-from sparkinfer.kernels.causal_conv1d.fused import conv_step
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
-from sparkinfer.kernels.linear._checks import ConvUpdate, check_gemm_operands
+from sparkinfer.kernels.linear._checks import check_gemm_operands
 
 
 @dataclass(frozen=True)
@@ -73,32 +72,12 @@ def _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB: tl.constexpr):
 
 
 @triton.jit
-def _conv_epilogue(
-    b_y, o_m, o_n, m_m, m_mn, p_cw, p_cs, p_slots, CONV_C, stride_cw,
-    CONV_W: tl.constexpr, SWAP_AB: tl.constexpr,
-):  # fmt: skip
-    """b_y (y's dtype) with its columns below CONV_C through the conv's decode step (see
-    `ConvUpdate`), each row's window at its slot; padding rows (slot -1) get zeros there."""
-    b_slot = tl.load(p_slots + o_m, mask=m_m, other=-1).to(tl.int64)
-    if SWAP_AB:
-        b_slot, o_c = b_slot[None, :], o_n[:, None]
-    else:
-        b_slot, o_c = b_slot[:, None], o_n[None, :]
-    m_conv = m_mn & (o_c < CONV_C) & (b_slot >= 0)
-    p_state = p_cs + b_slot * (CONV_W - 1) * CONV_C + o_c
-    b_conv = conv_step(b_y, p_state, p_cw + o_c * stride_cw, m_conv, CONV_C, CONV_W)
-    b_conv = tl.where(b_slot >= 0, b_conv, 0.0).to(b_y.dtype)
-    return tl.where(o_c < CONV_C, b_conv, b_y)
-
-
-@triton.jit
 def _skinny_gemm_kernel(
-    p_x, p_w, p_y, p_part, p_arrived, p_cw, p_cs, p_slots,
-    M, N, K, K_PER_SPLIT, CONV_C, stride_cw,
+    p_x, p_w, p_y, p_part, p_arrived,
+    M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    SWAP_AB: tl.constexpr, SWIGLU: tl.constexpr, CONV_W: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    SWAP_AB: tl.constexpr, SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -130,12 +109,7 @@ def _skinny_gemm_kernel(
         b_up = b_up.to(p_y.dtype.element_ty).to(tl.float32)
         tl.store(p_y + o_mn, silu_mul(b_gate, b_up).to(p_y.dtype.element_ty), mask=m_mn)
     elif SPLIT_K == 1:
-        b_y = b_acc.to(p_y.dtype.element_ty)
-        if CONV_W > 0:  # noqa: SIM102 (a constexpr test, then a runtime one)
-            if i_n * BN < CONV_C:  # scalar: every thread of the program takes the same branch
-                b_y = _conv_epilogue(b_y, o_m, o_n, m_m, m_mn, p_cw, p_cs, p_slots, CONV_C,
-                                     stride_cw, CONV_W, SWAP_AB)  # fmt: skip
-        tl.store(p_y + o_mn, b_y, mask=m_mn)
+        tl.store(p_y + o_mn, b_acc.to(p_y.dtype.element_ty), mask=m_mn)
     else:
         tl.store(p_part + i_k.to(tl.int64) * M * N + o_mn, b_acc, mask=m_mn)
         tl.debug_barrier()  # every thread's partial precedes the release below
@@ -186,7 +160,6 @@ def skinny_gemm(
     config: SkinnyGemmConfig | None = None,
     *,
     swiglu: bool = False,
-    conv: ConvUpdate | None = None,
 ) -> torch.Tensor:
     """y = x @ weight.T with the Triton skinny GEMM, fp32 accumulate.
 
@@ -197,9 +170,6 @@ def skinny_gemm(
         swiglu: weight is [gate | up] stacked by rows ([2 * I, K]); return silu(gate) * up
             [M, I] in the same launch, each half rounded to x.dtype first (what the GEMM then
             `silu_and_mul` computes). Needs a config with one K slice.
-        conv: the first conv.channels columns of y then take one decode step of the causal
-            conv and SiLU in the same launch (`causal_conv1d_update` on y's rounded columns, the
-            windows updated in place). Needs a config with one K slice; not with swiglu.
 
     Returns:
         y: [M, N] contiguous in x.dtype ([M, N / 2] with swiglu).
@@ -208,13 +178,6 @@ def skinny_gemm(
     cfg = config or SkinnyGemmConfig()
     (m, k), n = x.shape, weight.shape[0]
     split_k, k_per_split = split_k_slices(k, cfg)
-    if conv is not None:
-        conv.check("skinny_gemm", x, weight, swiglu=swiglu)
-        if split_k > 1:
-            raise ValueError(
-                f"skinny_gemm: conv needs one K slice, got {split_k}: use SPLIT_K=1, or linear "
-                "then causal_conv1d_update"
-            )
     if swiglu:
         if n % 2 or split_k > 1:
             raise ValueError(
@@ -237,13 +200,12 @@ def skinny_gemm(
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
         arrived = _arrival_counters_for(x.device)
     pdl = dependent_launch(x)
-    cw, cs, slots = (conv.weight, conv.state, conv.state_slots) if conv else (y, y, y)
     _skinny_gemm_kernel[grid](
-        x, weight, y, part, arrived, cw, cs, slots,
-        m, n, k, k_per_split, conv.channels if conv else 0, cw.stride(0),
+        x, weight, y, part, arrived,
+        m, n, k, k_per_split,
         x.stride(0), weight.stride(0),
         BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWAP_AB=cfg.SWAP_AB, SWIGLU=swiglu,
-        CONV_W=conv.width if conv else 0, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
+        DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -30,10 +30,8 @@ Op = Callable[..., Any]
 
 @dataclass(frozen=True)
 class KernelOps:
-    """The kernel functions one model calls; `linear` is None where torch's GEMM is used,
-    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart, and
-    `linear_conv_update` (GDN's decode in_proj and conv step in one call) None where the layer
-    runs them apart."""
+    """The kernel functions one model calls; `linear` is None where torch's GEMM is used, and
+    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart."""
 
     rms_norm: Op
     gated_rms_norm: Op
@@ -48,7 +46,6 @@ class KernelOps:
     silu_and_mul: Op
     linear: Op | None
     linear_swiglu: Op | None
-    linear_conv_update: Op | None
     is_triton: bool
 
 
@@ -66,7 +63,6 @@ REFERENCE_OPS = KernelOps(
     silu_and_mul=silu_and_mul_ref,
     linear=None,
     linear_swiglu=None,
-    linear_conv_update=None,
     is_triton=False,
 )
 
@@ -80,7 +76,7 @@ def triton_ops() -> KernelOps:
         fused_recurrent_gated_delta_rule,
         gdn_gating,
     )
-    from sparkinfer.kernels.linear import linear, linear_conv_update, linear_swiglu
+    from sparkinfer.kernels.linear import linear, linear_swiglu
     from sparkinfer.kernels.paged_attention import (
         paged_attention_decode,
         paged_attention_prefill,
@@ -102,7 +98,6 @@ def triton_ops() -> KernelOps:
         silu_and_mul=silu_and_mul,
         linear=linear,
         linear_swiglu=linear_swiglu,
-        linear_conv_update=linear_conv_update,
         is_triton=True,
     )
 

@@ -3,8 +3,7 @@
 in_proj gives [q | k | v | z | b | a] in one GEMM (the checkpoint's in_proj_qkv, in_proj_z,
 in_proj_b and in_proj_a, stacked by rows in weights.py). Its output is split by views, no copies:
 the conv, gating and recurrent kernels read strided rows, the gated norm strided heads. Only the
-[q | k | v] channels go through the causal conv and SiLU; at decode on the GPU that step runs in
-the in_proj GEMM's epilogue (`linear_conv_update`), which saves the conv's launch per layer.
+[q | k | v] channels go through the causal conv and SiLU.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
@@ -78,24 +77,15 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
+        # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
+        qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
+        z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
-        if batch.is_decode and self.ops.linear_conv_update is not None:
-            # one launch: the projection, its [q | k | v] columns through the conv's step
-            proj = self.ops.linear_conv_update(
-                x, self.in_proj.weight, conv_weight, state.conv, state_slots=batch.state_slots
-            )
-        else:
-            proj = self.in_proj(x)
-        # [q | k | v] [T, conv_dim] (pre-conv, except in the fused decode), z [T, value_dim],
-        # b and a [T, HV]
-        qkv, z, b, a = proj.split(self.in_proj_sizes, dim=-1)
-        z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         if batch.is_decode:
-            if self.ops.linear_conv_update is None:
-                qkv = self.ops.causal_conv1d_update(
-                    qkv, conv_weight, state.conv, state_slots=batch.state_slots
-                )
+            qkv = self.ops.causal_conv1d_update(
+                qkv, conv_weight, state.conv, state_slots=batch.state_slots
+            )
             q, k, v = self._split_qkv(qkv)
             o = self.ops.fused_recurrent_gated_delta_rule(
                 q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent,
