@@ -192,11 +192,16 @@ def tune(device: torch.device) -> None:
             print(f"prefill {cfg}: failed {type(e).__name__}: {str(e)[:120]}", flush=True)
     del x
     torch.cuda.empty_cache()
-    for batch, context in ((1, 131072), (8, 32768), (32, 4096), (1, 4096)):
+    for batch, context in ((1, 131072), (8, 32768), (32, 4096), (16, 4096), (8, 4096), (1, 4096)):
         xs = _decode_inputs(batch, context, device)
+        # The default (64, 256, 4, 2) first; K and V tiles of 64 keys at two stages hold 128 KiB
+        # of shared memory, one program per SM: narrower tiles, more warps and stages trade that.
         for bn, min_len, warps, stages in ((64, 256, 4, 2), (64, 512, 4, 2), (32, 256, 4, 3),
                                            (64, 128, 4, 2), (64, 64, 4, 2), (32, 128, 4, 3),
-                                           (32, 64, 4, 2), (32, 32, 4, 2)):  # fmt: skip
+                                           (32, 64, 4, 2), (32, 32, 4, 2), (64, 256, 8, 2),
+                                           (64, 256, 4, 3), (32, 256, 4, 2), (32, 256, 4, 4),
+                                           (32, 256, 8, 4), (16, 256, 4, 4), (16, 256, 2, 4),
+                                           (32, 512, 4, 4), (32, 128, 4, 4)):  # fmt: skip
             cfg = DecodeConfig(BN=bn, MIN_SPLIT_LEN=min_len, MAX_SPLITS=64, num_warps=warps,
                                num_stages=stages)  # fmt: skip
             try:
