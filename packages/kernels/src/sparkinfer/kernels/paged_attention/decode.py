@@ -18,7 +18,12 @@ so a CUDA graph captures it).
   heads that is 64 keys for 1-4 sequences, 128 for 5-6, 192 for 7-8 and the config's 256 from 9
   on, so batch 32 keeps the batch-invariant plan. A row's output then depends on the batch size
   (a CUDA graph bucket), through the split plan only. Splits shorten only while the grid is too
-  small: each extra split is one more fp32 partial to write and merge.
+  small: each extra split is one more fp32 partial to write and merge. From LARGE_GRID_ROWS
+  (sequences x KV heads: 8 sequences at 4 KV heads) the tiles are LARGE_GRID_BN keys: a 64-key K
+  and V tile pair at two stages takes 64 KiB of shared memory a stage, so one program held an SM;
+  32-key tiles let three share one, which streamed the cache 3-12% faster at 8 to 32 sequences on
+  the H200 (`sparkinfer.bench.kernels.paged_attention --tune`, docs/benchmarks.md) and slower at
+  one sequence.
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
@@ -52,6 +57,8 @@ LOG2E = 1.4426950408889634
 # little.
 PROGRAMS_PER_SM = 4
 INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
+LARGE_GRID_ROWS = 32  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
+LARGE_GRID_BN = 32
 
 
 @dataclass(frozen=True)
@@ -210,7 +217,8 @@ def choose_min_split_len(
 
 def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     """Tiles measured on an H200 on CUDA, small tiles and splits for the CPU interpreter; outside
-    a batch-invariant phase the split length is chosen for q's batch size."""
+    a batch-invariant phase the split length (and, on CUDA, the tile) is chosen for q's batch
+    size."""
     if q.is_cuda:
         config = DecodeConfig()
     else:
@@ -220,7 +228,9 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     min_split_len = choose_min_split_len(
         q.shape[0], num_kv_heads, num_multiprocessors(q.device), config
     )
-    return dataclasses.replace(config, MIN_SPLIT_LEN=min_split_len)
+    is_large = q.is_cuda and q.shape[0] * num_kv_heads >= LARGE_GRID_ROWS
+    bn = LARGE_GRID_BN if is_large and min_split_len % LARGE_GRID_BN == 0 else config.BN
+    return dataclasses.replace(config, BN=bn, MIN_SPLIT_LEN=min_split_len)
 
 
 def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
