@@ -479,14 +479,14 @@ def test_decode_real_shapes_on_gpu(is_invariant, assert_close):
 
 @pytest.mark.gpu
 def test_decode_large_batch_tiles_on_gpu(assert_close):
-    """From 8 sequences at 4 KV heads the default mode streams 32-key tiles (three programs an
+    """From 16 sequences at 4 KV heads the default mode streams 32-key tiles (three programs an
     SM); lengths on both sides of a tile, a block and a split, against the reference."""
-    lens = [1, 31, 32, 33, 255, 256, 257, 4096]
+    lens = [1, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 2049, 4095, 4096]
     b = _paged_batch([1] * len(lens), [n - 1 for n in lens], heads=(24, 4), d=256,
                      block_size=64, dtype=torch.bfloat16, device="cuda", seed=15)  # fmt: skip
     config = default_decode_config(b["q"], 4)
-    assert (config.BN, config.MIN_SPLIT_LEN) == (32, 192)
-    assert default_decode_config(b["q"][:1], 4).BN == DecodeConfig().BN  # one sequence: 64
+    assert (config.BN, config.MIN_SPLIT_LEN) == (32, 256)
+    assert default_decode_config(b["q"][:8], 4).BN == DecodeConfig().BN  # 8 sequences: 64
     scale = 256**-0.5
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))

@@ -19,11 +19,11 @@ so a CUDA graph captures it).
   on, so batch 32 keeps the batch-invariant plan. A row's output then depends on the batch size
   (a CUDA graph bucket), through the split plan only. Splits shorten only while the grid is too
   small: each extra split is one more fp32 partial to write and merge. From LARGE_GRID_ROWS
-  (sequences x KV heads: 8 sequences at 4 KV heads) the tiles are LARGE_GRID_BN keys: a 64-key K
-  and V tile pair at two stages takes 64 KiB of shared memory a stage, so one program held an SM;
-  32-key tiles let three share one, which streamed the cache 3-12% faster at 8 to 32 sequences on
-  the H200 (`sparkinfer.bench.kernels.paged_attention --tune`, docs/benchmarks.md) and slower at
-  one sequence.
+  (sequences x KV heads: 16 sequences at 4 KV heads) the tiles are LARGE_GRID_BN keys: a 64-key
+  K and V tile pair takes 64 KiB of shared memory a stage, so at two stages one program held an
+  SM; 32-key tiles let three share one, which streamed a 4K context 3-5% faster at 16 and 32
+  sequences on the H200, and slower at one and at 8 with their shorter splits
+  (`sparkinfer.bench.kernels.paged_attention --tune` and the kernel records, docs/benchmarks.md).
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
@@ -57,7 +57,7 @@ LOG2E = 1.4426950408889634
 # little.
 PROGRAMS_PER_SM = 4
 INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
-LARGE_GRID_ROWS = 32  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
+LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
 LARGE_GRID_BN = 32
 
 
