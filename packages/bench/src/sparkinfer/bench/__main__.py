@@ -146,6 +146,14 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
     p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
+    p.add_argument(
+        "--prefix-reuse",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time sequential requests sharing a prefix of this many tokens, with the "
+        "prefix cache on (0: skip)",
+    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")

@@ -14,12 +14,12 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from sparkinfer.bench import offline_report, roofline
+from sparkinfer.bench import offline_report, prefix_reuse, roofline
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.offline_report import DecodeRow, PrefillRow
 from sparkinfer.bench.provenance import RunInfo
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
 _WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
+# Prefix reuse: each request's own question after the shared prefix, the requests, the snapshots
+PREFIX_SUFFIX, PREFIX_REQUESTS, PREFIX_SNAPSHOTS = 32, 3, 4
 
 
 def full_size_config(num_layers: int | None = None) -> ModelConfig:
@@ -226,6 +228,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     log("offline: starting the engine (caches, CUDA graphs)")
     with started_engine(model, sched, device) as engine:
         decode, prefill = _measure(engine, cfg.text, peaks, args)
+    reuse = _measure_prefix_reuse(model, device, args) if args.prefix_reuse else []
     del engine, model
     gc.collect()
     torch.cuda.empty_cache()
@@ -235,16 +238,48 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         "decode": [asdict(r) for r in decode],
         "prefill": [asdict(r) for r in prefill],
         "peer": [asdict(p) for p in peer],
+        "prefix_reuse": [asdict(r) for r in reuse],
     }
+    tables = offline_report.tables(peaks, decode, prefill, peer)
+    gates = offline_report.gates(decode, prefill, args.gate_goals)
+    if reuse:
+        tables.append(prefix_reuse.table(reuse, PREFIX_SNAPSHOTS))
+        gates.append(prefix_reuse.gate(reuse))
     return Report(
         "offline",
         info,
         _context(cfg.text, weights_gib, sched),
-        offline_report.tables(peaks, decode, prefill, peer),
+        tables,
         offline_report.plots(decode, prefill),
         raw,
-        offline_report.gates(decode, prefill, args.gate_goals),
+        gates,
     )
+
+
+def _measure_prefix_reuse(
+    model: Qwen3_8ForCausalLM, device: torch.device, args: argparse.Namespace
+) -> list[prefix_reuse.PrefixReuseRow]:
+    """Sequential requests sharing an `args.prefix_reuse`-token prefix, in an engine of its own
+    with the prefix cache on (the other rows run with it off, the default)."""
+    prompt_len = args.prefix_reuse + PREFIX_SUFFIX
+    sched = replace(
+        _scheduler_config(args),
+        max_num_seqs=1,
+        max_model_len=max(prompt_len + 1, _WARMUP_PROMPT + _WARMUP_TOKENS),
+        prefix_cache_snapshots=PREFIX_SNAPSHOTS,
+    )
+    log(f"offline: prefix reuse, {PREFIX_REQUESTS} requests sharing {args.prefix_reuse} tokens")
+    with started_engine(model, sched, device) as engine:
+        # A prompt of the same length but another prefix first, so no request pays for warm-up.
+        _run(engine, _prompts(1, prompt_len, seed=11), 1, "prefix-warmup")
+        return prefix_reuse.measure_prefix_reuse(
+            engine,
+            prefix_len=args.prefix_reuse,
+            suffix_len=PREFIX_SUFFIX,
+            num_requests=PREFIX_REQUESTS,
+            vocab=NUM_REAL_TOKENS,
+            seed=12,
+        )
 
 
 def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
