@@ -41,3 +41,19 @@ def test_table_and_gate_report_a_miss():
     assert table.rows[1][3:] == [0, 400.0, 1.0]
     gate = prefix_reuse.gate(rows)
     assert not gate.is_passed and "[2]" in gate.detail
+
+
+def test_the_prefix_engine_holds_one_sequence_and_the_cache():
+    import argparse
+
+    from sparkinfer.bench import engine
+
+    args = argparse.Namespace(
+        concurrency=(1, 32), prefill_lengths=(4096,), context=4096, new_tokens=128,
+        max_batched_tokens=8192, enforce_eager=False, overlap_steps=True, dependent_launch=True,
+        deterministic=False, prefix_reuse=32022,
+    )  # fmt: skip
+    config = engine._prefix_scheduler_config(args)
+    assert (config.max_num_seqs, config.max_model_len) == (1, 32022 + engine.PREFIX_SUFFIX + 1)
+    assert config.prefix_cache_snapshots == engine.PREFIX_SNAPSHOTS
+    assert engine._scheduler_config(args).prefix_cache_snapshots == 0  # the other rows: off

@@ -242,13 +242,15 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     }
     tables = offline_report.tables(peaks, decode, prefill, peer)
     gates = offline_report.gates(decode, prefill, args.gate_goals)
+    context = _context(cfg.text, weights_gib, sched)
     if reuse:
         tables.append(prefix_reuse.table(reuse, PREFIX_SNAPSHOTS))
         gates.append(prefix_reuse.gate(reuse))
+        context["prefix reuse scheduler"] = str(_prefix_scheduler_config(args))
     return Report(
         "offline",
         info,
-        _context(cfg.text, weights_gib, sched),
+        context,
         tables,
         offline_report.plots(decode, prefill),
         raw,
@@ -262,12 +264,7 @@ def _measure_prefix_reuse(
     """Sequential requests sharing an `args.prefix_reuse`-token prefix, in an engine of its own
     with the prefix cache on (the other rows run with it off, the default)."""
     prompt_len = args.prefix_reuse + PREFIX_SUFFIX
-    sched = replace(
-        _scheduler_config(args),
-        max_num_seqs=1,
-        max_model_len=max(prompt_len + 1, _WARMUP_PROMPT + _WARMUP_TOKENS),
-        prefix_cache_snapshots=PREFIX_SNAPSHOTS,
-    )
+    sched = _prefix_scheduler_config(args)
     log(f"offline: prefix reuse, {PREFIX_REQUESTS} requests sharing {args.prefix_reuse} tokens")
     with started_engine(model, sched, device) as engine:
         # A prompt of the same length but another prefix first, so no request pays for warm-up.
@@ -296,6 +293,17 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         overlap_steps=args.overlap_steps,
         dependent_launch=args.dependent_launch,
         deterministic=args.deterministic,
+    )
+
+
+def _prefix_scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    """The prefix-reuse engine's: one sequence, room for the shared prefix and a question, the
+    prefix cache on."""
+    return replace(
+        _scheduler_config(args),
+        max_num_seqs=1,
+        max_model_len=max(args.prefix_reuse + PREFIX_SUFFIX + 1, _WARMUP_PROMPT + _WARMUP_TOKENS),
+        prefix_cache_snapshots=PREFIX_SNAPSHOTS,
     )
 
 
