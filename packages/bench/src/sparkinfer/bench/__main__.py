@@ -155,6 +155,13 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         "prefix cache on (0: skip)",
     )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument(
+        "--prefix-cache-snapshots",
+        type=int,
+        default=0,
+        help="the engine's prefix cache for the decode and prefill rows (0: off, the default; "
+        "their prompts are distinct, so this prices its checkpoints)",
+    )
     p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
     p.add_argument(

@@ -293,6 +293,7 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         overlap_steps=args.overlap_steps,
         dependent_launch=args.dependent_launch,
         deterministic=args.deterministic,
+        prefix_cache_snapshots=args.prefix_cache_snapshots,
     )
 
 
@@ -303,7 +304,7 @@ def _prefix_scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         _scheduler_config(args),
         max_num_seqs=1,
         max_model_len=max(args.prefix_reuse + PREFIX_SUFFIX + 1, _WARMUP_PROMPT + _WARMUP_TOKENS),
-        prefix_cache_snapshots=PREFIX_SNAPSHOTS,
+        prefix_cache_snapshots=max(PREFIX_SNAPSHOTS, args.prefix_cache_snapshots),
     )
 
 
