@@ -70,11 +70,13 @@ class Settings(BaseSettings):
         "off, output is still identical across runs of the same batch",
     )
     prefix_cache_snapshots: int = Field(
-        0,
+        8,
         ge=0,
         description="Prompt prefixes kept for reuse, each with one snapshot of the model's "
         "recurrent state (147 MiB at 27B, taken from the KV cache's memory); a later prompt "
-        "that starts with one prefills only the rest. 0: no prefix cache",
+        "that starts with one prefills only the rest (32,000 of 32,054 tokens cached: 45x "
+        "faster to the first token on an H200). A new prompt pays one more prefill step to its "
+        "checkpoint (+16 ms, 4.7%, at 4K tokens). 0: no prefix cache",
     )
     prefix_cache_min_tokens: int = Field(
         1024,
