@@ -2,20 +2,18 @@
 
 Request 1 prefills the whole prompt (prefix + its own question); the prefix cache keeps the GDN
 state at its last checkpoint, so requests 2.. prefill only past it. Each request's time to first
-token and the prompt tokens the engine reports as cached (`RequestOutput.num_cached_tokens`) go in
-one row. The HTTP counterpart is the `prefix_cache` eval (any OpenAI-compatible server).
+token and the prompt tokens the engine served from the cache (its `num_prefix_cached_tokens`) go
+in one row. The HTTP counterpart is the `prefix_cache` eval (any OpenAI-compatible server).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
 import torch
-from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.report import Gate, Table
-from sparkinfer.scheduler.request import RequestOutput, SamplingParams
+from sparkinfer.scheduler.request import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -31,32 +29,20 @@ def measure_prefix_reuse(
     engine, *, prefix_len: int, suffix_len: int, num_requests: int, vocab: int, seed: int
 ) -> list[PrefixReuseRow]:
     """`num_requests` prompts of a shared random `prefix_len`-token prefix and distinct
-    `suffix_len`-token questions, one after the other, max_tokens 1 (greedy)."""
+    `suffix_len`-token questions, one after the other, max_tokens 1 (greedy): its one token is
+    its first, so the request's wall clock is its time to first token."""
     gen = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, vocab, (prefix_len,), generator=gen).tolist()
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
     rows = []
     for i in range(num_requests):
         prompt = prefix + torch.randint(0, vocab, (suffix_len,), generator=gen).tolist()
-        first: list[tuple[float, RequestOutput]] = []
-        done = threading.Event()
-
-        def on_output(out: RequestOutput, first=first, done=done) -> None:
-            if not first:
-                first.append((time.perf_counter(), out))
-            if out.is_finished:
-                done.set()
-
+        cached_before = engine.stats().num_prefix_cached_tokens
         start = time.perf_counter()
-        engine.add_request(f"prefix-reuse-{seed}-{i}", prompt, params, on_output=on_output)
-        if not done.wait(3600):
-            raise DeviceError(f"prefix reuse: request {i + 1} did not finish within an hour")
-        at, out = first[0]
-        if out.error:
-            raise DeviceError(f"prefix reuse: request {i + 1} failed: {out.error}")
-        ttft_ms = (at - start) * 1e3
-        shared = prefix_len if i else 0
-        rows.append(PrefixReuseRow(i + 1, len(prompt), shared, out.num_cached_tokens, ttft_ms))
+        engine.generate(prompt, params, timeout=3600)
+        ttft_ms = (time.perf_counter() - start) * 1e3
+        cached = engine.stats().num_prefix_cached_tokens - cached_before
+        rows.append(PrefixReuseRow(i + 1, len(prompt), prefix_len if i else 0, cached, ttft_ms))
     return rows
 
 

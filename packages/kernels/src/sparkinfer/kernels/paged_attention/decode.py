@@ -229,7 +229,7 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
         q.shape[0], num_kv_heads, num_multiprocessors(q.device), config
     )
     is_large = q.is_cuda and q.shape[0] * num_kv_heads >= LARGE_GRID_ROWS
-    bn = LARGE_GRID_BN if is_large and min_split_len % LARGE_GRID_BN == 0 else config.BN
+    bn = LARGE_GRID_BN if is_large else config.BN
     return dataclasses.replace(config, BN=bn, MIN_SPLIT_LEN=min_split_len)
 
 
