@@ -1,9 +1,11 @@
 """Test helpers: a fake runner, a tiny random model on CPU, a plain reference decode, and CPU
-stand-ins for CUDA streams and graphs that run the real `DecodeGraphs` capture and replay."""
+stand-ins for CUDA streams and graphs that run the real `DecodeGraphs` and `PrefillGraphs`
+capture and replay."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +18,8 @@ from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
+from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
 from sparkinfer.scheduler.request import (
     MultimodalInputs,
     Request,
@@ -317,6 +321,46 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
     return replayed
 
 
+def attach_cpu_prefill_graphs(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch, max_seqs: int
+) -> list[list[RowSnapshot]]:
+    """Capture the real prefill graphs (the config's token sizes, `max_seqs` sequences) for
+    `runner`'s caches on the CPU and make the runner replay them; returns the list that collects
+    the rows of every replay, as they were at the replay."""
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = PrefillGraphs(
+        runner.model,
+        runner.caches,
+        token_sizes=runner.config.prefill_graph_sizes(),
+        max_seqs=max_seqs,
+        max_blocks_per_seq=runner.config.max_blocks_per_seq,
+        block_size=runner.config.block_size,
+        stream=CpuStream(),  # type: ignore[arg-type]
+    )
+    with torch.inference_mode(), runner._numerics(is_decode=False):
+        graphs.capture()
+    for size, captured in graphs._graphs.items():
+
+        def rerun(size: int = size, logits: torch.Tensor = captured.logits) -> None:
+            with runner._numerics(is_decode=False):
+                logits.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    replayed: list[list[RowSnapshot]] = []
+    run = graphs.run
+
+    def recording_run(
+        seqs: Sequence[ScheduledSeq], bucket: int, sources: Sequence[int | None], inflight: object
+    ) -> torch.Tensor:
+        replayed.append([RowSnapshot.of(s) for s in seqs])
+        return run(seqs, bucket, sources, inflight)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(graphs, "run", recording_run)
+    runner.prefill_graphs = graphs
+    return replayed
+
+
 def run_steps(
     runner: Runner,
     config: SchedulerConfig,
@@ -379,3 +423,28 @@ def run_mixed_steps(
     assert all(r.error is None for r in reqs), [r.error for r in reqs]
     tokens = [r.output_token_ids for r in reqs]
     return MixedRun(tokens, logprobs, num_late, sched.stats().num_preemptions)
+
+
+def run_together(
+    engine: Engine, prompts: Sequence[list[int]], params: SamplingParams
+) -> list[list[tuple[int, float]]]:
+    """Submit all prompts at once (params must ask for logprobs); each one's (token, logprob)
+    pairs in order."""
+    results: list[list[tuple[int, float]]] = [[] for _ in prompts]
+    done = threading.Semaphore(0)
+
+    def callback(i: int):
+        def on_output(out: RequestOutput) -> None:
+            results[i] += [
+                (t, lp.logprob) for t, lp in zip(out.new_token_ids, out.logprobs, strict=True)
+            ]
+            if out.is_finished:
+                done.release()
+
+        return on_output
+
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{i}", prompt, params, on_output=callback(i))
+    for _ in prompts:
+        assert done.acquire(timeout=120), "a request did not finish"
+    return results

@@ -18,6 +18,7 @@ def test_defaults():
         ("max_queue_depth", -1, "max_queue_depth is -1"),
         ("gpu_memory_utilization", 1.5, "gpu_memory_utilization is 1.5"),
         ("num_kv_blocks", 0, "num_kv_blocks is 0"),
+        ("prefill_graph_tokens", -1, "prefill_graph_tokens is -1"),
     ],
 )
 def test_invalid_values_raise(field, value, message):
@@ -35,6 +36,14 @@ def test_graph_batch_sizes_follow_buckets():
     assert cfg.graph_batch_sizes(64) == (1, 2, 4, 8, 16, 24, 32, 48, 64)
     assert cfg.graph_batch_sizes(20) == (1, 2, 4, 8, 16, 20)
     assert cfg.graph_batch_sizes(200)[-4:] == (128, 160, 192, 200)
+
+
+def test_prefill_graph_sizes_double_up_to_the_setting_or_the_step_budget():
+    assert SchedulerConfig().prefill_graph_sizes() == (16, 32, 64, 128, 256, 512)
+    assert SchedulerConfig(max_num_batched_tokens=100).prefill_graph_sizes() == (16, 32, 64, 100)
+    assert SchedulerConfig(prefill_graph_tokens=16).prefill_graph_sizes() == (16,)
+    assert SchedulerConfig(prefill_graph_tokens=5).prefill_graph_sizes() == (5,)
+    assert SchedulerConfig(prefill_graph_tokens=0).prefill_graph_sizes() == ()
 
 
 def test_chunk_alignment_is_a_whole_gdn_output_block():

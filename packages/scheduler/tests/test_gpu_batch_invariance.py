@@ -1,40 +1,16 @@
 """Batch invariance on CUDA: a request's greedy tokens and their logprobs are bit-identical alone
 and among others of other lengths, with its prompt cut differently by the step budget."""
 
-import threading
-
 import pytest
 import torch
-from scheduler_testing import build_tiny_model
+from scheduler_testing import build_tiny_model, run_together
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.request import RequestOutput, SamplingParams
+from sparkinfer.scheduler.request import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, logprobs=0)
 TARGET = [(11 * j + 5) % 250 for j in range(150)]
 OTHERS = [[(7 * i + 3 * j) % 250 for j in range(20 + 37 * i)] for i in range(7)]
-
-
-def _run_together(engine: Engine, prompts: list[list[int]]) -> list[list[tuple[int, float]]]:
-    """Submit all prompts at once; each one's (token, logprob) pairs in order."""
-    results: list[list[tuple[int, float]]] = [[] for _ in prompts]
-    done = threading.Semaphore(0)
-
-    def callback(i: int):
-        def on_output(out: RequestOutput) -> None:
-            results[i] += [
-                (t, lp.logprob) for t, lp in zip(out.new_token_ids, out.logprobs, strict=True)
-            ]
-            if out.is_finished:
-                done.release()
-
-        return on_output
-
-    for i, prompt in enumerate(prompts):
-        engine.add_request(f"r{i}", prompt, PARAMS, on_output=callback(i))
-    for _ in prompts:
-        assert done.acquire(timeout=120), "a request did not finish"
-    return results
 
 
 @pytest.mark.gpu
@@ -52,9 +28,9 @@ def test_greedy_logprobs_do_not_depend_on_the_batch(enforce_eager):
     assert cfg.deterministic and cfg.chunk_alignment == 128
     engine = Engine.from_model(model, cfg)
     try:
-        (alone,) = _run_together(engine, [TARGET])
-        together = _run_together(engine, [*OTHERS[:3], TARGET, *OTHERS[3:]])[3]
-        late = _run_together(engine, [*OTHERS, TARGET])[-1]
+        (alone,) = run_together(engine, [TARGET], PARAMS)
+        together = run_together(engine, [*OTHERS[:3], TARGET, *OTHERS[3:]], PARAMS)[3]
+        late = run_together(engine, [*OTHERS, TARGET], PARAMS)[-1]
     finally:
         engine.shutdown()
     assert len(alone) == PARAMS.max_tokens

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 PREFILL_CHUNK_ALIGNMENT = 128
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
+# Prefill and mixed steps that get a CUDA graph: token counts from this one doubling up to
+# `prefill_graph_tokens`, with at most this many sequences (more run eagerly).
+_PREFILL_GRAPH_MIN_TOKENS = 16
+PREFILL_GRAPH_MAX_SEQS = 32
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,10 @@ class SchedulerConfig:
         and from `cpu_cache_bytes` on CPU.
     cpu_cache_bytes: cache budget on CPU when the sizes are not given.
     enforce_eager: never capture CUDA graphs.
+    prefill_graph_tokens: largest prefill or mixed step (tokens, at most PREFILL_GRAPH_MAX_SEQS
+        sequences) replayed from a CUDA graph instead of launched eagerly (`prefill_graphs`); the
+        host needs longer to launch a step than the device needs to run a few hundred tokens.
+        0 captures none.
     overlap_steps: queue each step before reading the previous step's samples, so the host
         schedules step N+1 while the device runs step N (a decode row takes its input token from
         the device; penalties count it there); a step with a logits processor is read at once.
@@ -57,6 +65,7 @@ class SchedulerConfig:
     num_state_slots: int | None = None
     cpu_cache_bytes: int = 1 << 30
     enforce_eager: bool = False
+    prefill_graph_tokens: int = 512
     overlap_steps: bool = True
     dependent_launch: bool = True
     deterministic: bool = False
@@ -81,6 +90,11 @@ class SchedulerConfig:
                 f"prefix_cache_snapshots is {self.prefix_cache_snapshots} and "
                 f"prefix_cache_min_tokens {self.prefix_cache_min_tokens}; expected >= 0 "
                 "snapshots (0 turns the prefix cache off) and >= 1 token"
+            )
+        if self.prefill_graph_tokens < 0:
+            raise ValueError(
+                f"prefill_graph_tokens is {self.prefill_graph_tokens}; it must be >= 0 (0 "
+                "captures no prefill graphs)"
             )
         if self.max_queue_depth < 0:
             raise ValueError(
@@ -119,6 +133,18 @@ class SchedulerConfig:
     @property
     def max_blocks_per_seq(self) -> int:
         return -(-self.max_model_len // self.block_size)
+
+    def prefill_graph_sizes(self) -> tuple[int, ...]:
+        """Token counts of the prefill and mixed steps to capture (empty: none)."""
+        largest = min(self.prefill_graph_tokens, self.max_num_batched_tokens)
+        if largest < 1:
+            return ()
+        sizes: list[int] = []
+        size = _PREFILL_GRAPH_MIN_TOKENS
+        while size < largest:
+            sizes.append(size)
+            size *= 2
+        return (*sizes, largest)
 
     def graph_batch_sizes(self, max_batch: int) -> tuple[int, ...]:
         """Decode batch sizes to capture, up to `max_batch` (always included)."""

@@ -39,9 +39,10 @@ from sparkinfer.scheduler._inflight import (
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
-from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.config import PREFILL_GRAPH_MAX_SEQS, SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
+from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
@@ -132,8 +133,11 @@ class Runner:
         self.vision = VisionInputs(model, self.device)
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self.graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
+            if config.prefill_graph_sizes():
+                self.prefill_graphs = self._capture_prefill_graphs()
 
     @property
     def num_blocks(self) -> int:
@@ -216,6 +220,7 @@ class Runner:
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""
         self.graphs = None
+        self.prefill_graphs = None
         self._inflight = None
         self.vision.clear()
         if self._is_cuda:
@@ -245,6 +250,10 @@ class Runner:
             bucket = self.graphs.bucket_for(len(seqs))
             if bucket is not None:
                 return self.graphs.run(seqs, bucket, sources, inflight)
+        if self.prefill_graphs is not None and not is_scoring:
+            bucket = self.prefill_graphs.bucket_for(seqs)
+            if bucket is not None:
+                return self.prefill_graphs.run(seqs, bucket, sources, inflight)
         batch = ForwardBatch.build(
             [s.num_new_tokens for s in seqs],
             [s.num_cached_tokens for s in seqs],
@@ -350,6 +359,22 @@ class Runner:
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
         with torch.inference_mode(), self._numerics(is_decode=True):
+            graphs.capture()
+        return graphs
+
+    def _capture_prefill_graphs(self) -> PrefillGraphs:
+        assert self._stream is not None
+        graphs = PrefillGraphs(
+            self.model,
+            self.caches,
+            token_sizes=self.config.prefill_graph_sizes(),
+            max_seqs=min(self.config.max_num_seqs, self.plan.num_slots, PREFILL_GRAPH_MAX_SEQS),
+            max_blocks_per_seq=self.config.max_blocks_per_seq,
+            block_size=self.config.block_size,
+            stream=self._stream,
+        )
+        logger.info("capturing prefill CUDA graphs for %s tokens", graphs.token_sizes)
+        with torch.inference_mode(), self._numerics(is_decode=False):
             graphs.capture()
         return graphs
 
