@@ -167,6 +167,7 @@ def _scheduler_config(
         block_size=settings.block_size,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         enforce_eager=settings.enforce_eager,
+        prefill_graph_tokens=settings.prefill_graph_tokens,
         overlap_steps=settings.overlap_steps,
         dependent_launch=settings.dependent_launch,
         deterministic=settings.deterministic,
