@@ -341,9 +341,9 @@ def attach_cpu_prefill_graphs(
         graphs.capture()
     for size, captured in graphs._graphs.items():
 
-        def rerun(size: int = size, logits: torch.Tensor = captured.logits) -> None:
+        def rerun(size: int = size, hidden: torch.Tensor = captured.hidden) -> None:
             with runner._numerics(is_decode=False):
-                logits.copy_(graphs._forward(graphs._forward_batch(size)))
+                hidden.copy_(graphs._forward(graphs._forward_batch(size)))
 
         assert isinstance(captured.graph, CpuGraph)
         captured.graph.rerun = rerun

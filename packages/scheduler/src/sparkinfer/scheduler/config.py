@@ -12,9 +12,8 @@ PREFILL_CHUNK_ALIGNMENT = 128
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # Prefill and mixed steps that get a CUDA graph: token counts from this one doubling up to
-# `prefill_graph_tokens`, with at most this many sequences (more run eagerly).
+# `prefill_graph_tokens`.
 _PREFILL_GRAPH_MIN_TOKENS = 16
-PREFILL_GRAPH_MAX_SEQS = 32
 
 
 @dataclass(frozen=True)
@@ -31,10 +30,9 @@ class SchedulerConfig:
         and from `cpu_cache_bytes` on CPU.
     cpu_cache_bytes: cache budget on CPU when the sizes are not given.
     enforce_eager: never capture CUDA graphs.
-    prefill_graph_tokens: largest prefill or mixed step (tokens, at most PREFILL_GRAPH_MAX_SEQS
-        sequences) replayed from a CUDA graph instead of launched eagerly (`prefill_graphs`); the
-        host needs longer to launch a step than the device needs to run a few hundred tokens.
-        0 captures none.
+    prefill_graph_tokens: largest prefill or mixed step (tokens) replayed from a CUDA graph
+        instead of launched eagerly (`prefill_graphs`); the host needs longer to launch a step
+        than the device needs to run a few hundred tokens. 0 captures none.
     overlap_steps: queue each step before reading the previous step's samples, so the host
         schedules step N+1 while the device runs step N (a decode row takes its input token from
         the device; penalties count it there); a step with a logits processor is read at once.

@@ -2,8 +2,10 @@
 
 Launching an eager forward of the 27B model takes the host about 55 ms (some 1,100 kernels),
 more than the device needs for a step of a few hundred tokens, so a short prompt, the last
-chunk of a long one or a prefix-cache hit waited on the host. A step of at most `max_seqs`
-sequences and at most a bucket's tokens replays that bucket's graph instead.
+chunk of a long one, a prefix-cache hit or a prompt joining running decodes waited on the host.
+A step of at most `max_seqs` sequences and at most a bucket's tokens replays that bucket's graph
+instead. The graph ends with the hidden rows of the sampled tokens; the lm_head runs after the
+replay on just the sampled rows, so no graph holds a [rows, vocab] logits buffer of its own.
 
 The graph always runs `max_seqs + 1` sequences over the bucket's tokens: the step's own, then one
 padding sequence that takes the rest of the tokens, then empty ones. Padding writes no KV (KV
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    logits: torch.Tensor  # [min(max_seqs, bucket), vocab] fp32, written by each replay
+    hidden: torch.Tensor  # [min(max_seqs, bucket), hidden] rows to sample, written by each replay
 
 
 class PrefillGraphs:
@@ -103,14 +105,14 @@ class PrefillGraphs:
             graph = torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(graph, pool=pool, stream=self.stream):
-                    logits = self._forward(self._forward_batch(size))
+                    hidden = self._forward(self._forward_batch(size))
             except RuntimeError as exc:
                 raise GraphCaptureError(
                     f"capturing the prefill graph for {size} tokens failed ({exc}); the model's "
                     "prefill path must not sync with the host: set prefill_graph_tokens=0 (or "
                     "enforce_eager=True)"
                 ) from exc
-            self._graphs[size] = _Captured(graph, logits)
+            self._graphs[size] = _Captured(graph, hidden)
             logger.info("captured prefill graph for %d tokens", size)
 
     def bucket_for(self, seqs: Sequence[ScheduledSeq]) -> int | None:
@@ -136,7 +138,7 @@ class PrefillGraphs:
         with torch.cuda.stream(self.stream):
             captured = self._graphs[bucket]
             captured.graph.replay()
-            return captured.logits[:num_sampled]
+            return self.model.compute_logits(captured.hidden[:num_sampled])
 
     def _load(
         self,
@@ -220,6 +222,6 @@ class PrefillGraphs:
         )
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of a `size`-token step -> hidden rows [logits rows, hidden]."""
         size = batch.slot_mapping.shape[0]
-        hidden = self.model(self.input_ids[:size], batch)
-        return self.model.compute_logits(hidden[batch.logits_indices])
+        return self.model(self.input_ids[:size], batch)[batch.logits_indices]

@@ -39,7 +39,7 @@ from sparkinfer.scheduler._inflight import (
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
-from sparkinfer.scheduler.config import PREFILL_GRAPH_MAX_SEQS, SchedulerConfig
+from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
@@ -368,7 +368,7 @@ class Runner:
             self.model,
             self.caches,
             token_sizes=self.config.prefill_graph_sizes(),
-            max_seqs=min(self.config.max_num_seqs, self.plan.num_slots, PREFILL_GRAPH_MAX_SEQS),
+            max_seqs=min(self.config.max_num_seqs, self.plan.num_slots),
             max_blocks_per_seq=self.config.max_blocks_per_seq,
             block_size=self.config.block_size,
             stream=self._stream,
