@@ -23,7 +23,12 @@ from sparkinfer.kernels.paged_attention.decode import (
     launch_decode,
     num_multiprocessors,
 )
-from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
+from sparkinfer.kernels.paged_attention.prefill import (
+    PrefillConfig,
+    choose_kv_splits,
+    default_prefill_config,
+    launch_prefill,
+)
 from sparkinfer.kernels.paged_attention.prefill_tma import tma_layout_error
 from transformers.models.qwen3_5.modeling_qwen3_5 import eager_attention_forward
 
@@ -240,6 +245,47 @@ def test_prefill_tma_past_2048_tokens_with_gpu_tiles(tma_only, assert_close):
     assert_close(_launch(b, config, 0.25), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
+@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
+def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
+    """Keys cut into 2-8 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
+    hit), prefixes shorter than one tile per split (empty splits), no prefix at all, lengths
+    around the tile edges; stale cache rows hold NaN."""
+    lens, cached = [1, 17, 40, 3, 33, 65, 16], [300, 0, 100, 5, 17, 2, 64]
+    b = _paged_batch(lens, cached, block_size=32, dtype=torch.float16, seed=30 + splits)
+    _stale_nan_rows(b)
+    config = PrefillConfig(BM=32, BN=16, num_warps=4, num_stages=1, use_tma=True,
+                           use_qk_prefetch=prefetch, kv_splits=splits)  # fmt: skip
+    assert_close(_launch(b, config), _prefill(paged_attention_prefill_ref, b))
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "num_seqs", "expected"),
+    [(54, 1, 8), (64, 2, 4), (512, 1, 4), (1024, 1, 2), (2048, 1, 1), (4096, 32, 1)],
+)
+def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, num_seqs, expected):
+    """24 query heads, 128-row tiles, 132 SMs: a prefix-cache hit's few rows get 8 splits, a
+    chunk of a long prompt none."""
+    num_programs = (-(-num_tokens // 128) + num_seqs) * 24
+    assert choose_kv_splits(num_programs, 132) == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
+def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
+    """The default mode splits the keys of a step with few query tiles (4 splits here); a
+    batch-invariant phase keeps one program per tile. Both against the reference."""
+    b = _paged_batch([54, 1, 10], [32000, 4095, 0], heads=(24, 4), d=256, block_size=64,
+                     dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
+    _stale_nan_rows(b)
+    phase = batch_invariant("prefill") if is_invariant else contextlib.nullcontext()
+    scale = 256**-0.5
+    with phase:
+        assert default_prefill_config(b["q"], 3).kv_splits == (1 if is_invariant else 4)
+        out = _prefill(paged_attention_prefill, b, scale)
+    assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
+
+
 def test_prefill_tma_contiguous_q_matches_pointer_kernel(assert_close):
     """Dense heads (the model's normed q) through both kernels."""
     b = _paged_batch([50, 3], [14, 0], block_size=16, dtype=torch.float16, seed=23)
@@ -290,6 +336,10 @@ def test_prefill_config_rejects_bad_fields():
         PrefillConfig(num_stages=0)
     with pytest.raises(ValueError, match="set use_tma=True"):
         PrefillConfig(use_qk_prefetch=True)
+    with pytest.raises(ValueError, match="set use_tma=True"):
+        PrefillConfig(kv_splits=2)
+    with pytest.raises(ValueError, match="kv_splits is 3"):
+        PrefillConfig(use_tma=True, kv_splits=3)
 
 
 def _is_short_split_plan(b) -> bool:

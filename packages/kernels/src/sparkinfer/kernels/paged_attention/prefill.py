@@ -13,21 +13,28 @@ tile loads) whenever the layout allows it; otherwise this pointer kernel runs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import IndexCache, cached_index_tables, check_device, dot_dtype
+from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
     check_cache,
     check_heads,
     check_index,
 )
+from sparkinfer.kernels.paged_attention.decode import num_multiprocessors
 from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
+# KV splits: a grid short of this many programs per SM (a few query tiles over a long cached
+# context) has its tiles' keys cut into up to MAX_KV_SPLITS ranges run side by side.
+KV_SPLIT_PROGRAMS_PER_SM = 2
+MAX_KV_SPLITS = 8
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,8 @@ class PrefillConfig:
     use_tma takes the TMA-descriptor kernel (prefill_tma.py) when the inputs allow it (Hopper or
     the interpreter, bf16/fp16, block_size a multiple of BN, 16-byte-aligned strides) and the
     pointer kernel otherwise. use_qk_prefetch (TMA kernel only) issues the next key tile's
-    Q K^T before the current tile's softmax.
+    Q K^T before the current tile's softmax. kv_splits (TMA kernel only, a power of two) cuts
+    each query tile's keys into that many ranges run by separate programs, merged after.
     """
 
     BM: int = 128
@@ -46,6 +54,7 @@ class PrefillConfig:
     num_stages: int = 3
     use_tma: bool = False
     use_qk_prefetch: bool = False
+    kv_splits: int = 1
 
     def __post_init__(self) -> None:
         for name, tile in (("BM", self.BM), ("BN", self.BN)):
@@ -56,9 +65,13 @@ class PrefillConfig:
                 f"PrefillConfig has num_warps={self.num_warps}, num_stages={self.num_stages}; "
                 "expected num_warps a power of two <= 16 and num_stages >= 1"
             )
-        if self.use_qk_prefetch and not self.use_tma:
-            raise ValueError("PrefillConfig.use_qk_prefetch applies to the TMA kernel only: "
-                             "set use_tma=True too")  # fmt: skip
+        if self.kv_splits < 1 or self.kv_splits & (self.kv_splits - 1):
+            raise ValueError(
+                f"PrefillConfig.kv_splits is {self.kv_splits}; expected a power of two >= 1"
+            )
+        if (self.use_qk_prefetch or self.kv_splits > 1) and not self.use_tma:
+            raise ValueError("PrefillConfig.use_qk_prefetch and kv_splits apply to the TMA kernel "
+                             "only: set use_tma=True too")  # fmt: skip
 
 
 @triton.jit
@@ -155,17 +168,32 @@ def _prefill_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_q)
 
 
-def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
+def default_prefill_config(q: torch.Tensor, num_seqs: int = 1) -> PrefillConfig:
     """Tiles measured on an H200 for D=256 on CUDA; small tiles for the CPU interpreter.
 
     On CUDA the TMA kernel is asked for (1.25-1.3x the pointer kernel at 16K-32K tokens on the
-    H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`).
+    H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
+    a batch-invariant phase its keys are split when the grid of `num_seqs` sequences' query
+    tiles is small (`choose_kv_splits`); inside one a row's numerics never depend on the batch.
     """
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
-    if q.shape[-1] > 128:
-        return PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
-    return PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=3)
+    if q.shape[-1] <= 128:
+        return PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=3)
+    config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
+    if current_phase() is not None:
+        return config
+    num_programs = (triton.cdiv(q.shape[0], config.BM) + num_seqs) * q.shape[1]
+    splits = choose_kv_splits(num_programs, num_multiprocessors(q.device))
+    return dataclasses.replace(config, kv_splits=splits)
+
+
+def choose_kv_splits(num_programs: int, num_sms: int) -> int:
+    """KV splits for a grid of `num_programs` (query tile, head) programs: the power of two, at
+    most MAX_KV_SPLITS, that brings it to KV_SPLIT_PROGRAMS_PER_SM programs per SM; 1 when it
+    has that many. A split with no keys to read costs one (max, sum) pair a row."""
+    wanted = triton.cdiv(KV_SPLIT_PROGRAMS_PER_SM * num_sms, max(num_programs, 1))
+    return min(MAX_KV_SPLITS, triton.next_power_of_2(wanted))
 
 
 def _check(q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, gate) -> None:
@@ -294,7 +322,7 @@ def paged_attention_prefill(
     Returns:
         o: [T, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
-    config = default_prefill_config(q)
+    config = default_prefill_config(q, cu_seqlens.shape[0] - 1)
     return launch_prefill(
         q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config,
         index_cache=index_cache,

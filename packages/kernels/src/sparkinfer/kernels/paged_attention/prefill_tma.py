@@ -10,6 +10,13 @@ token and head strides, e.g. per-head halves of one projection), so Q stays in s
 as the dots' A operand; a whole output tile is stored through a descriptor, a partial one with
 masked stores so rows of the next sequence are left alone. The schedule is prefill.py's: one
 program per (query tile, head), latest tiles first, unmasked key tiles then the diagonal.
+
+With `PrefillConfig.kv_splits` > 1 (a few query tiles over a long cached context: a prefix-cache
+hit, the end of a long prompt) a third grid axis cuts the unmasked keys into that many ranges of
+whole tiles; the last range's program also takes the diagonal. Each program writes its rows'
+normalised partial output and softmax (max, sum) in fp32, and `_merge_splits_kernel` combines
+them per (token, head) in split order (no atomics) and applies the gate. Without splits, 24
+programs of one query tile each read a 32K context alone, about 1 ms a layer on an H200.
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
@@ -61,18 +68,18 @@ def _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE: tl.constexpr):
 
 @triton.jit
 def _unmasked_tiles(
-    b_q, b_acc, b_m, b_l, n_full, desc_k, desc_v, p_bt, kv_col, qk_scale,
+    b_q, b_acc, b_m, b_l, n_start, n_full, desc_k, desc_v, p_bt, kv_col, qk_scale,
     BLOCK_SIZE: tl.constexpr, BN: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    """Keys 0..n_full-1, which every query row of the tile sees: no mask."""
+    """Keys n_start..n_full-1 (whole tiles), which every query row of the tile sees: no mask."""
     if USE_QK_PREFETCH:
         # Issue the next tile's Q K^T before this tile's softmax, so the tensor cores work on it
         # while the softmax runs (flash-attention 3's intra-warpgroup overlap).
-        if n_full > 0:
-            row = _kv_row(p_bt, 0, BLOCK_SIZE)
+        if n_full > n_start:
+            row = _kv_row(p_bt, n_start, BLOCK_SIZE)
             b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
-            for n0 in range(BN, n_full, BN):
+            for n0 in range(n_start + BN, n_full, BN):
                 row_next = _kv_row(p_bt, n0, BLOCK_SIZE)
                 b_s_next = _scores(b_q, desc_k, row_next, kv_col, qk_scale, DOT_DTYPE)
                 b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
@@ -81,7 +88,7 @@ def _unmasked_tiles(
             b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
             b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
     else:
-        for n0 in range(0, n_full, BN):
+        for n0 in range(n_start, n_full, BN):
             row = _kv_row(p_bt, n0, BLOCK_SIZE)
             b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
             b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
@@ -91,14 +98,14 @@ def _unmasked_tiles(
 
 @triton.jit
 def _prefill_tma_kernel(
-    desc_q, desc_k, desc_v, desc_g, desc_o, p_o,
+    desc_q, desc_k, desc_v, desc_g, desc_o, p_o, p_part_o, p_part_ml,
     p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
     qk_scale, stride_qh, stride_gh, stride_ot, stride_oh, stride_btb,
     GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
     BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
+    KV_SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    i_tile, i_h = tl.program_id(0), tl.program_id(1)
+    i_tile, i_h, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b = tl.load(p_tile_seq + i_tile)
     tile_end = tl.load(p_cu_tiles + i_b + 1)
     if i_tile >= tile_end:
@@ -121,11 +128,17 @@ def _prefill_tma_kernel(
     b_l = tl.zeros((BM,), dtype=tl.float32)
     # Keys up to the first row's position are visible to every row: no mask needed there.
     n_full = (cached + m_start + 1) // BN * BN
+    # This split's share of them, whole tiles; the last split also takes the diagonal.
+    split_len = tl.cdiv(n_full // BN, KV_SPLITS) * BN
+    n_lo = tl.minimum(i_s * split_len, n_full)
+    n_hi = tl.minimum(n_lo + split_len, n_full)
     b_acc, b_m, b_l = _unmasked_tiles(
-        b_q, b_acc, b_m, b_l, n_full, desc_k, desc_v, p_bt, kv_col, qk_scale,
+        b_q, b_acc, b_m, b_l, n_lo, n_hi, desc_k, desc_v, p_bt, kv_col, qk_scale,
         BLOCK_SIZE, BN, USE_QK_PREFETCH, DOT_DTYPE,
     )  # fmt: skip
     n_end = tl.minimum(ctx_len, cached + m_start + BM)
+    if i_s < KV_SPLITS - 1:
+        n_end = n_full  # the diagonal belongs to the last split
     for n0 in range(n_full, n_end, BN):
         row = _kv_row(p_bt, n0, BLOCK_SIZE)
         b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
@@ -136,6 +149,11 @@ def _prefill_tma_kernel(
         b_v = tl.where(m_n[:, None], desc_v.load([row, kv_col]).to(DOT_DTYPE), 0.0)
         b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
 
+    if KV_SPLITS > 1:
+        has_keys = (n_hi > n_lo) | (i_s == KV_SPLITS - 1)
+        _store_partial(p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start, m_start,
+                       seq_len, i_h, i_s, tl.num_programs(1), KV_SPLITS, D, BM)  # fmt: skip
+        return
     b_o = b_acc / b_l[:, None]
     if HAS_GATE:
         b_g = desc_g.load([row0, i_h * stride_gh]).to(tl.float32)
@@ -148,6 +166,47 @@ def _prefill_tma_kernel(
         o_t = (seq_start + o_m).to(tl.int64)
         p_out = p_o + o_t[:, None] * stride_ot + i_h * stride_oh + tl.arange(0, D)[None, :]
         tl.store(p_out, b_o, mask=(o_m < seq_len)[:, None])
+
+
+@triton.jit
+def _store_partial(
+    p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start, m_start, seq_len, i_h, i_s,
+    num_heads, KV_SPLITS: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+):  # fmt: skip
+    """A split's rows: (m, l) [T, H, KV_SPLITS, 2] fp32 always (l = 0: no keys), and the
+    normalised o [T, H, KV_SPLITS, D] fp32 when it read any key (the merge reads o where l > 0)."""
+    o_m = m_start + tl.arange(0, BM)
+    m_m = o_m < seq_len
+    o_part = ((seq_start + o_m).to(tl.int64) * num_heads + i_h) * KV_SPLITS + i_s  # [BM]
+    if has_keys:
+        b_o = b_acc / b_l[:, None]
+        tl.store(p_part_o + o_part[:, None] * D + tl.arange(0, D)[None, :], b_o,
+                 mask=m_m[:, None])  # fmt: skip
+    tl.store(p_part_ml + o_part * 2, b_m, mask=m_m)
+    tl.store(p_part_ml + o_part * 2 + 1, b_l, mask=m_m)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    p_part_o, p_part_ml, p_gate, p_o, stride_gt, stride_gh, stride_ot, stride_oh,
+    D: tl.constexpr, KV_SPLITS: tl.constexpr, HAS_GATE: tl.constexpr,
+):  # fmt: skip
+    """o[t, h] = the splits' partial outputs weighted by their softmax sums, in split order."""
+    i_t, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_part = (i_t * tl.num_programs(1) + i_h) * KV_SPLITS + tl.arange(0, KV_SPLITS)
+    b_m = tl.load(p_part_ml + o_part * 2)
+    b_l = tl.load(p_part_ml + o_part * 2 + 1)
+    b_max = tl.max(b_m, axis=0)
+    m_s = b_l > 0  # splits that read keys; the others wrote no o
+    b_w = tl.where(m_s, tl.exp2(b_m - b_max) * b_l, 0.0)
+    b_w = b_w / tl.sum(b_w, axis=0)
+    o_d = tl.arange(0, D)
+    b_parts = tl.load(p_part_o + o_part[:, None] * D + o_d[None, :], mask=m_s[:, None], other=0.0)
+    b_o = tl.sum(b_w[:, None] * b_parts, axis=0)
+    if HAS_GATE:
+        b_g = tl.load(p_gate + i_t * stride_gt + i_h * stride_gh + o_d).to(tl.float32)
+        b_o = b_o * tl.sigmoid(b_g)
+    tl.store(p_o + i_t * stride_ot + i_h * stride_oh + o_d, b_o.to(p_o.dtype.element_ty))
 
 
 def _aligned(t: torch.Tensor, *strides: int) -> bool:
@@ -233,11 +292,22 @@ def launch_prefill_tma(
     desc_o = TensorDescriptor(o, [num_tokens, num_heads * d], [o.stride(0), 1], [bm, d])
     cu_seqlens, cached_lens, block_tables = index
     tile_seq, cu_tiles, grid = tile_map
-    _prefill_tma_kernel[(grid, num_heads)](
-        desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o,
+    splits = config.kv_splits
+    part_o = part_ml = o  # unused without splits
+    if splits > 1:
+        part_o = torch.empty(num_tokens, num_heads, splits, d, dtype=torch.float32, device=q.device)
+        part_ml = torch.empty(num_tokens, num_heads, splits, 2, dtype=torch.float32,
+                              device=q.device)  # fmt: skip
+    _prefill_tma_kernel[(grid, num_heads, splits)](
+        desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o, part_o, part_ml,
         cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
         qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
         GROUP=num_heads // hkv, BLOCK_SIZE=k_cache.shape[1], D=d, BM=bm, BN=bn,
-        HAS_GATE=gate is not None, USE_QK_PREFETCH=config.use_qk_prefetch,
+        HAS_GATE=gate is not None, USE_QK_PREFETCH=config.use_qk_prefetch, KV_SPLITS=splits,
         DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
+    if splits > 1:
+        _merge_splits_kernel[(num_tokens, num_heads)](
+            part_o, part_ml, g, o, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+            D=d, KV_SPLITS=splits, HAS_GATE=gate is not None, num_warps=4,
+        )  # fmt: skip
