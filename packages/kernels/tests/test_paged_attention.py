@@ -260,20 +260,19 @@ def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
 
 
 @pytest.mark.parametrize(
-    ("num_tokens", "num_seqs", "expected"),
-    [(54, 1, 8), (64, 2, 4), (512, 1, 4), (1024, 1, 2), (2048, 1, 1), (4096, 32, 1)],
+    ("num_tokens", "expected"), [(54, 8), (128, 8), (512, 4), (1024, 2), (2048, 1), (8192, 1)]
 )
-def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, num_seqs, expected):
+def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, expected):
     """24 query heads, 128-row tiles, 132 SMs: a prefix-cache hit's few rows get 8 splits, a
     chunk of a long prompt none."""
-    num_programs = (-(-num_tokens // 128) + num_seqs) * 24
+    num_programs = (-(-num_tokens // 128) + 1) * 24
     assert choose_kv_splits(num_programs, 132) == expected
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
 def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
-    """The default mode splits the keys of a step with few query tiles (4 splits here); a
+    """The default mode splits the keys of a step with few query tiles (8 splits here); a
     batch-invariant phase keeps one program per tile. Both against the reference."""
     b = _paged_batch([54, 1, 10], [32000, 4095, 0], heads=(24, 4), d=256, block_size=64,
                      dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
@@ -281,7 +280,7 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
     phase = batch_invariant("prefill") if is_invariant else contextlib.nullcontext()
     scale = 256**-0.5
     with phase:
-        assert default_prefill_config(b["q"], 3).kv_splits == (1 if is_invariant else 4)
+        assert default_prefill_config(b["q"]).kv_splits == (1 if is_invariant else 8)
         out = _prefill(paged_attention_prefill, b, scale)
     assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 

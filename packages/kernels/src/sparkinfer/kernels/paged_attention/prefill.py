@@ -168,13 +168,14 @@ def _prefill_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_q)
 
 
-def default_prefill_config(q: torch.Tensor, num_seqs: int = 1) -> PrefillConfig:
+def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
     """Tiles measured on an H200 for D=256 on CUDA; small tiles for the CPU interpreter.
 
     On CUDA the TMA kernel is asked for (1.25-1.3x the pointer kernel at 16K-32K tokens on the
     H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
-    a batch-invariant phase its keys are split when the grid of `num_seqs` sequences' query
-    tiles is small (`choose_kv_splits`); inside one a row's numerics never depend on the batch.
+    a batch-invariant phase its keys are split when q's rows make few query tiles
+    (`choose_kv_splits`; counted as if one sequence held them all, so the empty sequences that
+    pad a CUDA-graph step do not count); inside one a row's numerics never depend on the batch.
     """
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
@@ -183,7 +184,7 @@ def default_prefill_config(q: torch.Tensor, num_seqs: int = 1) -> PrefillConfig:
     config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
     if current_phase() is not None:
         return config
-    num_programs = (triton.cdiv(q.shape[0], config.BM) + num_seqs) * q.shape[1]
+    num_programs = (triton.cdiv(q.shape[0], config.BM) + 1) * q.shape[1]
     splits = choose_kv_splits(num_programs, num_multiprocessors(q.device))
     return dataclasses.replace(config, kv_splits=splits)
 
@@ -322,7 +323,7 @@ def paged_attention_prefill(
     Returns:
         o: [T, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
-    config = default_prefill_config(q, cu_seqlens.shape[0] - 1)
+    config = default_prefill_config(q)
     return launch_prefill(
         q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config,
         index_cache=index_cache,
