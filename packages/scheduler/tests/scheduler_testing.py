@@ -219,7 +219,7 @@ class CpuStream:
 
 class CpuGraph:
     """Stands in for torch.cuda.CUDAGraph: capture just runs the forward; replay runs `rerun`
-    (bound after capture), which writes the captured logits as a real replay would."""
+    (bound after capture), which writes the captured output as a real replay would."""
 
     def __init__(self) -> None:
         self.rerun: Callable[[], object] | None = None
@@ -298,35 +298,15 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
         block_size=runner.config.block_size,
         stream=CpuStream(),  # type: ignore[arg-type]
     )
-    with torch.inference_mode():
-        graphs.capture()
-    for size, captured in graphs._graphs.items():
-
-        def rerun(size: int = size, logits: torch.Tensor = captured.logits) -> None:
-            logits.copy_(graphs._forward(graphs._forward_batch(size)))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    replayed: list[list[RowSnapshot]] = []
-    run = graphs.run
-
-    def recording_run(
-        seqs: Sequence[ScheduledSeq], bucket: int, sources: Sequence[int | None], inflight: object
-    ) -> torch.Tensor:
-        replayed.append([RowSnapshot.of(s) for s in seqs])
-        return run(seqs, bucket, sources, inflight)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(graphs, "run", recording_run)
     runner.graphs = graphs
-    return replayed
+    return _replay_on_cpu(graphs, monkeypatch, lambda: runner._numerics(is_decode=True))
 
 
 def attach_cpu_prefill_graphs(
     runner: Runner, monkeypatch: pytest.MonkeyPatch, max_seqs: int
 ) -> list[list[RowSnapshot]]:
-    """Capture the real prefill graphs (the config's token sizes, `max_seqs` sequences) for
-    `runner`'s caches on the CPU and make the runner replay them; returns the list that collects
-    the rows of every replay, as they were at the replay."""
+    """`attach_cpu_graphs` for the prefill graphs (the config's token sizes, `max_seqs`
+    sequences)."""
     use_cpu_graph_standins(monkeypatch, CpuStream())
     graphs = PrefillGraphs(
         runner.model,
@@ -337,13 +317,24 @@ def attach_cpu_prefill_graphs(
         block_size=runner.config.block_size,
         stream=CpuStream(),  # type: ignore[arg-type]
     )
-    with torch.inference_mode(), runner._numerics(is_decode=False):
+    runner.prefill_graphs = graphs
+    return _replay_on_cpu(graphs, monkeypatch, lambda: runner._numerics(is_decode=False))
+
+
+def _replay_on_cpu(
+    graphs: DecodeGraphs | PrefillGraphs,
+    monkeypatch: pytest.MonkeyPatch,
+    numerics: Callable[[], contextlib.AbstractContextManager[None]],
+) -> list[list[RowSnapshot]]:
+    """Capture `graphs` with the stand-ins, bind each graph's replay to a rerun of its forward
+    under `numerics()`, and record the rows of every run."""
+    with torch.inference_mode(), numerics():
         graphs.capture()
     for size, captured in graphs._graphs.items():
 
-        def rerun(size: int = size, hidden: torch.Tensor = captured.hidden) -> None:
-            with runner._numerics(is_decode=False):
-                hidden.copy_(graphs._forward(graphs._forward_batch(size)))
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            with numerics():
+                output.copy_(graphs._forward(graphs._forward_batch(size)))
 
         assert isinstance(captured.graph, CpuGraph)
         captured.graph.rerun = rerun
@@ -357,7 +348,6 @@ def attach_cpu_prefill_graphs(
         return run(seqs, bucket, sources, inflight)  # type: ignore[arg-type]
 
     monkeypatch.setattr(graphs, "run", recording_run)
-    runner.prefill_graphs = graphs
     return replayed
 
 

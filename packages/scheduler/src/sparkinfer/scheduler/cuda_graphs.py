@@ -11,29 +11,19 @@ larger than the largest bucket runs eagerly. The buffers are filled on the calle
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
-from sparkinfer.scheduler.errors import GraphCaptureError
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Captured:
-    graph: torch.cuda.CUDAGraph
-    logits: torch.Tensor  # [bucket, vocab] fp32, written by each replay
 
 
 class DecodeGraphs:
@@ -81,31 +71,16 @@ class DecodeGraphs:
         # refilling the buffers first waits on it: else a copy still queued behind a failed step
         # reads the next step's rows and replays them twice (state updated twice).
         self._staging_read = torch.cuda.Event()
-        self._graphs: dict[int, _Captured] = {}
+        self._graphs: dict[int, Captured] = {}  # logits [bucket, vocab] fp32 per bucket
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
-        pool = torch.cuda.graph_pool_handle()
-        # The buffers were filled on the caller's stream, which our non-blocking stream does not
-        # follow. Unordered, while that stream is still busy (zeroing big caches, at a long
-        # max_model_len) the warm-up reads input ids not yet zeroed: an out-of-bounds gather.
-        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
-        for size in reversed(self.batch_sizes):
-            batch = self._forward_batch(size)
-            with torch.cuda.stream(self.stream):
-                self._forward(batch)  # warm-up: Triton compiles and autotunes outside capture
-            self.stream.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=pool, stream=self.stream):
-                    logits = self._forward(batch)
-            except RuntimeError as exc:
-                raise GraphCaptureError(
-                    f"capturing the decode graph for batch size {size} failed ({exc}); the "
-                    "model's decode path must not sync with the host: set enforce_eager=True"
-                ) from exc
-            self._graphs[size] = _Captured(graph, logits)
-            logger.info("captured decode graph for batch size %d", size)
+        self._graphs = capture_buckets(
+            self.batch_sizes,
+            self.stream,
+            lambda size: self._forward(self._forward_batch(size)),
+            what="decode graph for batch size",
+        )
 
     def bucket_for(self, num_seqs: int) -> int | None:
         """The smallest captured batch size holding `num_seqs` rows (None: run eagerly)."""
@@ -155,7 +130,7 @@ class DecodeGraphs:
             self._staging_read.record(self.stream)
             captured = self._graphs[bucket]
             captured.graph.replay()
-            return captured.logits[: len(seqs)]
+            return captured.output[: len(seqs)]
 
     def _forward_batch(self, size: int) -> ForwardBatch:
         """Views of the static buffers for `size` rows (the graph reads these addresses)."""

@@ -18,30 +18,20 @@ the graphs hold run eagerly.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
-from sparkinfer.scheduler.errors import GraphCaptureError
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Captured:
-    graph: torch.cuda.CUDAGraph
-    hidden: torch.Tensor  # [min(max_seqs, bucket), hidden] rows to sample, written by each replay
 
 
 class PrefillGraphs:
@@ -90,30 +80,19 @@ class PrefillGraphs:
         # Recorded after the copies out of the staging buffers; a run waits on it before
         # refilling them (see DecodeGraphs: a copy still queued must not read the next rows).
         self._staging_read = torch.cuda.Event()
-        self._graphs: dict[int, _Captured] = {}
+        # hidden [min(max_seqs, bucket), hidden] of the rows to sample, per bucket
+        self._graphs: dict[int, Captured] = {}
 
     def capture(self) -> None:
-        """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
-        pool = torch.cuda.graph_pool_handle()
-        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
-        for size in reversed(self.token_sizes):
-            self._load([], size, None)  # all padding: one sequence of `size` tokens, no state
-            batch = self._forward_batch(size)
-            with torch.cuda.stream(self.stream):
-                self._forward(batch)  # warm-up: Triton compiles and autotunes outside capture
-            self.stream.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=pool, stream=self.stream):
-                    hidden = self._forward(self._forward_batch(size))
-            except RuntimeError as exc:
-                raise GraphCaptureError(
-                    f"capturing the prefill graph for {size} tokens failed ({exc}); the model's "
-                    "prefill path must not sync with the host: set prefill_graph_tokens=0 (or "
-                    "enforce_eager=True)"
-                ) from exc
-            self._graphs[size] = _Captured(graph, hidden)
-            logger.info("captured prefill graph for %d tokens", size)
+        """Capture every bucket, largest first so the smaller ones reuse its memory pool; each is
+        captured over an all-padding step (one sequence of all its tokens, no state)."""
+        self._graphs = capture_buckets(
+            self.token_sizes,
+            self.stream,
+            lambda size: self._forward(self._forward_batch(size)),
+            what="prefill graph for tokens",
+            prepare=lambda size: self._load([], size, None),
+        )
 
     def bucket_for(self, seqs: Sequence[ScheduledSeq]) -> int | None:
         """The smallest captured token count holding this step (None: run it eagerly)."""
@@ -138,7 +117,7 @@ class PrefillGraphs:
         with torch.cuda.stream(self.stream):
             captured = self._graphs[bucket]
             captured.graph.replay()
-            return self.model.compute_logits(captured.hidden[:num_sampled])
+            return self.model.compute_logits(captured.output[:num_sampled])
 
     def _load(
         self,
