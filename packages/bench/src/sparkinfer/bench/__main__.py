@@ -19,6 +19,7 @@ from sparkinfer.bench.client import OpenAIClient, ServerTarget
 from sparkinfer.bench.errors import BenchError, UsageError
 from sparkinfer.bench.evals import determinism, prefix_cache, workloads
 from sparkinfer.bench.report import Report, emit
+from sparkinfer.scheduler.config import SchedulerConfig
 
 HTTP_MODES = (
     "serve",
@@ -154,7 +155,21 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         help="also time sequential requests sharing a prefix of this many tokens, with the "
         "prefix cache on (0: skip)",
     )
+    p.add_argument(
+        "--join-under-load",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time a prompt of this many tokens joining the widest concurrency's streams "
+        "less one, and the stall it puts on them (0: skip)",
+    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=SchedulerConfig.prefill_graph_tokens,
+        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
+    )
     p.add_argument(
         "--prefix-cache-snapshots",
         type=int,
@@ -191,7 +206,21 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--reps", type=int, default=2, help="repetitions, tables interleaved")
+    p.add_argument(
+        "--join-under-load",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time a prompt of this many tokens joining the widest concurrency's streams "
+        "less one, and the stall it puts on them (0: skip)",
+    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=SchedulerConfig.prefill_graph_tokens,
+        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
+    )
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p = sub.add_parser(
         "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
@@ -210,7 +239,21 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--window", type=int, default=32, help="decode steps profiled per batch")
     p.add_argument("--prefill-lengths", type=int_list, default=(4096,))
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument(
+        "--join-under-load",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time a prompt of this many tokens joining the widest concurrency's streams "
+        "less one, and the stall it puts on them (0: skip)",
+    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=SchedulerConfig.prefill_graph_tokens,
+        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
+    )
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     _dependent_launch_flag(p)

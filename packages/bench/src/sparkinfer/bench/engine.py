@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from sparkinfer.bench import offline_report, prefix_reuse, roofline
+from sparkinfer.bench import join_load, offline_report, prefix_reuse, roofline
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.offline_report import DecodeRow, PrefillRow
 from sparkinfer.bench.provenance import RunInfo
@@ -228,6 +228,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     log("offline: starting the engine (caches, CUDA graphs)")
     with started_engine(model, sched, device) as engine:
         decode, prefill = _measure(engine, cfg.text, peaks, args)
+        join = [_measure_join(engine, args)] if args.join_under_load else []
     reuse = _measure_prefix_reuse(model, device, args) if args.prefix_reuse else []
     del engine, model
     gc.collect()
@@ -239,10 +240,13 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         "prefill": [asdict(r) for r in prefill],
         "peer": [asdict(p) for p in peer],
         "prefix_reuse": [asdict(r) for r in reuse],
+        "join_under_load": [asdict(r) for r in join],
     }
     tables = offline_report.tables(peaks, decode, prefill, peer)
     gates = offline_report.gates(decode, prefill, args.gate_goals)
     context = _context(cfg.text, weights_gib, sched)
+    if join:
+        tables.append(join_load.table(join))
     if reuse:
         tables.append(prefix_reuse.table(reuse, PREFIX_SNAPSHOTS))
         gates.append(prefix_reuse.gate(reuse))
@@ -255,6 +259,22 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         offline_report.plots(decode, prefill),
         raw,
         gates,
+    )
+
+
+def _measure_join(engine, args: argparse.Namespace) -> join_load.JoinRow:
+    """A prompt of `args.join_under_load` tokens joining one stream fewer than the widest
+    concurrency, so the step that takes it holds max_num_seqs sequences."""
+    streams = max(max(args.concurrency) - 1, 1)
+    log(f"offline: a {args.join_under_load}-token prompt joining {streams} decoding streams")
+    return join_load.measure_join(
+        engine,
+        streams=streams,
+        context=args.context,
+        prompt_len=args.join_under_load,
+        new_tokens=max(args.new_tokens, 64),
+        vocab=NUM_REAL_TOKENS,
+        seed=21,
     )
 
 
@@ -290,6 +310,7 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         ),
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.enforce_eager,
+        prefill_graph_tokens=args.prefill_graph_tokens,
         overlap_steps=args.overlap_steps,
         dependent_launch=args.dependent_launch,
         deterministic=args.deterministic,
