@@ -38,9 +38,11 @@ def test_graph_batch_sizes_follow_buckets():
     assert cfg.graph_batch_sizes(200)[-4:] == (128, 160, 192, 200)
 
 
-def test_prefill_graph_sizes_double_up_to_the_setting_or_the_step_budget():
-    assert SchedulerConfig().prefill_graph_sizes() == (16, 32, 64, 128, 256, 512)
+def test_prefill_graph_sizes_double_then_step_up_to_the_setting_or_the_step_budget():
+    sizes = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512)
+    assert SchedulerConfig().prefill_graph_sizes() == sizes
     assert SchedulerConfig(max_num_batched_tokens=100).prefill_graph_sizes() == (16, 32, 64, 100)
+    assert SchedulerConfig(prefill_graph_tokens=300).prefill_graph_sizes() == (*sizes[:6], 300)
     assert SchedulerConfig(prefill_graph_tokens=16).prefill_graph_sizes() == (16,)
     assert SchedulerConfig(prefill_graph_tokens=5).prefill_graph_sizes() == (5,)
     assert SchedulerConfig(prefill_graph_tokens=0).prefill_graph_sizes() == ()
