@@ -1,4 +1,4 @@
-"""Short prefill and mixed steps under CUDA graphs: the graphed engine gives the eager engine's
+"""Short prompt-chunk forwards under CUDA graphs: the graphed engine gives the eager engine's
 greedy tokens (GPU, and on the CPU with stand-in streams and graphs running the real capture and
 replay); the padded layout of a step; staging buffers refilled only after their last copy."""
 
@@ -6,7 +6,6 @@ import pytest
 import torch
 from scheduler_testing import (
     CpuStream,
-    RowSnapshot,
     attach_cpu_graphs,
     attach_cpu_prefill_graphs,
     build_tiny_model,
@@ -26,22 +25,16 @@ from sparkinfer.scheduler.runner import Runner
 PROMPTS = [[(11 * i + 3 * j) % 250 for j in range(2 + 9 * i)] for i in range(5)]
 
 
-def _is_mixed(rows: list[RowSnapshot]) -> bool:
-    return any(r.is_generated_last_token for r in rows) and not all(
-        r.is_generated_last_token for r in rows
-    )
-
-
 @pytest.mark.cpu_only
-@pytest.mark.parametrize("deterministic", [False, True], ids=["mixed-steps", "deterministic"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 def test_graphed_prefill_gives_the_eager_tokens(monkeypatch, tiny_model, deterministic):
-    """Prompts of 2-38 tokens under a 40-token budget, 4 sequences a step, graphs for 16 and 32
-    tokens: steps that fit replay a graph (padded to its tokens and sequences, decode rows beside
-    a prompt chunk when steps mix), longer ones run eagerly; every token equals the eager
-    runner's and the reference decode's."""
+    """Prompts of 2-38 tokens under a 40-token budget, 4 sequences a step, graphs for 16, 32 and
+    40 tokens: every step's prompt chunks replay a graph (four at once, or one padded to its
+    bucket; decode rows run in their own forward); every token equals the eager runner's and the
+    reference decode's."""
     cfg = SchedulerConfig(
         block_size=16, max_model_len=96, max_num_seqs=4, max_num_batched_tokens=40,
-        prefill_graph_tokens=32, deterministic=deterministic,
+        prefill_graph_tokens=40, deterministic=deterministic,
     )  # fmt: skip
     params = SamplingParams(temperature=0.0, max_tokens=5)
     requests = [(p, None) for p in PROMPTS]
@@ -49,14 +42,14 @@ def test_graphed_prefill_gives_the_eager_tokens(monkeypatch, tiny_model, determi
     runner = Runner(tiny_model, cfg)
     attach_cpu_graphs(runner, monkeypatch)
     replayed = attach_cpu_prefill_graphs(runner, monkeypatch, max_seqs=4)
-    steps: list[list[RowSnapshot]] = []
-    graphed = run_steps(runner, cfg, requests, params, steps=steps)
+    graphed = run_steps(runner, cfg, requests, params)
     assert graphed == eager == [reference_greedy(tiny_model, p, 5) for p in PROMPTS]
     assert replayed, "no step ran on a prefill graph"
-    assert any(sum(r.num_new_tokens for r in rows) not in (16, 32) for rows in replayed)
-    assert any(sum(r.num_new_tokens for r in rows) > 32 for rows in steps)
-    if not deterministic:
-        assert any(_is_mixed(rows) for rows in replayed), "no mixed step was replayed"
+    assert runner.prefill_graphs is not None
+    assert runner.prefill_graphs.token_sizes == (16, 32, 40)
+    assert any(sum(r.num_new_tokens for r in rows) not in (16, 32, 40) for rows in replayed)
+    assert any(len(rows) == 4 for rows in replayed), "no graph ran four prompt chunks"
+    assert not any(r.is_generated_last_token for rows in replayed for r in rows)
 
 
 def _graphs(tiny_model, max_seqs: int = 3) -> PrefillGraphs:

@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     prefill_graph_tokens: int = Field(
         512,
         ge=0,
-        description="Largest prefill or mixed engine step (tokens) "
+        description="Largest forward of an engine step's prompt chunks (tokens) "
         "replayed from a CUDA graph: a short prompt's first token came 3.7x sooner at 16 "
         "tokens and 2.4x at 256 on an H200, where launching the step took the host longer "
         "than the device took to run it. 0: such steps launch eagerly",

@@ -168,7 +168,7 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         "--prefill-graph-tokens",
         type=int,
         default=SchedulerConfig.prefill_graph_tokens,
-        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
+        help="largest prompt-chunk forward the engine replays from a CUDA graph (0: none)",
     )
     p.add_argument(
         "--prefix-cache-snapshots",
@@ -206,21 +206,7 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--reps", type=int, default=2, help="repetitions, tables interleaved")
-    p.add_argument(
-        "--join-under-load",
-        type=int,
-        default=0,
-        metavar="TOKENS",
-        help="also time a prompt of this many tokens joining the widest concurrency's streams "
-        "less one, and the stall it puts on them (0: skip)",
-    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
-    p.add_argument(
-        "--prefill-graph-tokens",
-        type=int,
-        default=SchedulerConfig.prefill_graph_tokens,
-        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
-    )
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p = sub.add_parser(
         "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
@@ -239,21 +225,7 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--window", type=int, default=32, help="decode steps profiled per batch")
     p.add_argument("--prefill-lengths", type=int_list, default=(4096,))
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
-    p.add_argument(
-        "--join-under-load",
-        type=int,
-        default=0,
-        metavar="TOKENS",
-        help="also time a prompt of this many tokens joining the widest concurrency's streams "
-        "less one, and the stall it puts on them (0: skip)",
-    )
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
-    p.add_argument(
-        "--prefill-graph-tokens",
-        type=int,
-        default=SchedulerConfig.prefill_graph_tokens,
-        help="largest prefill or mixed step the engine replays from a CUDA graph (0: none)",
-    )
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     _dependent_launch_flag(p)

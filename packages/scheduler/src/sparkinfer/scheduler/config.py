@@ -11,7 +11,7 @@ from dataclasses import dataclass
 PREFILL_CHUNK_ALIGNMENT = 128
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
-# Prefill and mixed steps that get a CUDA graph: token counts from the first doubling up to the
+# Prompt-chunk forwards that get a CUDA graph: token counts from the first doubling up to the
 # second, then every third up to `prefill_graph_tokens`. Past about 180 rows the 27B model's
 # GEMMs are compute-bound on an H200, so padding a step to the next bucket costs device time:
 # steps of 64 keep it under 64 rows.
@@ -32,9 +32,9 @@ class SchedulerConfig:
         and from `cpu_cache_bytes` on CPU.
     cpu_cache_bytes: cache budget on CPU when the sizes are not given.
     enforce_eager: never capture CUDA graphs.
-    prefill_graph_tokens: largest prefill or mixed step (tokens) replayed from a CUDA graph
-        instead of launched eagerly (`prefill_graphs`); the host needs longer to launch a step
-        than the device needs to run a few hundred tokens. 0 captures none.
+    prefill_graph_tokens: largest forward of a step's prompt chunks (tokens) replayed from a
+        CUDA graph instead of launched eagerly (`prefill_graphs`); the host needs longer to launch
+        a forward than the device needs to run a few hundred tokens. 0 captures none.
     overlap_steps: queue each step before reading the previous step's samples, so the host
         schedules step N+1 while the device runs step N (a decode row takes its input token from
         the device; penalties count it there); a step with a logits processor is read at once.
@@ -135,7 +135,7 @@ class SchedulerConfig:
         return -(-self.max_model_len // self.block_size)
 
     def prefill_graph_sizes(self) -> tuple[int, ...]:
-        """Token counts of the prefill and mixed steps to capture (empty: none)."""
+        """Token counts of the prompt-chunk forwards to capture (empty: none)."""
         largest = min(self.prefill_graph_tokens, self.max_num_batched_tokens)
         if largest < 1:
             return ()

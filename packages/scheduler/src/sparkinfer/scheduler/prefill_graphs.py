@@ -1,11 +1,12 @@
-"""Short prefill and mixed steps under CUDA graphs: one graph per token bucket, captured once.
+"""Short prompt-chunk forwards under CUDA graphs: one graph per token bucket, captured once.
 
 Launching an eager forward of the 27B model takes the host about 55 ms (some 1,100 kernels),
 more than the device needs for a step of a few hundred tokens, so a short prompt, the last
-chunk of a long one, a prefix-cache hit or a prompt joining running decodes waited on the host.
-A step of at most `max_seqs` sequences and at most a bucket's tokens replays that bucket's graph
-instead. The graph ends with the hidden rows of the sampled tokens; the lm_head runs after the
-replay on just the sampled rows, so no graph holds a [rows, vocab] logits buffer of its own.
+chunk of a long one or a prefix-cache hit waited on the host. A step's prompt chunks (its decode
+rows run in a forward of their own) of at most `max_seqs` sequences and at most a bucket's tokens
+replay that bucket's graph instead. The graph ends with the hidden rows of the sampled tokens;
+the lm_head runs after the replay on just the sampled rows, so no graph holds a [rows, vocab]
+logits buffer of its own.
 
 The graph always runs `max_seqs + 1` sequences over the bucket's tokens: the step's own, then one
 padding sequence that takes the rest of the tokens, then empty ones. Padding writes no KV (KV

@@ -1,12 +1,14 @@
 """The runner: the only owner of device tensors, caches, streams and CUDA graphs.
 
-`run(batch)` turns the scheduler's bookkeeping into forwards and samples. With
-`deterministic` (the default) decode rows and prefill chunks run as two packed forwards, so a
-row's numerics never depend on what else shares the step (and decodes keep the recurrent kernels
-and their CUDA graphs). On CUDA each forward's linear layers then run the kernels' fixed-tile
-batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the decode graphs are
-captured with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`).
-Without it, a step is one mixed packed forward with the fastest kernel per shape.
+`run(batch)` turns the scheduler's bookkeeping into forwards and samples. A step's decode rows
+and prompt chunks run as two packed forwards: decode rows keep the recurrent kernels, the decode
+attention kernel and their CUDA graphs (in one mixed forward each decode row was a prefill
+sequence of one token, and a 256-token prompt joining 31 decoding streams at 4K context stalled
+them 59 ms instead of 43 on an H200, docs/benchmarks.md). With `deterministic` a row's numerics
+then never depend on what else shares the step: on CUDA each forward's linear layers run the
+kernels' fixed-tile batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the
+graphs are captured with it); on CPU every matmul runs row-blocked at a fixed shape
+(`_batch_invariant`). Without it, each forward takes the fastest kernel per shape.
 
 Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
 outside the batch-invariant mode (its rows depend only on the request's own media); each chunk
@@ -228,8 +230,6 @@ class Runner:
             torch.cuda.empty_cache()
 
     def _groups(self, seqs: Sequence[ScheduledSeq]) -> list[list[ScheduledSeq]]:
-        if not self.config.deterministic:
-            return [list(seqs)] if seqs else []
         decodes = [s for s in seqs if s.is_decode]
         prefills = [s for s in seqs if not s.is_decode]
         return [g for g in (decodes, prefills) if g]
