@@ -94,6 +94,22 @@ def test_a_step_is_padded_with_one_sequence_of_the_rest_and_empty_ones(monkeypat
 
 
 @pytest.mark.cpu_only
+def test_block_table_rows_a_step_leaves_are_cleared_on_the_device(monkeypatch, tiny_model):
+    """Each step copies only the table rows it or the step before used: after two chunks, one
+    chunk leaves the second row (now the padding sequence's) zero on the host and the device."""
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = _graphs(tiny_model)
+    a = _seq("a", list(range(40)), [2, 0, 1], slot=1, cached=16, new=8)
+    b = _seq("b", list(range(5)), [3], slot=2, cached=0, new=5)
+    with torch.inference_mode():
+        graphs._load([a, b], 16, None, [None, None])
+        assert graphs.block_tables[:2, :3].tolist() == [[2, 0, 1], [3, 0, 0]]
+        graphs._load([a], 16, None, [None])
+    assert graphs.block_tables[:2, :3].tolist() == [[2, 0, 1], [0, 0, 0]]
+    assert not graphs.block_tables[1:].any()
+
+
+@pytest.mark.cpu_only
 def test_prefill_staging_buffers_are_refilled_only_after_the_last_copy(monkeypatch, tiny_model):
     events: list[str] = []
     use_cpu_graph_standins(monkeypatch, CpuStream(), events)

@@ -78,6 +78,11 @@ class PrefillGraphs:
         self._tables_cpu = torch.zeros(s, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._tokens_np, self._seqs_np = self._tokens_cpu.numpy(), self._seqs_cpu.numpy()
         self._logits_np, self._tables_np = self._logits_cpu.numpy(), self._tables_cpu.numpy()
+        # Block-table rows past _table_rows are zero on the host and the device alike, so a step
+        # rewrites and copies only the rows it or the step before used (a full table is 1 MiB at
+        # 65 sequences and max_model_len 262,144).
+        self._table_rows = 0
+        self._table_rows_to_copy = 0
         # Recorded after the copies out of the staging buffers; a run waits on it before
         # refilling them (see DecodeGraphs: a copy still queued must not read the next rows).
         self._staging_read = torch.cuda.Event()
@@ -142,7 +147,8 @@ class PrefillGraphs:
             self.cached_lens.copy_(seq_rows[1, :s])
             self.context_lens.copy_(seq_rows[2, :s])
             self.state_slots.copy_(seq_rows[3, :s])
-            self.block_tables.copy_(self._tables_cpu, non_blocking=True)
+            rows = self._table_rows_to_copy
+            self.block_tables[:rows].copy_(self._tables_cpu[:rows], non_blocking=True)
             self.logits_indices.copy_(self._logits_cpu, non_blocking=True)
             self._staging_read.record(self.stream)
         return num_sampled
@@ -155,7 +161,9 @@ class PrefillGraphs:
         tokens[2:, :bucket] = -1  # padding tokens write no KV and feed known ids
         seq_rows[:] = 0
         seq_rows[3] = -1  # padding sequences touch no state slot
-        tables[:] = 0
+        self._table_rows_to_copy = max(self._table_rows, len(seqs))
+        tables[: self._table_rows_to_copy] = 0
+        self._table_rows = len(seqs)
         self._logits_np[:] = 0
         start, num_sampled = 0, 0
         for i, seq in enumerate(seqs):
