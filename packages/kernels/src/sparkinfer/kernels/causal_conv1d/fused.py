@@ -156,39 +156,6 @@ def _conv_state_out_kernel(
 
 
 @triton.jit
-def conv_update_channels(x_row, weight, p_window, o_c, m_c, C, stride_wc,
-                         W: tl.constexpr, BR: tl.constexpr):  # fmt: skip
-    """The decode step of channels o_c of one sequence: (y, next window), nothing stored.
-
-    y [BC] is silu(conv(window, x)) rounded to x's dtype, in fp32; the next window [BR, BC]
-    (rows past W - 2 masked) drops the oldest input of `p_window` (the slot's [W - 1, C] rows)
-    and ends with x. The caller stores it once no program reads the old window any more.
-    """
-    o_r = tl.arange(0, BR)
-    m_r = o_r < W - 1
-    m_rc = m_r[:, None] & m_c[None, :]
-    p_rows = p_window + o_r[:, None] * C + o_c[None, :]
-    b_win = tl.load(p_rows, mask=m_rc, other=0.0)  # [BR, BC], oldest first
-    b_x = tl.load(x_row + o_c, mask=m_c, other=0.0)
-    b_w = tl.load(weight + o_c[None, :] * stride_wc + o_r[:, None], mask=m_rc, other=0.0)
-    b_w_last = tl.load(weight + o_c * stride_wc + (W - 1), mask=m_c, other=0.0).to(tl.float32)
-    b_acc = tl.sum(b_win.to(tl.float32) * b_w.to(tl.float32), 0) + b_x.to(tl.float32) * b_w_last
-    # Shifted window: row r takes old row r + 1, the newest row takes x.
-    b_next = tl.load(p_rows + C, mask=(o_r < W - 2)[:, None] & m_c[None, :], other=0.0)
-    b_next = tl.where((o_r == W - 2)[:, None], b_x[None, :].to(b_next.dtype), b_next)
-    b_y = _silu(b_acc).to(x_row.dtype.element_ty).to(tl.float32)
-    return b_y, b_next
-
-
-@triton.jit
-def store_window(p_window, b_next, o_c, m_c, C, W: tl.constexpr, BR: tl.constexpr):
-    """Store the window `conv_update_channels` returned for channels o_c."""
-    o_r = tl.arange(0, BR)
-    tl.store(p_window + o_r[:, None] * C + o_c[None, :], b_next,
-             mask=(o_r < W - 1)[:, None] & m_c[None, :])  # fmt: skip
-
-
-@triton.jit
 def _causal_conv1d_update_kernel(
     x, weight, conv_state, y, state_slots, C, stride_xb, stride_wc,
     W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, USE_PDL: tl.constexpr,
@@ -202,15 +169,25 @@ def _causal_conv1d_update_kernel(
     if slot < 0:
         tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
         return
-    p_window = conv_state + slot * (W - 1) * C
-    b_y, b_next = conv_update_channels(x + i_n * stride_xb, weight, p_window, o_c, m_c, C,
-                                       stride_wc, W, BR)  # fmt: skip
+    o_r = tl.arange(0, BR)
+    m_r = o_r < W - 1
+    m_rc = m_r[:, None] & m_c[None, :]
+    p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
+    b_win = tl.load(p_state, mask=m_rc, other=0.0)  # [BR, BC], oldest first
+    b_x = tl.load(x + i_n * stride_xb + o_c, mask=m_c, other=0.0)
+    p_w = weight + o_c[None, :] * stride_wc + o_r[:, None]
+    b_w = tl.load(p_w, mask=m_rc, other=0.0).to(tl.float32)
+    b_w_last = tl.load(weight + o_c * stride_wc + (W - 1), mask=m_c, other=0.0).to(tl.float32)
+    b_acc = tl.sum(b_win.to(tl.float32) * b_w, 0) + b_x.to(tl.float32) * b_w_last
+    # Shifted window: row r takes old row r + 1, the newest row takes x.
+    b_next = tl.load(p_state + C, mask=(o_r < W - 2)[:, None] & m_c[None, :], other=0.0)
+    b_next = tl.where((o_r == W - 2)[:, None], b_x[None, :].to(b_next.dtype), b_next)
     tl.debug_barrier()  # every read of the old window precedes the writes
-    store_window(p_window, b_next, o_c, m_c, C, W, BR)
-    tl.store(p_y, b_y.to(y.dtype.element_ty), mask=m_c)
+    tl.store(p_state, b_next, mask=m_rc)
+    tl.store(p_y, _silu(b_acc).to(y.dtype.element_ty), mask=m_c)
 
 
-def check_conv_inputs(op: str, x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor):
+def _check_conv_inputs(op: str, x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor):
     check_ndim(op, "x", x, 2, "[T, C]")
     check_dtype(op, "x", x, FLOAT_DTYPES)
     check_last_dim_contiguous(op, "x", x)
@@ -255,7 +232,7 @@ def causal_conv1d(
         when the sequence is shorter than W - 1) are written back to ``conv_state[slot]``.
     """
     op = "causal_conv1d"
-    check_conv_inputs(op, x, weight, conv_state)
+    _check_conv_inputs(op, x, weight, conv_state)
     check_varlen_batch(op, cu_seqlens, state_slots, has_initial_state)
     tensors = {"x": x, "weight": weight, "conv_state": conv_state, "cu_seqlens": cu_seqlens}
     check_device(op, tensors | {"state_slots": state_slots, "has_initial_state": has_initial_state})
@@ -297,7 +274,7 @@ def causal_conv1d_update(
         y: [B, C] in x.dtype.
     """
     op = "causal_conv1d_update"
-    check_conv_inputs(op, x, weight, conv_state)
+    _check_conv_inputs(op, x, weight, conv_state)
     check_dtype(op, "state_slots", state_slots, (torch.int64, torch.int32))
     check_shape(op, "state_slots", state_slots, (x.shape[0],))
     check_contiguous(op, "state_slots", state_slots)

@@ -2,19 +2,15 @@
 
 - ``chunk_gated_delta_rule``: varlen prefill, chunk 64 in WY/UT form (chunk.py).
 - ``fused_recurrent_gated_delta_rule``: one decode token per sequence, gates fused (recurrent.py).
-- ``conv_recurrent_gated_delta_rule``: the causal conv and the recurrent step in one decode
-  launch (conv_recurrent.py).
 - ``gdn_gating``: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) in fp32 (gating.py).
 Each ``<op>_ref`` (ref.py) has the same signature and is the specification.
 """
 
 from sparkinfer.kernels.gated_delta_rule.chunk import chunk_gated_delta_rule
-from sparkinfer.kernels.gated_delta_rule.conv_recurrent import conv_recurrent_gated_delta_rule
 from sparkinfer.kernels.gated_delta_rule.gating import gdn_gating
 from sparkinfer.kernels.gated_delta_rule.recurrent import fused_recurrent_gated_delta_rule
 from sparkinfer.kernels.gated_delta_rule.ref import (
     chunk_gated_delta_rule_ref,
-    conv_recurrent_gated_delta_rule_ref,
     fused_recurrent_gated_delta_rule_ref,
     gdn_gating_ref,
 )
@@ -22,8 +18,6 @@ from sparkinfer.kernels.gated_delta_rule.ref import (
 __all__ = [
     "chunk_gated_delta_rule",
     "chunk_gated_delta_rule_ref",
-    "conv_recurrent_gated_delta_rule",
-    "conv_recurrent_gated_delta_rule_ref",
     "fused_recurrent_gated_delta_rule",
     "fused_recurrent_gated_delta_rule_ref",
     "gdn_gating",

@@ -6,7 +6,6 @@ timestep at a time and are written for reading, not speed.
 
 import torch
 import torch.nn.functional as F
-from sparkinfer.kernels.causal_conv1d.ref import causal_conv1d_update_ref
 from sparkinfer.kernels.rms_norm.ref import gated_rms_norm_ref
 
 L2NORM_EPS = 1e-6
@@ -180,52 +179,3 @@ def fused_recurrent_gated_delta_rule_ref(
     if norm_gate is not None and norm_weight is not None:
         return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
     return o.to(v.dtype)
-
-
-def conv_recurrent_gated_delta_rule_ref(
-    x: torch.Tensor,
-    conv_weight: torch.Tensor,
-    conv_state: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    A_log: torch.Tensor,
-    dt_bias: torch.Tensor,
-    state: torch.Tensor,
-    *,
-    state_slots: torch.Tensor,
-    num_heads: int,
-    scale: float | None = None,
-    use_qk_l2norm: bool = True,
-    norm_gate: torch.Tensor | None = None,
-    norm_weight: torch.Tensor | None = None,
-    norm_eps: float = 1e-6,
-) -> torch.Tensor:
-    """One decode token per sequence: the causal conv update, then the recurrent step.
-
-    Args:
-        x: [B, C] pre-conv [q | k | v] rows, C = 2 * H * K + HV * V.
-        conv_weight: [C, W] depthwise filter.
-        conv_state: [num_slots, W - 1, C] windows, oldest first, updated in place.
-        a, b, A_log, dt_bias: as in `fused_recurrent_gated_delta_rule_ref`.
-        state: [num_slots, HV, K, V] fp32 state pool (gives HV, K and V), updated in place.
-        state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
-        num_heads: H, the key heads.
-        scale, use_qk_l2norm, norm_gate, norm_weight, norm_eps: as in
-            `fused_recurrent_gated_delta_rule_ref`.
-
-    Returns:
-        o: [B, HV, V] in x.dtype.
-    """
-    num_seqs = x.shape[0]
-    num_v_heads, head_k, head_v = state.shape[1:]
-    y = causal_conv1d_update_ref(x, conv_weight, conv_state, state_slots=state_slots)
-    key_dim = num_heads * head_k
-    q, k, v = y.split((key_dim, key_dim, num_v_heads * head_v), dim=-1)
-    return fused_recurrent_gated_delta_rule_ref(
-        q.reshape(num_seqs, num_heads, head_k),
-        k.reshape(num_seqs, num_heads, head_k),
-        v.reshape(num_seqs, num_v_heads, head_v),
-        a, b, A_log, dt_bias, state,
-        state_slots=state_slots, scale=scale, use_qk_l2norm=use_qk_l2norm,
-        norm_gate=norm_gate, norm_weight=norm_weight, norm_eps=norm_eps,
-    )  # fmt: skip

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkinfer.kernels.activation import silu_and_mul_ref
-from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref
+from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref, causal_conv1d_update_ref
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_ref,
-    conv_recurrent_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule_ref,
     gdn_gating_ref,
 )
 from sparkinfer.kernels.paged_attention import (
@@ -39,9 +39,10 @@ class KernelOps:
     paged_attention_prefill: Op
     paged_attention_decode: Op
     causal_conv1d: Op
+    causal_conv1d_update: Op
     gdn_gating: Op
     chunk_gated_delta_rule: Op
-    conv_recurrent_gated_delta_rule: Op
+    fused_recurrent_gated_delta_rule: Op
     silu_and_mul: Op
     linear: Op | None
     linear_swiglu: Op | None
@@ -55,9 +56,10 @@ REFERENCE_OPS = KernelOps(
     paged_attention_prefill=paged_attention_prefill_ref,
     paged_attention_decode=paged_attention_decode_ref,
     causal_conv1d=causal_conv1d_ref,
+    causal_conv1d_update=causal_conv1d_update_ref,
     gdn_gating=gdn_gating_ref,
     chunk_gated_delta_rule=chunk_gated_delta_rule_ref,
-    conv_recurrent_gated_delta_rule=conv_recurrent_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule_ref,
     silu_and_mul=silu_and_mul_ref,
     linear=None,
     linear_swiglu=None,
@@ -68,10 +70,10 @@ REFERENCE_OPS = KernelOps(
 def triton_ops() -> KernelOps:
     """The fast launchers (imported here so CPU-only installs never load Triton)."""
     from sparkinfer.kernels.activation import silu_and_mul
-    from sparkinfer.kernels.causal_conv1d import causal_conv1d
+    from sparkinfer.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
     from sparkinfer.kernels.gated_delta_rule import (
         chunk_gated_delta_rule,
-        conv_recurrent_gated_delta_rule,
+        fused_recurrent_gated_delta_rule,
         gdn_gating,
     )
     from sparkinfer.kernels.linear import linear, linear_swiglu
@@ -89,9 +91,10 @@ def triton_ops() -> KernelOps:
         paged_attention_prefill=paged_attention_prefill,
         paged_attention_decode=paged_attention_decode,
         causal_conv1d=causal_conv1d,
+        causal_conv1d_update=causal_conv1d_update,
         gdn_gating=gdn_gating,
         chunk_gated_delta_rule=chunk_gated_delta_rule,
-        conv_recurrent_gated_delta_rule=conv_recurrent_gated_delta_rule,
+        fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule,
         silu_and_mul=silu_and_mul,
         linear=linear,
         linear_swiglu=linear_swiglu,

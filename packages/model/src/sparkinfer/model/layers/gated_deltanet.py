@@ -6,8 +6,8 @@ the conv, gating and recurrent kernels read strided rows, the gated norm strided
 [q | k | v] channels go through the causal conv and SiLU.
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
-The output goes through the gated RMSNorm with z, then out_proj. At decode one op runs the conv,
-the gates, the delta-rule step and that norm (one launch a layer on the GPU).
+The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
+applies that norm (inside its kernel up to 8 sequences, which saves a launch per layer).
 """
 
 from __future__ import annotations
@@ -82,10 +82,14 @@ class GatedDeltaNet(nn.Module):
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
-        if batch.is_decode:  # conv, gates, delta-rule step and gated norm in one op
-            o = self.ops.conv_recurrent_gated_delta_rule(
-                qkv, conv_weight, state.conv, a, b, self.A_log, self.dt_bias, state.recurrent,
-                state_slots=batch.state_slots, num_heads=self.num_k_heads,
+        if batch.is_decode:
+            qkv = self.ops.causal_conv1d_update(
+                qkv, conv_weight, state.conv, state_slots=batch.state_slots
+            )
+            q, k, v = self._split_qkv(qkv)
+            o = self.ops.fused_recurrent_gated_delta_rule(
+                q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent,
+                state_slots=batch.state_slots,
                 norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
             )  # fmt: skip
         else:
