@@ -110,6 +110,20 @@ def _sum_in_slice_order(x: torch.Tensor, w: torch.Tensor, split_k: int) -> torch
 
 
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("m", [5, 37])
+def test_tma_tiles_equal_the_pointer_loads(swap_ab, split_k, m):
+    # Descriptor tiles zero-fill past M, N (40 = 2.5 tiles) and K (3 slices of 128 over 352).
+    # fp32: the interpreter's descriptors do not take bf16.
+    torch.manual_seed(12)
+    x, w = torch.randn(m, 352), torch.randn(40, 352)
+    config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=split_k, SWAP_AB=swap_ab)
+    with_tma = skinny_gemm(x, w, dataclasses.replace(config, TMA=True))
+    assert torch.equal(with_tma, skinny_gemm(x, w, config))
+    torch.testing.assert_close(with_tma, x @ w.T, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])
 def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(swap_ab, assert_close):
     torch.manual_seed(11)
     x, w = torch.randn(5, 384), torch.randn(40, 384)

@@ -56,6 +56,7 @@ BENCH_SHAPES = ((16480, HIDDEN), (14336, HIDDEN), (2 * INTERMEDIATE, HIDDEN),
 # The table's entries the model runs at decode (GDN's in_proj is its 16384-row entry, within 1%).
 MODEL_SHAPES = frozenset(BENCH_SHAPES) | {(16384, HIDDEN)}
 BATCHES = (1, 8, 32)
+TMA_ROWS = (8, 16, 32)  # row buckets `--retune-tma` times: the decode batches the goals run
 TUNE_BATCHES = (1, 8, 16, 32, 64)
 
 Row = dict[str, Any]
@@ -207,6 +208,12 @@ def main() -> None:
         help="with --tune: sweep the model's shapes at every row bucket above one again",
     )
     parser.add_argument(
+        "--retune-tma",
+        metavar="TABLE_JSON",
+        help="with --tune: time descriptor (TMA) tiles against each multi-row entry's kernel at "
+        "the model's shapes, and take the faster",
+    )
+    parser.add_argument(
         "--after-norm",
         action="store_true",
         help="with --tune-gemv or a re-tune: time every candidate after the small kernel the model "
@@ -223,6 +230,8 @@ def main() -> None:
         table = _retune(
             cli.retune_cublas, device, lambda e: e["impl"] == "cublas", after_norm=cli.after_norm
         )
+    elif cli.retune_tma is not None:
+        table = _retune_tma(cli.retune_tma, device, after_norm=cli.after_norm)
     elif cli.retune_rows is not None:
         table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1, after_norm=cli.after_norm)
     else:
@@ -251,6 +260,66 @@ def _retune(
     fresh = {(e["m"], e["n"], e["k"]): e
              for e in tune(device, keys=keys, after_norm=after_norm)}  # fmt: skip
     table["entries"] = [fresh.get((e["m"], e["n"], e["k"]), e) for e in table["entries"]]
+    return table
+
+
+def _tma_candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
+    """Weight-first descriptor tiles: 64 or 128 weight rows, 128 or 256 K columns, pipelines
+    that fit the H200's shared memory, at least 80 programs."""
+    bm = max(16, min(64, 1 << (m - 1).bit_length()))
+    out = []
+    for bn, bk, split_k, stages in itertools.product((64, 128), (128, 256), (1, 2, 3, 4, 6),
+                                                     (3, 4, 6)):  # fmt: skip
+        programs = -(-n // bn) * split_k
+        if programs < 80 or k // split_k < 2 * bk or (bm + bn) * bk * 2 * stages > 200 * 1024:
+            continue
+        out.append(SkinnyGemmConfig(BN=bn, BK=bk, SPLIT_K=split_k, num_warps=4,
+                                    num_stages=stages, SWAP_AB=True, TMA=True))  # fmt: skip
+    return out
+
+
+def _retune_tma(
+    table_path: str,
+    device: torch.device,
+    warmup: int = 3,
+    iters: int = 10,
+    *,
+    after_norm: bool = False,
+) -> dict[str, Any]:
+    """The table at `table_path` with each TMA_ROWS entry at the model's shapes timed again (its
+    kernel and cuBLAS) against the best descriptor tile, which becomes the entry's kernel where
+    it beats both in this run. Every other entry is kept."""
+    table = _read_table(table_path)
+
+    def timed_us(fn, operands) -> float:
+        t = _time(fn, operands, warmup, iters, after_norm=after_norm)
+        return round(t.median_ms * 1e3, 2)
+
+    for e in table["entries"]:
+        if e["m"] not in TMA_ROWS or (e["n"], e["k"]) not in MODEL_SHAPES:
+            continue
+        operands = _operands(e["m"], e["n"], e["k"], device)
+        e["cublas_us"] = timed_us(_cublas, operands)
+        if "config" in e:
+            tile = SkinnyGemmConfig(**e["config"])
+            e["triton_us"] = timed_us(lambda x, w, c=tile: skinny_gemm(x, w, c), operands)
+        timed = []
+        for c in _tma_candidates(e["m"], e["n"], e["k"]):
+            try:
+                timed.append((timed_us(lambda x, w, c=c: skinny_gemm(x, w, c), operands), c))
+            except Exception as err:  # a tile that does not fit this GPU is skipped
+                print(f"skip {c}: {type(err).__name__}", flush=True)
+        e["tma_us"], best = min(timed, key=lambda r: r[0])
+        others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
+        if e["tma_us"] < min(others):
+            e["impl"], e["config"], e["triton_us"] = "triton", best.__dict__, e["tma_us"]
+        elif "config" not in e or e["triton_us"] >= e["cublas_us"]:
+            e["impl"] = "cublas"
+        e.pop("chosen_by", None)  # this run's times decide now
+        if after_norm:
+            e["timed"] = "after_norm"
+        print(json.dumps(e), flush=True)
+        del operands
     return table
 
 

@@ -7,7 +7,10 @@ spans BN weight rows and x's few rows take the narrow side, which streamed the w
 projections faster at 8 and 32 rows on the H200 (docs/benchmarks.md). With SPLIT_K > 1 the
 slices write fp32 partials, and the last slice of each output tile to finish (elected by an arrival
 counter) sums every slice's partial in slice order: results never depend on scheduling, and no
-second kernel runs.
+second kernel runs. With TMA (Hopper and later) x's and the weight's tiles come through tensor
+descriptors instead of masked pointer loads: the copy engine zero-fills past M, N and K, and
+streamed the 16-32-row decode projections a few percent faster on the H200 (the shape table
+names the shapes).
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, tl.static_range.
@@ -20,10 +23,13 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import dot_dtype
+from sparkinfer.kernels._triton import dot_dtype, is_interpreting
 from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+TMA_ALIGN_BYTES = 16  # descriptor base addresses and strides
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class SkinnyGemmConfig:
     num_warps: int = 4
     num_stages: int = 3
     SWAP_AB: bool = False
+    TMA: bool = False
 
 
 @triton.jit
@@ -73,11 +80,12 @@ def _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB: tl.constexpr):
 
 @triton.jit
 def _skinny_gemm_kernel(
-    p_x, p_w, p_y, p_part, p_arrived,
+    p_x, p_w, desc_x, desc_w, p_y, p_part, p_arrived,
     M, N, K, K_PER_SPLIT,
     stride_xm, stride_wn,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-    SWAP_AB: tl.constexpr, SWIGLU: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    SWAP_AB: tl.constexpr, SWIGLU: tl.constexpr, TMA: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     # Row tiles vary fastest: the programs of one weight tile run together and share it in L2.
@@ -89,18 +97,25 @@ def _skinny_gemm_kernel(
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     b_acc = _zero_tile(BM, BN, SWAP_AB)
     b_up = _zero_tile(BM, BN, SWAP_AB)  # SWIGLU: the up rows, N below the gate rows
-    for k0 in range(k_start, k_end, BK):
-        o_k = k0 + tl.arange(0, BK).to(tl.int64)
-        m_k = o_k < k_end
-        m_xk = m_m[:, None] & m_k[None, :]
-        m_wk = m_n[:, None] & m_k[None, :]
-        b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
-        p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
-        b_w = tl.load(p_wk, mask=m_wk, other=0.0)
-        b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
-        if SWIGLU:
-            b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
-            b_up = _tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
+    if TMA:  # whole BK tiles (K_PER_SPLIT is a multiple of BK); zeros past M, N and K
+        k_lo = i_k * K_PER_SPLIT  # int32 descriptor offsets
+        for k0 in range(k_lo, tl.minimum(k_lo + K_PER_SPLIT, K), BK):
+            b_x = desc_x.load([i_m * BM, k0])
+            b_w = desc_w.load([i_n * BN, k0])
+            b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
+    else:
+        for k0 in range(k_start, k_end, BK):
+            o_k = k0 + tl.arange(0, BK).to(tl.int64)
+            m_k = o_k < k_end
+            m_xk = m_m[:, None] & m_k[None, :]
+            m_wk = m_n[:, None] & m_k[None, :]
+            b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
+            p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
+            b_w = tl.load(p_wk, mask=m_wk, other=0.0)
+            b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
+            if SWIGLU:
+                b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
+                b_up = _tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
     # y is [M, N] contiguous, partials [SPLIT_K, M, N]; the tiles below are elementwise.
     o_mn, m_mn = _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB)
     if SWIGLU:
@@ -145,6 +160,21 @@ def _arrival_counters_for(device: torch.device) -> torch.Tensor:
         counters = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
         _arrival_counters[(device, stream)] = counters
     return counters
+
+
+def _descriptors_fit(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether tensor descriptors can address x and weight: a Hopper or later GPU (or the
+    interpreter), 16-byte aligned base addresses and row strides."""
+    if x.is_cuda:
+        if torch.cuda.get_device_capability(x.device)[0] < 9:
+            return False
+    elif not is_interpreting():
+        return False
+    size = x.element_size()
+    return all(
+        t.data_ptr() % TMA_ALIGN_BYTES == 0 and t.stride(0) * size % TMA_ALIGN_BYTES == 0
+        for t in (x, weight)
+    )
 
 
 def split_k_slices(k: int, config: SkinnyGemmConfig) -> tuple[int, int]:
@@ -199,13 +229,19 @@ def skinny_gemm(
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
         arrived = _arrival_counters_for(x.device)
+    use_tma = cfg.TMA and not swiglu and _descriptors_fit(x, weight)
+    desc_x, desc_w = x, weight  # not read without TMA
+    if use_tma:
+        desc_x = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, cfg.BK])
+        desc_w = TensorDescriptor(weight, [weight.shape[0], k], [weight.stride(0), 1],
+                                  [cfg.BN, cfg.BK])  # fmt: skip
     pdl = dependent_launch(x)
     _skinny_gemm_kernel[grid](
-        x, weight, y, part, arrived,
+        x, weight, desc_x, desc_w, y, part, arrived,
         m, n, k, k_per_split,
         x.stride(0), weight.stride(0),
         BM=bm, BN=cfg.BN, BK=cfg.BK, SPLIT_K=split_k, SWAP_AB=cfg.SWAP_AB, SWIGLU=swiglu,
-        DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
+        TMA=use_tma, DOT_DTYPE=dot_dtype(x), USE_PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y
