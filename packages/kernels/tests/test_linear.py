@@ -291,7 +291,7 @@ def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
     assert shape_table.lookup(8, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
     one_row = shape_table.decode_entry(16384, 5120, bf16)
     assert one_row is not None and shape_table.decode_entry(16384 + 96, 5120, bf16) == one_row
-    assert shape_table.lookup(32, 5120 + 40, 6144, bf16) is None  # cuBLAS won at 32 rows
+    assert shape_table.lookup(64, 5120 + 40, 6144, bf16) is None  # cuBLAS won at 64 rows
     assert shape_table.lookup(8, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
     assert shape_table.lookup(8, 16384 + 96, 4096, bf16) is None  # K must match
 
