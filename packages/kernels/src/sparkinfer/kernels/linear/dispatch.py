@@ -15,12 +15,7 @@ from sparkinfer.kernels.activation import silu_and_mul, silu_and_mul_ref
 from sparkinfer.kernels.linear.gemv import GemvConfig, gemv
 from sparkinfer.kernels.linear.invariant import current_phase, decode_config, invariant_linear
 from sparkinfer.kernels.linear.shape_table import gemv_lookup, lookup
-from sparkinfer.kernels.linear.skinny_gemm import (
-    SkinnyGemmConfig,
-    shared_memory_per_block,
-    skinny_gemm,
-    split_k_slices,
-)
+from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -84,9 +79,8 @@ def _one_slice_config(
         return None
     if x.shape[0] > 1 and phase is None:  # see linear_swiglu
         config = lookup(x.shape[0], weight.shape[0], weight.shape[1], x.dtype)
-        if config is None or not config.TMA or split_k_slices(weight.shape[1], config)[0] > 1:
-            return None
-        return config if _fused_stages_fit(x, config) else None
+        is_fused = config is not None and config.TMA
+        return config if is_fused and split_k_slices(weight.shape[1], config)[0] == 1 else None
     if x.shape[0] != 1 or phase == "prefill":
         return None
     one_row = _gemv_tile(x, weight) if phase is None else None
@@ -97,13 +91,6 @@ def _one_slice_config(
     if config is None or split_k_slices(k, config)[0] > 1:
         return None
     return config
-
-
-def _fused_stages_fit(x: torch.Tensor, config: SkinnyGemmConfig) -> bool:
-    """Whether the pipeline stages of `config` fit shared memory with the gate and the up tile."""
-    bm = config.BM or max(16, min(64, 1 << (x.shape[0] - 1).bit_length()))
-    stage_bytes = (bm + 2 * config.BN) * config.BK * x.element_size()
-    return config.num_stages * stage_bytes <= shared_memory_per_block(x.device)
 
 
 def _gemv_tile(x: torch.Tensor, weight: torch.Tensor) -> GemvConfig | None:

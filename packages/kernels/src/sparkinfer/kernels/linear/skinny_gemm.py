@@ -18,7 +18,6 @@ names the shapes).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -164,17 +163,6 @@ def _arrival_counters_for(device: torch.device) -> torch.Tensor:
         counters = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
         _arrival_counters[(device, stream)] = counters
     return counters
-
-
-@functools.cache
-def _shared_memory_per_block(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).shared_memory_per_block_optin
-
-
-def shared_memory_per_block(device: torch.device) -> int:
-    """The shared memory one program may take on a CUDA device (cached: fixed data)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _shared_memory_per_block(index)
 
 
 def _descriptors_fit(x: torch.Tensor, weight: torch.Tensor) -> bool:
