@@ -121,9 +121,6 @@ def test_tma_tiles_equal_the_pointer_loads(swap_ab, split_k, m):
     with_tma = skinny_gemm(x, w, dataclasses.replace(config, TMA=True))
     assert torch.equal(with_tma, skinny_gemm(x, w, config))
     torch.testing.assert_close(with_tma, x @ w.T, atol=2e-4, rtol=2e-4)
-    if split_k == 1:  # the gate_up projection with SwiGLU in the epilogue, 20 of 40 rows a half
-        fused = skinny_gemm(x, w, dataclasses.replace(config, TMA=True), swiglu=True)
-        assert torch.equal(fused, skinny_gemm(x, w, config, swiglu=True))
 
 
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])

@@ -72,16 +72,11 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def _one_slice_config(
     x: torch.Tensor, weight: torch.Tensor
 ) -> GemvConfig | SkinnyGemmConfig | None:
-    """The GEMV tile or the one-slice skinny tile `linear` would launch for this shape, for one
-    row, or for more rows where the table's tile loads through descriptors; else None."""
+    """For one row, the GEMV tile or the one-slice skinny tile `linear` would launch for this
+    shape, else None."""
+    is_one_row = x.is_cuda and x.dim() == 2 and x.shape[0] == 1  # see linear_swiglu
     phase = current_phase()
-    if not (x.is_cuda and x.dim() == 2) or weight.dim() != 2 or weight.shape[0] % 2:
-        return None
-    if x.shape[0] > 1 and phase is None:  # see linear_swiglu
-        config = lookup(x.shape[0], weight.shape[0], weight.shape[1], x.dtype)
-        is_fused = config is not None and config.TMA
-        return config if is_fused and split_k_slices(weight.shape[1], config)[0] == 1 else None
-    if x.shape[0] != 1 or phase == "prefill":
+    if not is_one_row or weight.dim() != 2 or weight.shape[0] % 2 or phase == "prefill":
         return None
     one_row = _gemv_tile(x, weight) if phase is None else None
     if one_row is not None:

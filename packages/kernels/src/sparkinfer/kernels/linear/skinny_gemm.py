@@ -103,9 +103,6 @@ def _skinny_gemm_kernel(
             b_x = desc_x.load([i_m * BM, k0])
             b_w = desc_w.load([i_n * BN, k0])
             b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
-            if SWIGLU:  # the up rows start at N; the descriptor's N ends past them
-                b_wu = desc_w.load([N + i_n * BN, k0])
-                b_up = _tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
     else:
         for k0 in range(k_start, k_end, BK):
             o_k = k0 + tl.arange(0, BK).to(tl.int64)
@@ -232,7 +229,7 @@ def skinny_gemm(
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
         arrived = _arrival_counters_for(x.device)
-    use_tma = cfg.TMA and _descriptors_fit(x, weight)
+    use_tma = cfg.TMA and not swiglu and _descriptors_fit(x, weight)
     desc_x, desc_w = x, weight  # not read without TMA
     if use_tma:
         desc_x = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, cfg.BK])
