@@ -1,6 +1,7 @@
 """Paged attention kernels against the references, and the references against transformers."""
 
 import contextlib
+import dataclasses
 import inspect
 from types import SimpleNamespace
 
@@ -395,6 +396,25 @@ def test_decode_long_context_with_gpu_split_plan(assert_close):
     out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
                         b["block_tables"], 0.25, None, config)  # fmt: skip
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], scale=0.25))
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_decode_tma_tiles_with_nan_in_stale_cache_rows(block_size, assert_close):
+    """Descriptor tiles (fp16: the interpreter's descriptors take no bf16) over contexts ending on
+    both sides of the 16-key tile and the block, with NaN in every cache row past a context: the
+    pointer loads mask those rows, the descriptor path zeroes them."""
+    b = _paged_batch([1] * 6, [0, 14, 15, 16, 31, 70], block_size=block_size,
+                     dtype=torch.float16, seed=40 + block_size)  # fmt: skip
+    for i, ctx in enumerate(b["context_lens"].tolist()):
+        for pos in range(ctx, b["block_tables"].shape[1] * block_size):
+            blk = b["block_tables"][i, pos // block_size]
+            b["k_cache"][blk, pos % block_size] = float("nan")
+            b["v_cache"][blk, pos % block_size] = float("nan")
+    config = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
+    args = (b["q"], b["k_cache"], b["v_cache"], b["context_lens"], b["block_tables"], 0.3)
+    with_tma = launch_decode(*args, b["gate"], dataclasses.replace(config, use_tma=True))
+    assert torch.equal(with_tma, launch_decode(*args, b["gate"], config))
+    assert_close(with_tma, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -26,8 +26,10 @@ so a CUDA graph captures it).
   (`sparkinfer.bench.kernels.paged_attention --tune` and the kernel records, docs/benchmarks.md).
 """
 
-# Triton's annotations misread valid kernel code: constexpr arguments, num_warps/num_stages.
-# pyright: reportArgumentType=false, reportCallIssue=false
+# Triton's annotations misread valid kernel code: constexpr arguments and branches,
+# num_warps/num_stages.
+# pyright: reportArgumentType=false, reportCallIssue=false, reportOperatorIssue=false
+# pyright: reportPossiblyUnboundVariable=false
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
+    is_interpreting,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear.invariant import current_phase
@@ -50,6 +53,7 @@ from sparkinfer.kernels.paged_attention.checks import (
     check_heads,
     check_index,
 )
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
 # Split programs per multiprocessor that a small batch's grid aims for at a BN * MAX_SPLITS-key
@@ -59,6 +63,7 @@ PROGRAMS_PER_SM = 4
 INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
 LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
 LARGE_GRID_BN = 32
+TMA_ALIGN_BYTES = 16  # descriptor base addresses and strides
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class DecodeConfig:
     MAX_SPLITS: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    use_tma: bool = False  # K and V tiles through tensor descriptors where the layout allows
 
 
 @triton.jit
@@ -85,13 +91,13 @@ def _split_plan(ctx_len, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLI
 
 @triton.jit
 def _decode_split_kernel(
-    p_q, p_k, p_v, p_ctx, p_bt, p_part_o, p_part_ml,
+    p_q, p_k, p_v, desc_k, desc_v, p_ctx, p_bt, p_part_o, p_part_ml,
     qk_scale,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    TMA: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -113,22 +119,30 @@ def _decode_split_kernel(
     b_acc = tl.zeros((BG, BD), dtype=tl.float32)
     b_m = tl.full((BG,), float("-inf"), dtype=tl.float32)
     b_l = tl.zeros((BG,), dtype=tl.float32)
+    col = (i_kvh * D).to(tl.int32)  # the KV head's columns in the descriptors' [rows, HKV * D]
     for n0 in range(n_start, n_end, BN):
         o_n = n0 + tl.arange(0, BN)
         m_n = o_n < n_end
-        b_blk = tl.load(p_bt + o_n // BLOCK_SIZE, mask=m_n, other=0).to(tl.int64)
-        o_row = o_n % BLOCK_SIZE
-        m_kv = m_n[:, None] & m_d[None, :]
-        o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
-        b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
+        if TMA:  # a BN-key tile lies inside one cache block: one descriptor box
+            row = tl.load(p_bt + n0 // BLOCK_SIZE) * BLOCK_SIZE + n0 % BLOCK_SIZE
+            b_k = desc_k.load([row, col])
+        else:
+            b_blk = tl.load(p_bt + o_n // BLOCK_SIZE, mask=m_n, other=0).to(tl.int64)
+            o_row = o_n % BLOCK_SIZE
+            m_kv = m_n[:, None] & m_d[None, :]
+            o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
+            b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BG, BN], log2 domain
         b_s = tl.where(m_n[None, :], b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
-        b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
+        if TMA:  # rows past the context are stale cache rows: zero, so p = 0 cannot meet NaN
+            b_v = tl.where(m_n[:, None], desc_v.load([row, col]), 0.0)
+        else:
+            o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
+            b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
         b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
         b_m = b_m_new
 
@@ -233,6 +247,26 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     return dataclasses.replace(config, BN=bn, MIN_SPLIT_LEN=min_split_len)
 
 
+def _descriptors_fit(k_cache: torch.Tensor, v_cache: torch.Tensor, config: DecodeConfig) -> bool:
+    """Whether descriptors over the caches as [blocks * block_size, HKV * D] rows can give each
+    BN-key tile: sm_90 or later (or the interpreter), whole tiles per block, a power-of-two head
+    dim of at most 256, dense blocks and 16-byte aligned addresses and row strides."""
+    if k_cache.is_cuda:
+        if torch.cuda.get_device_capability(k_cache.device)[0] < 9:
+            return False
+    elif not is_interpreting():
+        return False
+    block_size, _, d = k_cache.shape[1:]
+    if block_size % config.BN or d != triton.next_power_of_2(d) or d > 256:
+        return False
+    size = k_cache.element_size()
+    return all(
+        c.stride(0) == block_size * c.stride(1) and c.stride(2) == d and c.stride(3) == 1
+        and c.data_ptr() % TMA_ALIGN_BYTES == 0 and c.stride(1) * size % TMA_ALIGN_BYTES == 0
+        for c in (k_cache, v_cache)
+    )  # fmt: skip
+
+
 def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
     op = "paged_attention_decode"
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "context_lens": context_lens,
@@ -277,15 +311,21 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
     part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
                           device=q.device)  # fmt: skip
     group = num_heads // hkv
+    use_tma = config.use_tma and _descriptors_fit(k_cache, v_cache, config)
+    desc_k, desc_v = k_cache, v_cache  # not read without TMA
+    if use_tma:
+        rows = k_cache.shape[0] * k_cache.shape[1]
+        desc_k, desc_v = (TensorDescriptor(c, [rows, hkv * d], [c.stride(1), 1], [config.BN, d])
+                          for c in (k_cache, v_cache))  # fmt: skip
     pdl = dependent_launch(q)
     _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
-        q, k_cache, v_cache, context_lens, block_tables, part_o, part_ml,
+        q, k_cache, v_cache, desc_k, desc_v, context_lens, block_tables, part_o, part_ml,
         scale * LOG2E,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0),
         GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
+        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     g = gate if gate is not None else q
