@@ -234,7 +234,7 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     a batch-invariant phase the split length (and, on CUDA, the tile) is chosen for q's batch
     size."""
     if q.is_cuda:
-        config = DecodeConfig()
+        config = DecodeConfig(use_tma=True)
     else:
         config = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
     if current_phase() is not None:
@@ -243,8 +243,9 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
         q.shape[0], num_kv_heads, num_multiprocessors(q.device), config
     )
     is_large = q.is_cuda and q.shape[0] * num_kv_heads >= LARGE_GRID_ROWS
-    bn = LARGE_GRID_BN if is_large else config.BN
-    return dataclasses.replace(config, BN=bn, MIN_SPLIT_LEN=min_split_len)
+    if is_large:  # pointer loads: descriptors streamed the 32-key tiles slower
+        config = dataclasses.replace(config, BN=LARGE_GRID_BN, use_tma=False)
+    return dataclasses.replace(config, MIN_SPLIT_LEN=min_split_len)
 
 
 def _descriptors_fit(k_cache: torch.Tensor, v_cache: torch.Tensor, config: DecodeConfig) -> bool:
