@@ -24,6 +24,14 @@ so a CUDA graph captures it).
   SM; 32-key tiles let three share one, which streamed a 4K context 3-5% faster at 16 and 32
   sequences on the H200, and slower at one and at 8 with their shorter splits
   (`sparkinfer.bench.kernels.paged_attention --tune` and the kernel records, docs/benchmarks.md).
+
+Tile loads: with `DecodeConfig.use_tma` (the CUDA default for the 64-key tiles) a BN-key tile,
+which lies inside one cache block, is one tensor-descriptor box of the caches viewed as
+[blocks * block_size, HKV * D]; V rows past the context are zeroed after the load, as the
+pointer loads' masks do, so a stale NaN in the block's tail never meets p = 0. The outputs are
+the pointer loads' bits. On the H200 descriptors streamed the 64-key tiles faster (one sequence
+at 4K context 16.1 against 18.0 us) and the 32-key tiles of large batches slower, which keep
+the pointer loads.
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments and branches,
