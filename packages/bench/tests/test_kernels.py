@@ -118,3 +118,29 @@ def test_gemv_tune_times_every_kernel_in_context_and_drops_an_engine_choice(monk
     assert contexts == {True}
     assert tuned["timed"] == "after_norm" and "chosen_by" not in tuned
     assert tuned["impl"] == "cublas"  # every kernel tied: the GEMV must beat the others
+
+
+def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypatch, tmp_path):
+    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+
+    class Timing:
+        def __init__(self, ms: float) -> None:
+            self.median_ms = ms
+
+    def fake_time(fn, operands, warmup, iters, *, after_norm=False):
+        config = getattr(fn, "__defaults__", None)
+        is_tma = bool(config) and getattr(config[0], "TMA", False)
+        return Timing(0.04 if is_tma else 0.05)
+
+    monkeypatch.setattr(linear_bench, "_time", fake_time)
+    monkeypatch.setattr(linear_bench, "_operands", lambda m, n, k, device: [])
+    rows = [{"m": m, "n": 5120, "k": 17408, "dtype": "bfloat16", "impl": "cublas"}
+            for m in (1, 32, 64)]  # fmt: skip
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"entries": rows}))
+    one, thirty_two, sixty_four = linear_bench._retune_tma(str(path), torch.device("cpu"))[
+        "entries"
+    ]
+    assert one == rows[0] and sixty_four == rows[2]  # outside TMA_ROWS: kept as they were
+    assert thirty_two["impl"] == "triton" and thirty_two["config"]["TMA"]
+    assert thirty_two["tma_us"] == thirty_two["triton_us"] == 40.0

@@ -60,6 +60,7 @@ TMA_ROWS = (8, 16, 32)  # row buckets `--retune-tma` times: the decode batches t
 TUNE_BATCHES = (1, 8, 16, 32, 64)
 
 Row = dict[str, Any]
+Timer = Callable[[Callable[..., Any], Any], float]  # (kernel, operands) -> median us
 
 
 def _operands(m: int, n: int, k: int, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
@@ -278,17 +279,43 @@ def _tma_candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
     return out
 
 
-def _retune_tma(
-    table_path: str,
-    device: torch.device,
-    warmup: int = 3,
-    iters: int = 10,
-    *,
-    after_norm: bool = False,
-) -> dict[str, Any]:
+def _retune_tma(table_path: str, device: torch.device, *, after_norm: bool = False):
     """The table at `table_path` with each TMA_ROWS entry at the model's shapes timed again (its
     kernel and cuBLAS) against the best descriptor tile, which becomes the entry's kernel where
     it beats both in this run. Every other entry is kept."""
+    return _retime_entries(table_path, device, lambda e: e["m"] in TMA_ROWS, _tma_challenge,
+                           after_norm=after_norm)  # fmt: skip
+
+
+def _tma_challenge(e: dict[str, Any], operands, timed_us: Timer) -> None:
+    timed = []
+    for c in _tma_candidates(e["m"], e["n"], e["k"]):
+        try:
+            timed.append((timed_us(lambda x, w, c=c: skinny_gemm(x, w, c), operands), c))
+        except Exception as err:  # a tile that does not fit this GPU is skipped
+            print(f"skip {c}: {type(err).__name__}", flush=True)
+    e["tma_us"], best = min(timed, key=lambda r: r[0])
+    others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
+    if e["tma_us"] < min(others):
+        e["impl"], e["config"], e["triton_us"] = "triton", best.__dict__, e["tma_us"]
+    elif "config" not in e or e["triton_us"] >= e["cublas_us"]:
+        e["impl"] = "cublas"
+
+
+def _retime_entries(
+    table_path: str,
+    device: torch.device,
+    select: Callable[[dict[str, Any]], bool],
+    challenge: Callable[[dict[str, Any], Any, Timer], None],
+    *,
+    warmup: int = 3,
+    iters: int = 10,
+    after_norm: bool = False,
+) -> dict[str, Any]:
+    """The table at `table_path` with each selected entry at the model's shapes timed again:
+    cuBLAS and the entry's skinny tile, then `challenge(entry, operands, timed_us)` times its
+    candidates and sets the entry's kernel. With after_norm every kernel is timed after the one
+    the model runs before it (see `_time`). Every other entry is kept."""
     table = _read_table(table_path)
 
     def timed_us(fn, operands) -> float:
@@ -296,25 +323,14 @@ def _retune_tma(
         return round(t.median_ms * 1e3, 2)
 
     for e in table["entries"]:
-        if e["m"] not in TMA_ROWS or (e["n"], e["k"]) not in MODEL_SHAPES:
+        if not select(e) or (e["n"], e["k"]) not in MODEL_SHAPES:
             continue
         operands = _operands(e["m"], e["n"], e["k"], device)
         e["cublas_us"] = timed_us(_cublas, operands)
         if "config" in e:
             tile = SkinnyGemmConfig(**e["config"])
             e["triton_us"] = timed_us(lambda x, w, c=tile: skinny_gemm(x, w, c), operands)
-        timed = []
-        for c in _tma_candidates(e["m"], e["n"], e["k"]):
-            try:
-                timed.append((timed_us(lambda x, w, c=c: skinny_gemm(x, w, c), operands), c))
-            except Exception as err:  # a tile that does not fit this GPU is skipped
-                print(f"skip {c}: {type(err).__name__}", flush=True)
-        e["tma_us"], best = min(timed, key=lambda r: r[0])
-        others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
-        if e["tma_us"] < min(others):
-            e["impl"], e["config"], e["triton_us"] = "triton", best.__dict__, e["tma_us"]
-        elif "config" not in e or e["triton_us"] >= e["cublas_us"]:
-            e["impl"] = "cublas"
+        challenge(e, operands, timed_us)
         e.pop("chosen_by", None)  # this run's times decide now
         if after_norm:
             e["timed"] = "after_norm"
@@ -332,48 +348,23 @@ def _gemv_candidates() -> list[GemvConfig]:
     ]
 
 
-def _tune_gemv(
-    table_path: str,
-    device: torch.device,
-    warmup: int = 3,
-    iters: int = 10,
-    *,
-    after_norm: bool = False,
-):
+def _tune_gemv(table_path: str, device: torch.device, *, after_norm: bool = False):
     """The table at `table_path` with each one-row entry at the model's shapes timed again
     against the best GEMV tile; the GEMV becomes the entry's kernel where it beats both the
-    skinny tile and cuBLAS in this run. Every other entry is kept. With after_norm every kernel
-    is timed after the one the model runs before it (see `_time`)."""
-    table = _read_table(table_path)
+    skinny tile and cuBLAS in this run. Every other entry is kept."""
+    return _retime_entries(table_path, device, lambda e: e["m"] == 1, _gemv_challenge,
+                           after_norm=after_norm)  # fmt: skip
 
-    def timed_us(fn, operands) -> float:
-        t = _time(fn, operands, warmup, iters, after_norm=after_norm)
-        return round(t.median_ms * 1e3, 2)
 
-    for e in table["entries"]:
-        if e["m"] != 1 or (e["n"], e["k"]) not in MODEL_SHAPES:
-            continue
-        operands = _operands(1, e["n"], e["k"], device)
-        e["cublas_us"] = timed_us(_cublas, operands)
-        if "config" in e:
-            tile = SkinnyGemmConfig(**e["config"])
-            e["triton_us"] = timed_us(lambda x, w, c=tile: skinny_gemm(x, w, c), operands)
-        timed = [
-            (timed_us(lambda x, w, c=c: gemv(x, w, c), operands), c) for c in _gemv_candidates()
-        ]
-        e["gemv_us"], best = min(timed, key=lambda r: r[0])
-        others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
-        if e["gemv_us"] < min(others):
-            e["impl"], e["gemv"] = "gemv", best.__dict__
-        else:
-            e["impl"] = "triton" if "config" in e and e["triton_us"] < e["cublas_us"] else "cublas"
-            e.pop("gemv", None)
-        e.pop("chosen_by", None)  # this run's times decide now
-        if after_norm:
-            e["timed"] = "after_norm"
-        print(json.dumps(e), flush=True)
-        del operands
-    return table
+def _gemv_challenge(e: dict[str, Any], operands, timed_us: Timer) -> None:
+    timed = [(timed_us(lambda x, w, c=c: gemv(x, w, c), operands), c) for c in _gemv_candidates()]
+    e["gemv_us"], best = min(timed, key=lambda r: r[0])
+    others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
+    if e["gemv_us"] < min(others):
+        e["impl"], e["gemv"] = "gemv", best.__dict__
+    else:
+        e["impl"] = "triton" if "config" in e and e["triton_us"] < e["cublas_us"] else "cublas"
+        e.pop("gemv", None)
 
 
 if __name__ == "__main__":
