@@ -1,9 +1,9 @@
 from types import SimpleNamespace
 
 import pytest
-from sparkinfer.bench import engine as offline
 from sparkinfer.bench import profile
 from sparkinfer.bench.errors import DeviceError
+from sparkinfer.bench.tracker import OutputTracker
 
 
 def test_kernel_names_fall_into_their_ops():
@@ -67,7 +67,7 @@ def test_timed_replays_wraps_the_graph_run_only_inside_the_block():
 
 
 def test_waits_stop_at_the_first_failed_request():
-    tracker = offline._Tracker(num_left=1)
+    tracker = OutputTracker(num_left=1)
     tracker.callback("p-0")(SimpleNamespace(new_token_ids=[], is_finished=True, error="boom"))
     with pytest.raises(DeviceError, match=r"requests failed.*p-0: boom"):
         profile._wait(lambda: False, 600, "2 streams decoding", tracker)

@@ -11,10 +11,8 @@ import argparse
 import contextlib
 import gc
 import math
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +22,7 @@ from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.offline_report import DecodeRow, PrefillRow
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, log
+from sparkinfer.bench.tracker import OutputTracker
 from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION, ModelConfig, TextConfig
 from sparkinfer.scheduler.config import SchedulerConfig
 
@@ -97,33 +96,6 @@ def random_model(cfg: ModelConfig, device: torch.device, mode: str) -> Qwen3_8Fo
     return model
 
 
-@dataclass
-class _Tracker:
-    """Arrival time and size of every output of some requests (filled from the engine thread)."""
-
-    num_left: int
-    submitted_s: float = field(default_factory=time.perf_counter)
-    events: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def callback(self, request_id: str):
-        def on_output(out) -> None:
-            now = time.perf_counter()
-            with self.lock:
-                if out.new_token_ids:
-                    self.events.setdefault(request_id, []).append((now, len(out.new_token_ids)))
-                if out.is_finished:
-                    if out.error:
-                        self.errors.append(f"{request_id}: {out.error}")
-                    self.num_left -= 1
-                    if self.num_left == 0:
-                        self.done.set()
-
-        return on_output
-
-
 @contextlib.contextmanager
 def started_engine(
     model: Qwen3_8ForCausalLM, sched: SchedulerConfig, device: torch.device
@@ -140,11 +112,11 @@ def started_engine(
         engine.runner.close()
 
 
-def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> _Tracker:
+def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> OutputTracker:
     from sparkinfer.scheduler.request import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    tracker = _Tracker(num_left=len(prompts))
+    tracker = OutputTracker(num_left=len(prompts))
     for i, prompt in enumerate(prompts):
         engine.add_request(f"{tag}-{i}", prompt, params, on_output=tracker.callback(f"{tag}-{i}"))
     if not tracker.done.wait(3600):

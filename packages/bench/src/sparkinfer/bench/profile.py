@@ -24,6 +24,7 @@ from sparkinfer.bench import engine as offline
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
+from sparkinfer.bench.tracker import OutputTracker
 
 # First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
 CATEGORIES: tuple[tuple[str, str], ...] = (
@@ -105,12 +106,12 @@ def _kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float]]:
     ]
 
 
-def _tokens(tracker: offline._Tracker) -> dict[str, list[float]]:
+def _tokens(tracker: OutputTracker) -> dict[str, list[float]]:
     with tracker.lock:
         return {rid: [ts for ts, _ in ev] for rid, ev in tracker.events.items()}
 
 
-def _wait(predicate, timeout_s: float, what: str, tracker: offline._Tracker) -> None:
+def _wait(predicate, timeout_s: float, what: str, tracker: OutputTracker) -> None:
     """Poll until predicate holds; a failed request or the timeout raises with the reason."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -167,7 +168,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     params = SamplingParams(
         temperature=0.0, max_tokens=decode_room(batch, context, window), ignore_eos=True
     )
-    tracker = offline._Tracker(num_left=batch)
+    tracker = OutputTracker(num_left=batch)
     ids = [f"p{batch}-{i}" for i in range(batch)]
     for rid, prompt in zip(ids, offline._prompts(batch, context, seed=batch), strict=True):
         engine.add_request(rid, prompt, params, on_output=tracker.callback(rid))
@@ -220,7 +221,7 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
     from sparkinfer.scheduler.request import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    tracker = offline._Tracker(num_left=1)
+    tracker = OutputTracker(num_left=1)
     prompt = offline._prompts(1, prompt_len, seed=prompt_len)[0]
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
