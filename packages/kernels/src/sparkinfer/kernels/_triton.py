@@ -5,6 +5,7 @@ Each check names the argument, what it got and what it expected. Launchers call 
 allocate outputs and launch; inputs are never checked with ``assert``.
 """
 
+import functools
 from collections.abc import Callable, Iterable
 
 import torch
@@ -12,12 +13,36 @@ import triton
 import triton.language as tl
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+TMA_ALIGN_BYTES = 16  # tensor-descriptor base addresses and strides
 
 
 def is_interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     knobs = getattr(triton, "knobs", None)
     return bool(knobs is not None and knobs.runtime.interpret)
+
+
+@functools.cache
+def _compute_capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def tma_device_error(t: torch.Tensor) -> str | None:
+    """Why t's device cannot run tensor descriptors (TMA: sm_90 or newer, or the interpreter),
+    or None."""
+    if t.is_cuda:
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        major, minor = _compute_capability(index)
+        return None if major >= 9 else f"TMA needs sm_90 or newer; the GPU is sm_{major}{minor}"
+    return None if is_interpreting() else f"TMA needs a CUDA device; the input is on {t.device}"
+
+
+def tma_aligned(t: torch.Tensor, *strides: int) -> bool:
+    """t's base address and the given strides (in elements) are multiples of 16 bytes."""
+    size = t.element_size()
+    return t.data_ptr() % TMA_ALIGN_BYTES == 0 and all(
+        x * size % TMA_ALIGN_BYTES == 0 for x in strides
+    )
 
 
 def check_device(op: str, tensors: dict[str, torch.Tensor]) -> torch.device:

@@ -23,13 +23,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import dot_dtype, is_interpreting
+from sparkinfer.kernels._triton import dot_dtype, tma_aligned, tma_device_error
 from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
 from triton.tools.tensor_descriptor import TensorDescriptor
-
-TMA_ALIGN_BYTES = 16  # descriptor base addresses and strides
 
 
 @dataclass(frozen=True)
@@ -162,21 +160,6 @@ def _arrival_counters_for(device: torch.device) -> torch.Tensor:
     return counters
 
 
-def _descriptors_fit(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether tensor descriptors can address x and weight: a Hopper or later GPU (or the
-    interpreter), 16-byte aligned base addresses and row strides."""
-    if x.is_cuda:
-        if torch.cuda.get_device_capability(x.device)[0] < 9:
-            return False
-    elif not is_interpreting():
-        return False
-    size = x.element_size()
-    return all(
-        t.data_ptr() % TMA_ALIGN_BYTES == 0 and t.stride(0) * size % TMA_ALIGN_BYTES == 0
-        for t in (x, weight)
-    )
-
-
 def split_k_slices(k: int, config: SkinnyGemmConfig) -> tuple[int, int]:
     """(slices, K per slice) a launch over K with `config` runs: at most SPLIT_K, whole BK tiles."""
     split_k = max(1, min(config.SPLIT_K, triton.cdiv(k, config.BK)))
@@ -229,7 +212,8 @@ def skinny_gemm(
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
         arrived = _arrival_counters_for(x.device)
-    use_tma = cfg.TMA and not swiglu and _descriptors_fit(x, weight)
+    use_tma = (cfg.TMA and not swiglu and tma_device_error(x) is None
+               and all(tma_aligned(t, t.stride(0)) for t in (x, weight)))  # fmt: skip
     desc_x, desc_w = x, weight  # not read without TMA
     if use_tma:
         desc_x = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, cfg.BK])

@@ -51,7 +51,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
-    is_interpreting,
+    tma_device_error,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear.invariant import current_phase
@@ -61,6 +61,7 @@ from sparkinfer.kernels.paged_attention.checks import (
     check_heads,
     check_index,
 )
+from sparkinfer.kernels.paged_attention.prefill_tma import cache_layout_error, kv_row
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
@@ -71,7 +72,6 @@ PROGRAMS_PER_SM = 4
 INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
 LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
 LARGE_GRID_BN = 32
-TMA_ALIGN_BYTES = 16  # descriptor base addresses and strides
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def _decode_split_kernel(
         o_n = n0 + tl.arange(0, BN)
         m_n = o_n < n_end
         if TMA:  # a BN-key tile lies inside one cache block: one descriptor box
-            row = tl.load(p_bt + n0 // BLOCK_SIZE) * BLOCK_SIZE + n0 % BLOCK_SIZE
+            row = kv_row(p_bt, n0, BLOCK_SIZE)
             b_k = desc_k.load([row, col])
         else:
             b_blk = tl.load(p_bt + o_n // BLOCK_SIZE, mask=m_n, other=0).to(tl.int64)
@@ -256,26 +256,6 @@ def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     return dataclasses.replace(config, MIN_SPLIT_LEN=min_split_len)
 
 
-def _descriptors_fit(k_cache: torch.Tensor, v_cache: torch.Tensor, config: DecodeConfig) -> bool:
-    """Whether descriptors over the caches as [blocks * block_size, HKV * D] rows can give each
-    BN-key tile: sm_90 or later (or the interpreter), whole tiles per block, a power-of-two head
-    dim of at most 256, dense blocks and 16-byte aligned addresses and row strides."""
-    if k_cache.is_cuda:
-        if torch.cuda.get_device_capability(k_cache.device)[0] < 9:
-            return False
-    elif not is_interpreting():
-        return False
-    block_size, _, d = k_cache.shape[1:]
-    if block_size % config.BN or d != triton.next_power_of_2(d) or d > 256:
-        return False
-    size = k_cache.element_size()
-    return all(
-        c.stride(0) == block_size * c.stride(1) and c.stride(2) == d and c.stride(3) == 1
-        and c.data_ptr() % TMA_ALIGN_BYTES == 0 and c.stride(1) * size % TMA_ALIGN_BYTES == 0
-        for c in (k_cache, v_cache)
-    )  # fmt: skip
-
-
 def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
     op = "paged_attention_decode"
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "context_lens": context_lens,
@@ -320,7 +300,8 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
     part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
                           device=q.device)  # fmt: skip
     group = num_heads // hkv
-    use_tma = config.use_tma and _descriptors_fit(k_cache, v_cache, config)
+    use_tma = (config.use_tma and tma_device_error(q) is None
+               and cache_layout_error(k_cache, v_cache, config.BN) is None)  # fmt: skip
     desc_k, desc_v = k_cache, v_cache  # not read without TMA
     if use_tma:
         rows = k_cache.shape[0] * k_cache.shape[1]

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import dot_dtype, is_interpreting
+from sparkinfer.kernels._triton import (
+    TMA_ALIGN_BYTES,
+    dot_dtype,
+    tma_aligned,
+    tma_device_error,
+)
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 if TYPE_CHECKING:  # prefill.py imports this module to dispatch
@@ -37,13 +42,12 @@ if TYPE_CHECKING:  # prefill.py imports this module to dispatch
 
 TMA_DTYPES = (torch.bfloat16, torch.float16)
 MAX_BOX = 256  # elements per dimension of one TMA box
-ALIGN_BYTES = 16  # TMA base address and strides
 
 
 @triton.jit
-def _kv_row(p_bt, n0, BLOCK_SIZE: tl.constexpr):
+def kv_row(p_bt, n0, BLOCK_SIZE: tl.constexpr):
     """Cache row of key n0: a BN-key tile starting there lies inside one cache block."""
-    # TMA coordinates are int32; tma_layout_error keeps num_blocks * block_size below 2**31.
+    # TMA coordinates are int32; cache_layout_error keeps num_blocks * block_size below 2**31.
     return tl.load(p_bt + n0 // BLOCK_SIZE) * BLOCK_SIZE + n0 % BLOCK_SIZE
 
 
@@ -77,10 +81,10 @@ def _unmasked_tiles(
         # Issue the next tile's Q K^T before this tile's softmax, so the tensor cores work on it
         # while the softmax runs (flash-attention 3's intra-warpgroup overlap).
         if n_full > n_start:
-            row = _kv_row(p_bt, n_start, BLOCK_SIZE)
+            row = kv_row(p_bt, n_start, BLOCK_SIZE)
             b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
             for n0 in range(n_start + BN, n_full, BN):
-                row_next = _kv_row(p_bt, n0, BLOCK_SIZE)
+                row_next = kv_row(p_bt, n0, BLOCK_SIZE)
                 b_s_next = _scores(b_q, desc_k, row_next, kv_col, qk_scale, DOT_DTYPE)
                 b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
                 b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
@@ -89,7 +93,7 @@ def _unmasked_tiles(
             b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
     else:
         for n0 in range(n_start, n_full, BN):
-            row = _kv_row(p_bt, n0, BLOCK_SIZE)
+            row = kv_row(p_bt, n0, BLOCK_SIZE)
             b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
             b_v = desc_v.load([row, kv_col]).to(DOT_DTYPE)
             b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
@@ -140,7 +144,7 @@ def _prefill_tma_kernel(
     if i_s < KV_SPLITS - 1:
         n_end = n_full  # the diagonal belongs to the last split
     for n0 in range(n_full, n_end, BN):
-        row = _kv_row(p_bt, n0, BLOCK_SIZE)
+        row = kv_row(p_bt, n0, BLOCK_SIZE)
         b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
         o_n = n0 + tl.arange(0, BN)
         m_n = o_n < ctx_len
@@ -209,18 +213,24 @@ def _merge_splits_kernel(
     tl.store(p_o + i_t * stride_ot + i_h * stride_oh + o_d, b_o.to(p_o.dtype.element_ty))
 
 
-def _aligned(t: torch.Tensor, *strides: int) -> bool:
-    """t's base address and the given strides (in elements) are multiples of 16 bytes."""
-    size = t.element_size()
-    return t.data_ptr() % ALIGN_BYTES == 0 and all(x * size % ALIGN_BYTES == 0 for x in strides)
-
-
-def _device_error(q: torch.Tensor) -> str | None:
-    """Why q's device cannot run descriptors, or None."""
-    if q.is_cuda:
-        major, minor = torch.cuda.get_device_capability(q.device)
-        return None if major >= 9 else f"TMA needs sm_90 or newer; the GPU is sm_{major}{minor}"
-    return None if is_interpreting() else f"TMA needs a CUDA device; q is on {q.device}"
+def cache_layout_error(k_cache: torch.Tensor, v_cache: torch.Tensor, bn: int) -> str | None:
+    """Why descriptors over the caches as [blocks * block_size, HKV * D] rows cannot give every
+    bn-key tile of a block as one box, or None when they can."""
+    num_blocks, block_size, _, d = k_cache.shape
+    if k_cache.dtype not in TMA_DTYPES:
+        return f"TMA path takes bf16 or fp16; got {k_cache.dtype}"
+    if d & (d - 1) or d > MAX_BOX or d * k_cache.element_size() < TMA_ALIGN_BYTES:
+        return f"D={d} is not a power of two with 16 bytes <= D <= {MAX_BOX} elements"
+    if block_size % bn or bn > MAX_BOX:
+        return f"block_size {block_size} is not a multiple of BN={bn} (or BN exceeds {MAX_BOX})"
+    if num_blocks * block_size >= 2**31:
+        return f"{num_blocks * block_size} cache rows overflow int32 TMA coordinates"
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.stride(2) != d or cache.stride(0) != block_size * cache.stride(1):
+            return f"{name} strides {cache.stride()} do not flatten to [rows, HKV*D]"
+        if not tma_aligned(cache, cache.stride(1)):
+            return f"{name} base or row stride {cache.stride(1)} is not 16-byte aligned"
+    return None
 
 
 def tma_layout_error(
@@ -231,28 +241,16 @@ def tma_layout_error(
     config: PrefillConfig,
 ) -> str | None:
     """Why these (already checked) inputs cannot take the TMA kernel, or None when they can."""
-    device_error = _device_error(q)
+    device_error = tma_device_error(q)
     if device_error is not None:
         return device_error
-    num_blocks, block_size, _, d = k_cache.shape
-    if q.dtype not in TMA_DTYPES:
-        return f"TMA path takes bf16 or fp16; got {q.dtype}"
-    if d & (d - 1) or d > MAX_BOX or d * q.element_size() < ALIGN_BYTES:
-        return f"D={d} is not a power of two with 16 bytes <= D <= {MAX_BOX} elements"
-    if block_size % config.BN or max(config.BM, config.BN) > MAX_BOX:
-        return (
-            f"block_size {block_size} is not a multiple of BN={config.BN} "
-            f"(or BM={config.BM} / BN exceeds {MAX_BOX})"
-        )
-    if num_blocks * block_size >= 2**31:
-        return f"{num_blocks * block_size} cache rows overflow int32 TMA coordinates"
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.stride(2) != d or cache.stride(0) != block_size * cache.stride(1):
-            return f"{name} strides {cache.stride()} do not flatten to [rows, HKV*D]"
-        if not _aligned(cache, cache.stride(1)):
-            return f"{name} base or row stride {cache.stride(1)} is not 16-byte aligned"
+    if max(config.BM, config.BN) > MAX_BOX:
+        return f"BM={config.BM} or BN={config.BN} exceeds {MAX_BOX}"
+    cache_error = cache_layout_error(k_cache, v_cache, config.BN)
+    if cache_error is not None:
+        return cache_error
     for name, t in (("q", q), ("gate", gate)):
-        if t is not None and not _aligned(t, t.stride(0), t.stride(1)):
+        if t is not None and not tma_aligned(t, t.stride(0), t.stride(1)):
             return f"{name} base or strides {t.stride()} are not 16-byte aligned"
     return None
 
