@@ -181,6 +181,18 @@ def test_causal_conv1d_update_batch(dtype, assert_close):
     assert y[1].abs().max() == 0
 
 
+def test_causal_conv1d_update_early_state_gives_the_same_bits():
+    """Windows read before the dependent-launch wait: the same outputs and windows."""
+    x, weight, conv_state = make_inputs(4, seed=7, dtype=torch.bfloat16)
+    slots = torch.tensor([6, -1, 0, 3])
+    runs = []
+    for early in (False, True):
+        state = conv_state.clone()
+        y = causal_conv1d_update(x, weight, state, state_slots=slots, early_state=early)
+        runs.append((y, state))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 def test_state_handoff_prefill_then_update(assert_close):
     x, weight, conv_state = make_inputs(12, seed=3, dtype=torch.bfloat16)
     y_pre, state = run_prefill(causal_conv1d, x[:9], weight, conv_state, [9], [2], [False])

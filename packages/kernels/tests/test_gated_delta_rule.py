@@ -331,6 +331,24 @@ def test_recurrent_batch(dtype, assert_close):
     assert torch.equal(state[1], x["state"][1]) and torch.equal(state[3], x["state"][3])
 
 
+@pytest.mark.parametrize("num_seqs", [5, 9], ids=["in-kernel-norm", "norm-launched-after"])
+def test_recurrent_early_state_gives_the_same_bits(num_seqs):
+    """States read before the dependent-launch wait: the same outputs and states."""
+    x = make_inputs(num_seqs, seed=23, dtype=torch.bfloat16, num_slots=num_seqs + 2)
+    slots = torch.tensor([(i + 2) % (num_seqs + 2) for i in range(num_seqs)])
+    slots[1] = -1
+    z, weight = torch.randn(num_seqs, HV, V).to(torch.bfloat16), torch.randn(V)
+    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
+    runs = []
+    for early in (False, True):
+        state = x["state"].clone()
+        o = fused_recurrent_gated_delta_rule(
+            *args, state, state_slots=slots, norm_gate=z, norm_weight=weight, early_state=early
+        )
+        runs.append((o, state))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("weight_dtype", ["input", "fp32"])
 @pytest.mark.parametrize("num_seqs", [5, 9], ids=["in-kernel", "launched-after"])

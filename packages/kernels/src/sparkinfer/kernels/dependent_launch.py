@@ -42,7 +42,10 @@ def wait_for_prior_kernels(USE_PDL: tl.constexpr):
     it in the stream has finished and its writes are visible, then let the next kernel launch.
 
     Waiting first keeps every earlier kernel's writes ordered before this kernel's reads and
-    writes; letting the next launch only after the wait keeps one kernel at a time waiting.
+    writes; letting the next launch only after the wait keeps one kernel at a time waiting. The
+    one exception is a read its caller vouches the kernel before cannot be writing (a state
+    slot's rows, with `early_state`): every kernel before that one has finished by the time
+    this one launches, so such a read may come first and overlap the wait.
     """
     if USE_PDL:
         gdc_wait()

@@ -4,7 +4,8 @@ Times the Triton op beside its plain-torch reference and FLA (``fla.ops.gated_de
 installed), as median/p90 over fixed iterations. Prefill is compared with a FLOP/IO roofline, decode
 with the copy bandwidth on its state read + write. Run alone:
 ``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick] [--tune]``; `--tune` times
-candidate `ChunkLaunch` configs of the prefill beside fla.
+candidate `ChunkLaunch` configs of the prefill beside fla, `--tune-decode` the recurrent decode's
+V tiles and warps at large batches.
 """
 
 from __future__ import annotations
@@ -187,34 +188,41 @@ def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device:
     return rows
 
 
+def _decode_layers(batch: int, device: str) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
+    """One set of decode inputs, fp32 state, gate and norm weight per GDN layer of the model, and
+    the state slots."""
+    layers = [_inputs(batch, device) for _ in range(NUM_GDN_LAYERS)]
+    for x in layers:
+        x["state"] = torch.zeros(batch, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+        x["z"] = torch.randn_like(x["v"])
+        x["w"] = torch.ones(HEAD_DIM, device=device, dtype=x["v"].dtype)
+    return layers, torch.arange(batch, device=device)
+
+
+def _decode_op(x: dict[str, torch.Tensor], slots: torch.Tensor, norm: bool) -> torch.Tensor:
+    names = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "state")
+    kw: dict[str, Any] = {"state_slots": slots}
+    if norm:
+        kw |= {"norm_gate": x["z"], "norm_weight": x["w"], "norm_eps": 1e-6}
+    return fused_recurrent_gated_delta_rule(*(x[n] for n in names), **kw)
+
+
 def _decode_norm_times(
     batch: int, warmup: int, iters: int, device: str
 ) -> dict[str, tuple[float, float]]:
     from sparkinfer.kernels.gated_delta_rule import recurrent
     from sparkinfer.kernels.rms_norm import gated_rms_norm
 
-    layers = [_inputs(batch, device) for _ in range(NUM_GDN_LAYERS)]
-    slots = torch.arange(batch, device=device)
-    for x in layers:
-        x["state"] = torch.zeros(batch, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
-        x["z"] = torch.randn_like(x["v"])
-        x["w"] = torch.ones(HEAD_DIM, device=device, dtype=x["v"].dtype)
-
-    def op(x: dict[str, torch.Tensor], norm: bool) -> torch.Tensor:
-        names = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "state")
-        kw: dict[str, Any] = {"state_slots": slots}
-        if norm:
-            kw |= {"norm_gate": x["z"], "norm_weight": x["w"], "norm_eps": 1e-6}
-        return fused_recurrent_gated_delta_rule(*(x[n] for n in names), **kw)
+    layers, slots = _decode_layers(batch, device)
 
     def two_launches(x: dict[str, torch.Tensor]) -> torch.Tensor:
-        return gated_rms_norm(op(x, False), x["z"], x["w"], 1e-6)
+        return gated_rms_norm(_decode_op(x, slots, False), x["z"], x["w"], 1e-6)
 
     def timed(fn: Callable[[dict[str, torch.Tensor]], object]) -> tuple[float, float]:
         t = time_graph([partial(fn, x) for x in layers], warmup=warmup, iters=iters)
         return t.median_ms, t.p90_ms
 
-    fused = partial(op, norm=True)
+    fused = partial(_decode_op, slots=slots, norm=True)
     times = {"fast": timed(fused), "two launches": timed(two_launches)}
     limit = recurrent.NORM_IN_KERNEL_MAX_SEQS
     recurrent.NORM_IN_KERNEL_MAX_SEQS = batch
@@ -223,6 +231,48 @@ def _decode_norm_times(
     finally:
         recurrent.NORM_IN_KERNEL_MAX_SEQS = limit
     return times
+
+
+# (V tile, warps) of the recurrent decode above NORM_IN_KERNEL_MAX_SEQS sequences.
+DECODE_TUNE_TILES = tuple(
+    (bv, w) for bv in (16, 32, 64, 128) for w in (1, 2, 4, 8) if bv * HEAD_DIM // (32 * w) <= 128
+)
+DECODE_TUNE_BATCHES = (16, 24, 32, 64)
+
+
+def tune_decode(device: str = "cuda", batches: tuple[int, ...] = DECODE_TUNE_BATCHES) -> None:
+    """Print the recurrent decode's time per layer (and its share of the copy rate on the state
+    read + write) for each candidate V tile and warp count, as the model runs it above
+    NORM_IN_KERNEL_MAX_SEQS sequences (gated norm as a second launch), over 48 layers' states in
+    one CUDA graph with dependent launch on; the largest difference from the default's output."""
+    from sparkinfer.kernels.dependent_launch import set_dependent_launch
+    from sparkinfer.kernels.gated_delta_rule import recurrent
+
+    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS)
+    set_dependent_launch(True)
+    try:
+        for batch in batches:
+            layers, slots = _decode_layers(batch, device)
+            states = [x["state"].clone() for x in layers]
+            expected = _decode_op(layers[0], slots, True)
+            roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
+            for bv, warps in DECODE_TUNE_TILES:
+                recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = bv, warps
+                try:
+                    layers[0]["state"].copy_(states[0])
+                    diff = (_decode_op(layers[0], slots, True).float() - expected.float()).abs()
+                    calls = [partial(_decode_op, x, slots, True) for x in layers]
+                    t = time_graph(calls, warmup=3, iters=20)
+                    mark = " (default)" if (bv, warps) == default else ""
+                    print(f"B={batch} BV={bv} warps={warps}{mark}: {t.median_ms * 1e3:.2f} us, "
+                          f"{roof_ms / t.median_ms:.3f} of copy, max diff {diff.max().item():.2e}",
+                          flush=True)  # fmt: skip
+                finally:
+                    recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = default
+            del layers, states
+            torch.cuda.empty_cache()
+    finally:
+        set_dependent_launch(False)
 
 
 def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: str = "cuda"):
@@ -299,9 +349,15 @@ def tune(device: str = "cuda", lengths: tuple[int, ...] = (4096, 16384, 65536)) 
 def main() -> None:
     parser = standalone_parser(__doc__, warmup=10, iters=50)
     parser.add_argument("--tune", action="store_true", help="time candidate launch configs")
+    parser.add_argument(
+        "--tune-decode", action="store_true", help="time the recurrent decode's V tiles and warps"
+    )
     cli = parser.parse_args()
     if cli.tune:
         tune()
+        return
+    if cli.tune_decode:
+        tune_decode()
         return
     run_alone(run, cli, __doc__)
 

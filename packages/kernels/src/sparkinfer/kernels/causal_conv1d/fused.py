@@ -2,7 +2,8 @@
 
 The conv state of a slot holds its last W - 1 pre-conv inputs, oldest first: [num_slots, W - 1, C].
 Prefill runs two kernels: the conv reads the initial windows, then a second launch writes the final
-windows back, so that no program overwrites a window another one still reads.
+windows back, so that no program overwrites a window another one still reads. The decode update
+can read its windows before it waits on the kernel before it (`early_state`, dependent launch).
 """
 
 # Triton's annotations misread valid kernel code: constexpr and launch arguments, tl.static_range.
@@ -158,29 +159,39 @@ def _conv_state_out_kernel(
 @triton.jit
 def _causal_conv1d_update_kernel(
     x, weight, conv_state, y, state_slots, C, stride_xb, stride_wc,
-    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, USE_PDL: tl.constexpr,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, EARLY_STATE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    wait_for_prior_kernels(USE_PDL)
     i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     o_c = i_c * BC + tl.arange(0, BC)
     m_c = o_c < C
-    slot = tl.load(state_slots + i_n).to(tl.int64)
+    o_r = tl.arange(0, BR)
+    m_r = o_r < W - 1
+    m_rc = m_r[:, None] & m_c[None, :]
+    m_shift = (o_r < W - 2)[:, None] & m_c[None, :]
+    if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor windows
+        slot = tl.load(state_slots + i_n).to(tl.int64)
+        p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
+        p_read = p_state - tl.minimum(slot, 0) * (W - 1) * C  # a padding row reads slot 0
+        b_win = tl.load(p_read, mask=m_rc, other=0.0)  # [BR, BC], oldest first
+        b_next = tl.load(p_read + C, mask=m_shift, other=0.0)
+    wait_for_prior_kernels(USE_PDL)
+    if not EARLY_STATE:
+        slot = tl.load(state_slots + i_n).to(tl.int64)
+        p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
     p_y = y + i_n * C + o_c
     if slot < 0:
         tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
         return
-    o_r = tl.arange(0, BR)
-    m_r = o_r < W - 1
-    m_rc = m_r[:, None] & m_c[None, :]
-    p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
-    b_win = tl.load(p_state, mask=m_rc, other=0.0)  # [BR, BC], oldest first
+    if not EARLY_STATE:
+        b_win = tl.load(p_state, mask=m_rc, other=0.0)
+        b_next = tl.load(p_state + C, mask=m_shift, other=0.0)
     b_x = tl.load(x + i_n * stride_xb + o_c, mask=m_c, other=0.0)
     p_w = weight + o_c[None, :] * stride_wc + o_r[:, None]
     b_w = tl.load(p_w, mask=m_rc, other=0.0).to(tl.float32)
     b_w_last = tl.load(weight + o_c * stride_wc + (W - 1), mask=m_c, other=0.0).to(tl.float32)
     b_acc = tl.sum(b_win.to(tl.float32) * b_w, 0) + b_x.to(tl.float32) * b_w_last
     # Shifted window: row r takes old row r + 1, the newest row takes x.
-    b_next = tl.load(p_state + C, mask=(o_r < W - 2)[:, None] & m_c[None, :], other=0.0)
     b_next = tl.where((o_r == W - 2)[:, None], b_x[None, :].to(b_next.dtype), b_next)
     tl.debug_barrier()  # every read of the old window precedes the writes
     tl.store(p_state, b_next, mask=m_rc)
@@ -260,6 +271,7 @@ def causal_conv1d_update(
     conv_state: torch.Tensor,
     *,
     state_slots: torch.Tensor,
+    early_state: bool = False,
 ) -> torch.Tensor:
     """One decode token per sequence: conv over (window, x) then SiLU, window shifted in place.
 
@@ -269,6 +281,9 @@ def causal_conv1d_update(
         conv_state: [num_slots, W - 1, C] contiguous windows in x's dtype, oldest first; row
             ``state_slots[i]`` gains x[i] and drops its oldest input.
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+        early_state: read the slots and windows before waiting on the kernel launched just
+            before this one (dependent launch), so the reads overlap its tail. Pass True only
+            when that kernel writes neither (the model's in_proj projection, for one).
 
     Returns:
         y: [B, C] in x.dtype.
@@ -287,7 +302,7 @@ def causal_conv1d_update(
         pdl = dependent_launch(x)
         _causal_conv1d_update_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
             x, weight, conv_state, y, state_slots, channels, x.stride(0), weight.stride(0),
-            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC, USE_PDL=pdl,
-            launch_pdl=pdl,
+            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC,
+            EARLY_STATE=early_state, USE_PDL=pdl, launch_pdl=pdl,
         )  # fmt: skip
     return y

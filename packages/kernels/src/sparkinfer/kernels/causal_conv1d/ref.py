@@ -66,6 +66,7 @@ def causal_conv1d_update_ref(
     conv_state: torch.Tensor,
     *,
     state_slots: torch.Tensor,
+    early_state: bool = False,
 ) -> torch.Tensor:
     """One decode token per sequence: conv over (window, x) then SiLU, window shifted in place.
 
@@ -75,6 +76,7 @@ def causal_conv1d_update_ref(
         conv_state: [num_slots, W - 1, C] windows, oldest first; row ``state_slots[i]`` gains x[i]
             and drops its oldest input.
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
+        early_state: the fast op's launch option; no effect here.
 
     Returns:
         y: [B, C] in x.dtype.

@@ -7,6 +7,11 @@ sequences run one program per value head's whole V that normalises its output be
 which saves the norm's launch; larger batches launch the norm after, where whole heads per program
 ran slower on the H200 (the GDN kernel record in docs/benchmarks.md times both at 1-32
 sequences). Inside `batch_invariant` every batch size takes the large batches' path.
+
+With `early_state` a program reads its state tile before it waits on the kernel before it
+(dependent launch): the read overlaps that kernel's tail. In the 27B decode step on an H200 this,
+with the conv update's `early_state`, took 0.3-1.1% off the step at 1-32 sequences
+(docs/benchmarks.md).
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -44,23 +49,30 @@ def _fused_recurrent_kernel(
     stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, stride_gb, scale, norm_eps,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr, USE_PDL: tl.constexpr,
-    GATED_NORM: tl.constexpr, ROUND_PRODUCT: tl.constexpr,
+    GATED_NORM: tl.constexpr, ROUND_PRODUCT: tl.constexpr, EARLY_STATE: tl.constexpr,
 ):  # fmt: skip
-    wait_for_prior_kernels(USE_PDL)
     i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor states
+        slot = tl.load(state_slots + i_n).to(tl.int64)
+        p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
+        p_read = p_state - tl.minimum(slot, 0) * HV * K * V  # a padding row reads slot 0
+        b_h = tl.load(p_read, mask=m_kv, other=0.0)  # [BK, BV] fp32
+    wait_for_prior_kernels(USE_PDL)
     p_o = o + (i_n * HV + i_hv) * V + o_v
-    slot = tl.load(state_slots + i_n).to(tl.int64)
+    if not EARLY_STATE:
+        slot = tl.load(state_slots + i_n).to(tl.int64)
     if slot < 0:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(o.dtype.element_ty), mask=m_v)
         return
-    p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
-    m_kv = m_k[:, None] & m_v[None, :]
-    b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
+    if not EARLY_STATE:
+        p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
+        b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
     b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
     b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
     b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
@@ -114,6 +126,7 @@ def fused_recurrent_gated_delta_rule(
     norm_gate: torch.Tensor | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 1e-6,
+    early_state: bool = False,
 ) -> torch.Tensor:
     """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
 
@@ -134,6 +147,9 @@ def fused_recurrent_gated_delta_rule(
             norm_eps)` of the plain output o (in this launch up to NORM_IN_KERNEL_MAX_SEQS rows).
         norm_weight: [V] the gated norm's weight; given together with norm_gate.
         norm_eps: the gated norm's variance epsilon.
+        early_state: read the slots and states before waiting on the kernel launched just
+            before this one (dependent launch), so the reads overlap its tail. Pass True only
+            when that kernel writes neither (the model's causal conv update, for one).
 
     Returns:
         o: [B, HV, V] in v.dtype.
@@ -172,6 +188,7 @@ def fused_recurrent_gated_delta_rule(
         H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
         USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=in_kernel,
         ROUND_PRODUCT=in_kernel and rounds_weight_product(weight, v),
+        EARLY_STATE=early_state,
         num_warps=NORM_NUM_WARPS if in_kernel else NUM_WARPS, launch_pdl=pdl,
     )  # fmt: skip
     if norm_gate is not None and norm_weight is not None and not in_kernel:

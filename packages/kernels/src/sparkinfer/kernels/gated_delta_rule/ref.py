@@ -141,6 +141,7 @@ def fused_recurrent_gated_delta_rule_ref(
     norm_gate: torch.Tensor | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 1e-6,
+    early_state: bool = False,
 ) -> torch.Tensor:
     """One decode token per sequence: gates, l2norm and the delta-rule step, state updated in place.
 
@@ -160,6 +161,7 @@ def fused_recurrent_gated_delta_rule_ref(
             `gated_rms_norm_ref(o, norm_gate, norm_weight, norm_eps)` of the plain output o.
         norm_weight: [V] the gated norm's weight; given together with norm_gate.
         norm_eps: the gated norm's variance epsilon.
+        early_state: the fast op's launch option; no effect here.
 
     Returns:
         o: [B, HV, V] in v.dtype.

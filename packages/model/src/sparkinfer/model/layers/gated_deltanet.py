@@ -83,14 +83,17 @@ class GatedDeltaNet(nn.Module):
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
         if batch.is_decode:
+            # early_state: the kernel before each (in_proj, then the conv) writes neither the
+            # slots nor the state rows, so they are read while it runs.
             qkv = self.ops.causal_conv1d_update(
-                qkv, conv_weight, state.conv, state_slots=batch.state_slots
+                qkv, conv_weight, state.conv, state_slots=batch.state_slots, early_state=True
             )
             q, k, v = self._split_qkv(qkv)
             o = self.ops.fused_recurrent_gated_delta_rule(
                 q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent,
                 state_slots=batch.state_slots,
                 norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
+                early_state=True,
             )  # fmt: skip
         else:
             has_initial_state = batch.has_initial_state_mask
