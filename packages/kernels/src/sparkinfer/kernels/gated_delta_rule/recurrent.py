@@ -10,7 +10,7 @@ sequences). Inside `batch_invariant` every batch size takes the large batches' p
 
 With `early_state` a program reads its state tile before it waits on the kernel before it
 (dependent launch): the read overlaps that kernel's tail. In the 27B decode step on an H200 this,
-with the conv update's `early_state`, took 0.3-1.1% off the step at 1-32 sequences
+with the conv update's `early_state`, ran the engine 0.3-1.0% faster at 1-32 streams
 (docs/benchmarks.md).
 """
 
