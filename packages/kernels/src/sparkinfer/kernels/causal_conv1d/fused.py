@@ -8,6 +8,7 @@ can read its windows before it waits on the kernel before it (`early_state`, dep
 
 # Triton's annotations misread valid kernel code: constexpr and launch arguments, tl.static_range.
 # pyright: reportArgumentType=false, reportCallIssue=false, reportGeneralTypeIssues=false
+# pyright: reportPossiblyUnboundVariable=false
 
 import torch
 import triton

@@ -14,8 +14,9 @@ with the conv update's `early_state`, ran the engine 0.3-1.0% faster at 1-32 str
 (docs/benchmarks.md).
 """
 
-# Triton's annotations misread valid kernel code: num_warps/num_stages.
+# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr branches.
 # pyright: reportCallIssue=false
+# pyright: reportPossiblyUnboundVariable=false
 
 import torch
 import triton
