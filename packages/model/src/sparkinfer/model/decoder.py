@@ -134,6 +134,7 @@ class Qwen3_8ForCausalLM(nn.Module):
             vocab,
             text.hidden_size,
             num_real_tokens=num_real_tokens or vocab,
+            ops=self.ops,
             device=device,
             dtype=dtype,
         )

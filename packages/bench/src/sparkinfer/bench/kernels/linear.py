@@ -37,7 +37,7 @@ from sparkinfer.kernels.linear import (
 )
 from sparkinfer.kernels.rms_norm import rms_norm
 
-HIDDEN, INTERMEDIATE, Q_WIDTH = 5120, 17408, 6144
+HIDDEN, INTERMEDIATE, Q_WIDTH, VOCAB = 5120, 17408, 6144, 248320
 # (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
 SHAPES = (
     (10240, HIDDEN),  # GDN in_proj_qkv
@@ -50,11 +50,12 @@ SHAPES = (
     (2 * INTERMEDIATE, HIDDEN),  # gate_proj + up_proj
     (HIDDEN, INTERMEDIATE),  # down_proj
     (HIDDEN, Q_WIDTH),  # o_proj, GDN out_proj
+    (VOCAB, HIDDEN),  # lm_head
 )
 BENCH_SHAPES = ((16480, HIDDEN), (14336, HIDDEN), (2 * INTERMEDIATE, HIDDEN),
                 (HIDDEN, INTERMEDIATE), (HIDDEN, Q_WIDTH))  # fmt: skip
 # The table's entries the model runs at decode (GDN's in_proj is its 16384-row entry, within 1%).
-MODEL_SHAPES = frozenset(BENCH_SHAPES) | {(16384, HIDDEN)}
+MODEL_SHAPES = frozenset(BENCH_SHAPES) | {(16384, HIDDEN), (VOCAB, HIDDEN)}
 BATCHES = (1, 8, 32)
 TMA_ROWS = (8, 16, 32)  # row buckets `--retune-tma` times: the decode batches the goals run
 TUNE_BATCHES = (1, 8, 16, 32, 64)
