@@ -15,8 +15,13 @@ import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import check_device
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
+from sparkinfer.kernels.linear.invariant import current_phase
 
 _MAX_N = 16384
+# Warps of a lone row's program (one decode sequence): the kernel is that one program's latency,
+# and 32 warps ran the 27B decode step at one sequence 0.7% faster on an H200 than 8 (a row of
+# 5120, docs/benchmarks.md). Inside `batch_invariant` every row keeps the batch's warps.
+ONE_ROW_WARPS = 32
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -163,13 +168,16 @@ def rms_norm(
     if num_rows == 0:
         return y, res_out
     br, bn, grid = _tiles(num_rows, n)
+    num_warps = 4 if bn <= 2048 else 8
+    if num_rows == 1 and bn >= 4096 and current_phase() is None:
+        num_warps = ONE_ROW_WARPS
     pdl = dependent_launch(x)
     _rms_norm_kernel[(grid,)](
         x3, res3, weight, y, res_out,
         num_rows, x3.shape[1], n, eps,
         x3.stride(0), x3.stride(1), res3.stride(0), res3.stride(1),
         HAS_RESIDUAL=residual is not None, BR=br, BN=bn, USE_PDL=pdl,
-        num_warps=4 if bn <= 2048 else 8, launch_pdl=pdl,
+        num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y, res_out
 
