@@ -135,8 +135,8 @@ def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model or kernels in this process: offline, tables, stack, profile,
-    vision, kernels."""
+    """The modes that run the model or kernels in this process: offline, tables, stack,
+    step-costs, profile, vision, kernels."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -217,6 +217,18 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
+    p = sub.add_parser(
+        "step-costs",
+        help="the 27B decode step's CUDA graph with each kind of small kernel stood in for: "
+        "each kind's cost in place (CUDA)",
+    )
+    p.add_argument("--context", type=int, default=4096, help="cached tokens of each sequence")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 8, 32))
+    p.add_argument("--reps", type=int, default=3, help="repetitions, variants interleaved")
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=30, help="timed replays per variant")
+    _dependent_launch_flag(p)
     p = sub.add_parser(
         "profile", help="engine decode/prefill steps at 27B shapes, kernel by kernel (CUDA)"
     )
@@ -453,6 +465,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import stack
 
         return stack.run(args, info)
+    if args.mode == "step-costs":
+        from sparkinfer.bench import step_costs
+
+        return step_costs.run(args, info)
     if args.mode == "profile":
         from sparkinfer.bench import profile
 

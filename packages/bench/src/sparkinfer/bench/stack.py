@@ -35,7 +35,7 @@ class StepRow:
     tokens_per_s: float
 
 
-def _batch(new: int, context: int, num_seqs: int, caches, device) -> ForwardBatch:
+def cached_batch(new: int, context: int, num_seqs: int, caches, device) -> ForwardBatch:
     """`num_seqs` sequences, each with `new` tokens after `context` cached ones."""
     blocks = -(-(context + new) // BLOCK_SIZE)
     tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(num_seqs)]
@@ -84,7 +84,7 @@ def _measure(model, caches, steps, args: argparse.Namespace, device) -> list[Ste
         model.use_ops(ops)
         for name, new, context, num_seqs in steps:
             log(f"stack: {ops_name}: {name}")
-            batch = _batch(new, context, num_seqs, caches, device)
+            batch = cached_batch(new, context, num_seqs, caches, device)
             ids = torch.randint(0, NUM_REAL_TOKENS, (new * num_seqs,), device=device)
 
             @torch.inference_mode()
