@@ -45,16 +45,20 @@ def cached_batch(new: int, context: int, num_seqs: int, caches, device) -> Forwa
     )  # fmt: skip
 
 
+def stack_caches(model, max_seqs: int, max_tokens: int, device):
+    """Caches for `max_seqs` sequences of up to `max_tokens` tokens each, new tokens included."""
+    return allocate_caches(
+        model.cache_spec(), num_blocks=max_seqs * -(-max_tokens // BLOCK_SIZE),
+        block_size=BLOCK_SIZE, num_slots=max_seqs, device=device,
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = require_cuda()
     cfg = full_size_config(args.num_layers)
     model = random_model(cfg, device, "stack")
     max_seqs = max(args.decode_batches)
-    blocks_per_seq = -(-(max(args.context, args.prompt_len) + 1) // BLOCK_SIZE)
-    caches = allocate_caches(
-        model.cache_spec(), num_blocks=max_seqs * blocks_per_seq, block_size=BLOCK_SIZE,
-        num_slots=max_seqs, device=device,
-    )  # fmt: skip
+    caches = stack_caches(model, max_seqs, max(args.context, args.prompt_len) + 1, device)
     steps = [(f"prefill {args.prompt_len} tokens", args.prompt_len, 0, 1)]
     steps += [(f"decode {b} x {args.context} context", 1, args.context, b)
               for b in args.decode_batches]  # fmt: skip

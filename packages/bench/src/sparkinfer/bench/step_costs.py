@@ -24,9 +24,8 @@ import torch
 from sparkinfer.bench.engine import NUM_REAL_TOKENS, full_size_config, random_model, require_cuda
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
-from sparkinfer.bench.stack import BLOCK_SIZE, cached_batch
+from sparkinfer.bench.stack import cached_batch, stack_caches
 from sparkinfer.bench.timing import time_cpu
-from sparkinfer.model.cache_spec import allocate_caches
 
 WHOLE_STEP = "whole step"
 EVERY_KIND = "every kind above"
@@ -137,10 +136,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     cfg = full_size_config(args.num_layers)
     model = random_model(cfg, device, "step-costs")
     max_seqs = max(args.decode_batches)
-    caches = allocate_caches(
-        model.cache_spec(), num_blocks=max_seqs * -(-(args.context + 1) // BLOCK_SIZE),
-        block_size=BLOCK_SIZE, num_slots=max_seqs, device=device,
-    )  # fmt: skip
+    caches = stack_caches(model, max_seqs, args.context + 1, device)
     timer = _graph_timer if device.type == "cuda" else _wall_clock_timer
     time_ms = timer(args.warmup, args.iters)
     set_dependent_launch(args.dependent_launch)
