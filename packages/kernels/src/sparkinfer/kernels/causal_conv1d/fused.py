@@ -170,20 +170,21 @@ def _causal_conv1d_update_kernel(
     m_r = o_r < W - 1
     m_rc = m_r[:, None] & m_c[None, :]
     m_shift = (o_r < W - 2)[:, None] & m_c[None, :]
+    o_rc = o_r[:, None] * C + o_c[None, :]
     if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor windows
         slot = tl.load(state_slots + i_n).to(tl.int64)
-        p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
-        p_read = p_state - tl.minimum(slot, 0) * (W - 1) * C  # a padding row reads slot 0
+        # a padding row (slot -1) reads slot 0 and never uses it
+        p_read = conv_state + tl.maximum(slot, 0) * (W - 1) * C + o_rc
         b_win = tl.load(p_read, mask=m_rc, other=0.0)  # [BR, BC], oldest first
         b_next = tl.load(p_read + C, mask=m_shift, other=0.0)
     wait_for_prior_kernels(USE_PDL)
     if not EARLY_STATE:
         slot = tl.load(state_slots + i_n).to(tl.int64)
-        p_state = conv_state + slot * (W - 1) * C + o_r[:, None] * C + o_c[None, :]
     p_y = y + i_n * C + o_c
     if slot < 0:
         tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
         return
+    p_state = conv_state + slot * (W - 1) * C + o_rc
     if not EARLY_STATE:
         b_win = tl.load(p_state, mask=m_rc, other=0.0)
         b_next = tl.load(p_state + C, mask=m_shift, other=0.0)

@@ -59,11 +59,12 @@ def _fused_recurrent_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
     m_kv = m_k[:, None] & m_v[None, :]
+    o_kv = o_k[:, None] * V + o_v[None, :]
     if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor states
         slot = tl.load(state_slots + i_n).to(tl.int64)
-        p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
-        p_read = p_state - tl.minimum(slot, 0) * HV * K * V  # a padding row reads slot 0
-        b_h = tl.load(p_read, mask=m_kv, other=0.0)  # [BK, BV] fp32
+        # [BK, BV] fp32; a padding row (slot -1) reads slot 0 and never uses it
+        b_h = tl.load(state + (tl.maximum(slot, 0) * HV + i_hv) * K * V + o_kv, mask=m_kv,
+                      other=0.0)  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     p_o = o + (i_n * HV + i_hv) * V + o_v
     if not EARLY_STATE:
@@ -71,8 +72,8 @@ def _fused_recurrent_kernel(
     if slot < 0:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(o.dtype.element_ty), mask=m_v)
         return
+    p_state = state + (slot * HV + i_hv) * K * V + o_kv
     if not EARLY_STATE:
-        p_state = state + (slot * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
         b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
     b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
     b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
