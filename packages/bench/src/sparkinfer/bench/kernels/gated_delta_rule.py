@@ -5,7 +5,8 @@ installed), as median/p90 over fixed iterations. Prefill is compared with a FLOP
 with the copy bandwidth on its state read + write. Run alone:
 ``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick] [--tune]``; `--tune` times
 candidate `ChunkLaunch` configs of the prefill beside fla, `--tune-decode` the recurrent decode's
-V tiles and warps at large batches.
+V tiles and warps at large batches and the warps of its whole-head program (the gated norm
+inside) at small ones.
 """
 
 from __future__ import annotations
@@ -199,9 +200,11 @@ def _decode_layers(batch: int, device: str) -> tuple[list[dict[str, torch.Tensor
     return layers, torch.arange(batch, device=device)
 
 
-def _decode_op(x: dict[str, torch.Tensor], slots: torch.Tensor, norm: bool) -> torch.Tensor:
+def _decode_op(
+    x: dict[str, torch.Tensor], slots: torch.Tensor, norm: bool, early_state: bool = False
+) -> torch.Tensor:
     names = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "state")
-    kw: dict[str, Any] = {"state_slots": slots}
+    kw: dict[str, Any] = {"state_slots": slots, "early_state": early_state}
     if norm:
         kw |= {"norm_gate": x["z"], "norm_weight": x["w"], "norm_eps": 1e-6}
     return fused_recurrent_gated_delta_rule(*(x[n] for n in names), **kw)
@@ -233,46 +236,92 @@ def _decode_norm_times(
     return times
 
 
-# (V tile, warps) of the recurrent decode above NORM_IN_KERNEL_MAX_SEQS sequences.
+# (V tile, warps, programs per SM; 0: one program per tile) of the recurrent decode above
+# NORM_IN_KERNEL_MAX_SEQS sequences.
 DECODE_TUNE_TILES = tuple(
-    (bv, w) for bv in (16, 32, 64, 128) for w in (1, 2, 4, 8) if bv * HEAD_DIM // (32 * w) <= 128
+    (bv, w, per_sm)
+    for bv in (16, 32, 64, 128)
+    for w in (1, 2, 4, 8)
+    for per_sm in (0, 2, 4, 6, 8)
+    if bv * HEAD_DIM // (32 * w) <= 64 or (per_sm == 0 and bv * HEAD_DIM // (32 * w) <= 128)
 )
 DECODE_TUNE_BATCHES = (16, 24, 32, 64)
+# Warps of the whole-head program that holds the gated norm, at 1 .. NORM_IN_KERNEL_MAX_SEQS.
+NORM_TUNE_WARPS = (2, 4, 8, 16)
+NORM_TUNE_BATCHES = (1, 2, 4, 8)
 
 
 def tune_decode(device: str = "cuda", batches: tuple[int, ...] = DECODE_TUNE_BATCHES) -> None:
     """Print the recurrent decode's time per layer (and its share of the copy rate on the state
     read + write) for each candidate V tile and warp count, as the model runs it above
-    NORM_IN_KERNEL_MAX_SEQS sequences (gated norm as a second launch), over 48 layers' states in
-    one CUDA graph with dependent launch on; the largest difference from the default's output."""
+    NORM_IN_KERNEL_MAX_SEQS sequences (gated norm as a second launch), and for each warp count
+    of the whole-head program with the norm inside at fewer sequences; over 48 layers' states in
+    one CUDA graph with dependent launch on and the early state read the model uses; the
+    largest difference from the default's output."""
     from sparkinfer.kernels.dependent_launch import set_dependent_launch
-    from sparkinfer.kernels.gated_delta_rule import recurrent
 
-    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS)
     set_dependent_launch(True)
     try:
-        for batch in batches:
-            layers, slots = _decode_layers(batch, device)
-            states = [x["state"].clone() for x in layers]
-            expected = _decode_op(layers[0], slots, True)
-            roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
-            for bv, warps in DECODE_TUNE_TILES:
-                recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = bv, warps
-                try:
-                    layers[0]["state"].copy_(states[0])
-                    diff = (_decode_op(layers[0], slots, True).float() - expected.float()).abs()
-                    calls = [partial(_decode_op, x, slots, True) for x in layers]
-                    t = time_graph(calls, warmup=3, iters=20)
-                    mark = " (default)" if (bv, warps) == default else ""
-                    print(f"B={batch} BV={bv} warps={warps}{mark}: {t.median_ms * 1e3:.2f} us, "
-                          f"{roof_ms / t.median_ms:.3f} of copy, max diff {diff.max().item():.2e}",
-                          flush=True)  # fmt: skip
-                finally:
-                    recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = default
-            del layers, states
-            torch.cuda.empty_cache()
+        _tune_norm_warps(device)
+        _tune_large_tiles(device, batches)
     finally:
         set_dependent_launch(False)
+
+
+def _tune_norm_warps(device: str) -> None:
+    from sparkinfer.kernels.gated_delta_rule import recurrent
+
+    default = recurrent.NORM_NUM_WARPS
+    for batch in NORM_TUNE_BATCHES:
+        layers, slots = _decode_layers(batch, device)
+        states = [x["state"].clone() for x in layers]
+        expected = _decode_op(layers[0], slots, True, early_state=True)
+        roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
+        for warps in NORM_TUNE_WARPS:
+            recurrent.NORM_NUM_WARPS = warps
+            try:
+                layers[0]["state"].copy_(states[0])
+                out = _decode_op(layers[0], slots, True, early_state=True)
+                diff = (out.float() - expected.float()).abs()
+                calls = [partial(_decode_op, x, slots, True, True) for x in layers]
+                t = time_graph(calls, warmup=3, iters=20)
+                mark = " (default)" if warps == default else ""
+                print(f"B={batch} norm in kernel, warps={warps}{mark}: "
+                      f"{t.median_ms * 1e3:.2f} us, {roof_ms / t.median_ms:.3f} of copy, "
+                      f"max diff {diff.max().item():.2e}", flush=True)  # fmt: skip
+            finally:
+                recurrent.NORM_NUM_WARPS = default
+        del layers, states
+        torch.cuda.empty_cache()
+
+
+def _tune_large_tiles(device: str, batches: tuple[int, ...]) -> None:
+    from sparkinfer.kernels.gated_delta_rule import recurrent
+
+    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS, recurrent.PERSISTENT_PROGRAMS_PER_SM)
+    for batch in batches:
+        layers, slots = _decode_layers(batch, device)
+        states = [x["state"].clone() for x in layers]
+        expected = _decode_op(layers[0], slots, True, early_state=True)
+        roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
+        for bv, warps, per_sm in DECODE_TUNE_TILES:
+            recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = bv, warps
+            recurrent.PERSISTENT_PROGRAMS_PER_SM = per_sm
+            try:
+                layers[0]["state"].copy_(states[0])
+                out = _decode_op(layers[0], slots, True, early_state=True)
+                diff = (out.float() - expected.float()).abs()
+                calls = [partial(_decode_op, x, slots, True, True) for x in layers]
+                t = time_graph(calls, warmup=3, iters=20)
+                mark = " (default)" if (bv, warps, per_sm) == default else ""
+                print(f"B={batch} BV={bv} warps={warps} programs/SM={per_sm}{mark}: "
+                      f"{t.median_ms * 1e3:.2f} us, {roof_ms / t.median_ms:.3f} of copy, "
+                      f"max diff {diff.max().item():.2e}", flush=True)  # fmt: skip
+            finally:
+                (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS,
+                 recurrent.PERSISTENT_PROGRAMS_PER_SM) = default  # fmt: skip
+        del layers, states
+        torch.cuda.empty_cache()
 
 
 def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: str = "cuda"):
