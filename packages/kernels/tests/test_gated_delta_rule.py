@@ -16,7 +16,6 @@ from sparkinfer.kernels.gated_delta_rule import (
     fused_recurrent_gated_delta_rule_ref,
     gdn_gating,
     gdn_gating_ref,
-    recurrent,
 )
 from sparkinfer.kernels.gated_delta_rule.chunk import _chunk_table
 from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
@@ -348,31 +347,6 @@ def test_recurrent_early_state_gives_the_same_bits(num_seqs):
         )
         runs.append((o, state))
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
-
-
-@pytest.mark.parametrize("early_state", [False, True])
-@pytest.mark.parametrize("programs_per_sm", [1, 4])
-def test_recurrent_persistent_programs_give_the_bits_of_one_program_per_tile(
-    programs_per_sm, early_state, monkeypatch
-):
-    """Large batches loop each program over tiles, reading the next tile's state ahead."""
-    num_seqs = 11  # 44 tiles over 8 or 32 programs: some loop, the last reads past the end
-    x = make_inputs(num_seqs, seed=24, dtype=torch.bfloat16, num_slots=num_seqs + 2)
-    slots = torch.tensor([(3 * i + 1) % (num_seqs + 2) for i in range(num_seqs)])
-    slots[0], slots[7] = -1, -1
-    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
-    runs = []
-    for per_sm in (0, programs_per_sm):
-        monkeypatch.setattr(recurrent, "PERSISTENT_PROGRAMS_PER_SM", per_sm)
-        state = x["state"].clone()
-        o = fused_recurrent_gated_delta_rule(
-            *args, state, state_slots=slots, early_state=early_state
-        )
-        runs.append((o, state))
-    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
-    assert runs[1][0][0].abs().max() == 0 and runs[1][0][7].abs().max() == 0
-    untouched = sorted(set(range(num_seqs + 2)) - set(slots.tolist()))
-    assert torch.equal(runs[1][1][untouched], x["state"][untouched])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -236,14 +236,9 @@ def _decode_norm_times(
     return times
 
 
-# (V tile, warps, programs per SM; 0: one program per tile) of the recurrent decode above
-# NORM_IN_KERNEL_MAX_SEQS sequences.
+# (V tile, warps) of the recurrent decode above NORM_IN_KERNEL_MAX_SEQS sequences.
 DECODE_TUNE_TILES = tuple(
-    (bv, w, per_sm)
-    for bv in (16, 32, 64, 128)
-    for w in (1, 2, 4, 8)
-    for per_sm in (0, 2, 4, 6, 8)
-    if bv * HEAD_DIM // (32 * w) <= 64 or (per_sm == 0 and bv * HEAD_DIM // (32 * w) <= 128)
+    (bv, w) for bv in (16, 32, 64, 128) for w in (1, 2, 4, 8) if bv * HEAD_DIM // (32 * w) <= 128
 )
 DECODE_TUNE_BATCHES = (16, 24, 32, 64)
 # Warps of the whole-head program that holds the gated norm, at 1 .. NORM_IN_KERNEL_MAX_SEQS.
@@ -298,28 +293,26 @@ def _tune_norm_warps(device: str) -> None:
 def _tune_large_tiles(device: str, batches: tuple[int, ...]) -> None:
     from sparkinfer.kernels.gated_delta_rule import recurrent
 
-    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS, recurrent.PERSISTENT_PROGRAMS_PER_SM)
+    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS)
     for batch in batches:
         layers, slots = _decode_layers(batch, device)
         states = [x["state"].clone() for x in layers]
         expected = _decode_op(layers[0], slots, True, early_state=True)
         roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
-        for bv, warps, per_sm in DECODE_TUNE_TILES:
+        for bv, warps in DECODE_TUNE_TILES:
             recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = bv, warps
-            recurrent.PERSISTENT_PROGRAMS_PER_SM = per_sm
             try:
                 layers[0]["state"].copy_(states[0])
                 out = _decode_op(layers[0], slots, True, early_state=True)
                 diff = (out.float() - expected.float()).abs()
                 calls = [partial(_decode_op, x, slots, True, True) for x in layers]
                 t = time_graph(calls, warmup=3, iters=20)
-                mark = " (default)" if (bv, warps, per_sm) == default else ""
-                print(f"B={batch} BV={bv} warps={warps} programs/SM={per_sm}{mark}: "
-                      f"{t.median_ms * 1e3:.2f} us, {roof_ms / t.median_ms:.3f} of copy, "
-                      f"max diff {diff.max().item():.2e}", flush=True)  # fmt: skip
+                mark = " (default)" if (bv, warps) == default else ""
+                print(f"B={batch} BV={bv} warps={warps}{mark}: {t.median_ms * 1e3:.2f} us, "
+                      f"{roof_ms / t.median_ms:.3f} of copy, max diff {diff.max().item():.2e}",
+                      flush=True)  # fmt: skip
             finally:
-                (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS,
-                 recurrent.PERSISTENT_PROGRAMS_PER_SM) = default  # fmt: skip
+                recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = default
         del layers, states
         torch.cuda.empty_cache()
 

@@ -26,7 +26,6 @@ from sparkinfer.kernels._triton import (
     check_device,
     check_dtype,
     check_shape,
-    num_multiprocessors,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
@@ -38,51 +37,13 @@ from sparkinfer.kernels.rms_norm.fused import (
     rounds_weight_product,
 )
 
-# V tile below / from LARGE_BATCH sequences; tuned on an H200 at B=1 and B=64 (HV=48, K=V=128).
-BV_SMALL_BATCH, BV_LARGE_BATCH, LARGE_BATCH = 32, 64, 8
-NUM_WARPS = 4
+# V tile below / from LARGE_BATCH sequences and the warps of either, with the gated norm launched
+# after; tuned on an H200 at B=16-64 with the early state read (HV=48, K=V=128): 32 columns and
+# 2 warps ran 6-8% faster there than 64 and 4 (`--tune-decode`, docs/benchmarks.md).
+BV_SMALL_BATCH, BV_LARGE_BATCH, LARGE_BATCH = 32, 32, 8
+NUM_WARPS = 2
 NORM_IN_KERNEL_MAX_SEQS = 8  # the gated norm runs in the kernel up to this many sequences
 NORM_NUM_WARPS = 4  # with the gated norm fused: one program holds a whole [K, V] state
-# From LARGE_BATCH sequences (and inside `batch_invariant`) with the norm launched after: this
-# many programs per SM, each looping over tiles and reading the next tile's state before it
-# computes and stores the current one (0: one program per tile).
-PERSISTENT_PROGRAMS_PER_SM = 4
-
-
-@triton.jit
-def _tile_inputs(
-    q, k, v, a, b, A_log, dt_bias, i_n, i_hv, o_k, m_k, o_v, m_v,
-    stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-):  # fmt: skip
-    """(q̂ scaled, k̂, v, g, beta) of one (sequence, value head) in fp32, V columns o_v."""
-    i_h = i_hv // (HV // H)
-    b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-    b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
-    if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
-    b_g, b_beta = _gates(
-        tl.load(a + i_n * stride_ab + i_hv).to(tl.float32),
-        tl.load(b + i_n * stride_bb + i_hv).to(tl.float32),
-        tl.load(A_log + i_hv).to(tl.float32),
-        tl.load(dt_bias + i_hv).to(tl.float32),
-    )
-    return b_q * scale, b_k, b_v, b_g, b_beta
-
-
-@triton.jit
-def _delta_step(b_h, b_q, b_k, b_v, b_g, b_beta):
-    """(new state tile, output) of one step on the fp32 [K, BV] tile b_h.
-
-    Decay, read the memory, write the delta, read out: the order of the reference.
-    """
-    b_h *= tl.exp(b_g)
-    b_delta = (b_v - tl.sum(b_h * b_k[:, None], 0)) * b_beta
-    b_h += b_k[:, None] * b_delta[None, :]
-    return b_h, tl.sum(b_h * b_q[:, None], 0)
 
 
 @triton.jit
@@ -95,6 +56,7 @@ def _fused_recurrent_kernel(
 ):  # fmt: skip
     i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
@@ -115,11 +77,24 @@ def _fused_recurrent_kernel(
     p_state = state + (slot * HV + i_hv) * K * V + o_kv
     if not EARLY_STATE:
         b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
-    b_q, b_k, b_v, b_g, b_beta = _tile_inputs(
-        q, k, v, a, b, A_log, dt_bias, i_n, i_hv, o_k, m_k, o_v, m_v,
-        stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale, H, HV, K, V, USE_QK_L2NORM,
-    )  # fmt: skip
-    b_h, b_o = _delta_step(b_h, b_q, b_k, b_v, b_g, b_beta)
+    b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+    b_q = b_q * scale
+    b_g, b_beta = _gates(
+        tl.load(a + i_n * stride_ab + i_hv).to(tl.float32),
+        tl.load(b + i_n * stride_bb + i_hv).to(tl.float32),
+        tl.load(A_log + i_hv).to(tl.float32),
+        tl.load(dt_bias + i_hv).to(tl.float32),
+    )
+    # Decay, read the memory, write the delta, read out: the order of the reference.
+    b_h *= tl.exp(b_g)
+    b_delta = (b_v - tl.sum(b_h * b_k[:, None], 0)) * b_beta
+    b_h += b_k[:, None] * b_delta[None, :]
+    b_o = tl.sum(b_h * b_q[:, None], 0)
     tl.store(p_state, b_h, mask=m_kv)
     if GATED_NORM:  # BV == V: the whole head, normed from its output rounded as stored
         b_z = tl.load(norm_gate + i_n * stride_gb + i_hv * V + o_v, mask=m_v, other=0.0)
@@ -128,72 +103,6 @@ def _fused_recurrent_kernel(
         b_o = gated_norm_rows(b_o, b_z.to(tl.float32), b_w, V, norm_eps, o.dtype.element_ty,
                               ROUND_PRODUCT)  # fmt: skip
     tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_v)
-
-
-@triton.jit
-def _live_columns(o_v, V: tl.constexpr, slot):
-    """Columns o_v below V of a live row (slot >= 0), as a [len(o_v)] mask."""
-    return (o_v < V) & (o_v * 0 + slot >= 0)  # slot broadcast first: a [N] & scalar mask
-
-
-@triton.jit
-def _state_tile(state, state_slots, t, num_tiles, o_k, m_k, o_bv,
-                HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):  # fmt: skip
-    """(slot, [BK, BV] fp32 state) of tile t = (sequence x value head) * V tiles + V tile.
-
-    Past the last tile, and for a padding row, the slot is -1 and nothing is read.
-    """
-    num_v: tl.constexpr = (V + BV - 1) // BV
-    t_c = tl.minimum(t, num_tiles - 1).to(tl.int64)
-    i_nh, i_v = t_c // num_v, t_c % num_v
-    slot = tl.load(state_slots + i_nh // HV).to(tl.int64)
-    slot = tl.where(t < num_tiles, slot, -1)
-    o_v = i_v * BV + o_bv
-    m = m_k[:, None] & _live_columns(o_v, V, slot)[None, :]
-    p = state + (tl.maximum(slot, 0) * HV + i_nh % HV) * K * V + o_k[:, None] * V + o_v[None, :]
-    return slot, tl.load(p, mask=m, other=0.0)
-
-
-@triton.jit
-def _fused_recurrent_persistent_kernel(
-    q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
-    stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale, num_tiles,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr, USE_PDL: tl.constexpr,
-    EARLY_STATE: tl.constexpr,
-):  # fmt: skip
-    # Tiles pid, pid + G, ...: each iteration issues the next tile's state read before it
-    # computes and stores this one, so the read overlaps them.
-    pid, num_programs = tl.program_id(0), tl.num_programs(0)
-    num_v: tl.constexpr = (V + BV - 1) // BV
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    o_bv = tl.arange(0, BV)
-    if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor states
-        slot, b_h = _state_tile(state, state_slots, pid, num_tiles, o_k, m_k, o_bv, HV, K, V, BV)
-    wait_for_prior_kernels(USE_PDL)
-    if not EARLY_STATE:
-        slot, b_h = _state_tile(state, state_slots, pid, num_tiles, o_k, m_k, o_bv, HV, K, V, BV)
-    for t in range(pid, num_tiles, num_programs):
-        next_slot, next_h = _state_tile(state, state_slots, t + num_programs, num_tiles,
-                                        o_k, m_k, o_bv, HV, K, V, BV)  # fmt: skip
-        t64 = tl.cast(t, tl.int64)
-        i_nh, i_v = t64 // num_v, t64 % num_v
-        i_n, i_hv = i_nh // HV, i_nh % HV
-        o_v = i_v * BV + o_bv
-        m_v = o_v < V
-        b_q, b_k, b_v, b_g, b_beta = _tile_inputs(
-            q, k, v, a, b, A_log, dt_bias, i_n, i_hv, o_k, m_k, o_v, m_v,
-            stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, scale, H, HV, K, V,
-            USE_QK_L2NORM,
-        )  # fmt: skip
-        b_h, b_o = _delta_step(b_h, b_q, b_k, b_v, b_g, b_beta)
-        p_state = state + (tl.maximum(slot, 0) * HV + i_hv) * K * V
-        m_kv = m_k[:, None] & _live_columns(o_v, V, slot)[None, :]
-        tl.store(p_state + o_k[:, None] * V + o_v[None, :], b_h, mask=m_kv)
-        b_o = tl.where(slot >= 0, b_o, 0.0)  # a padding row's output is zero
-        tl.store(o + (i_n * HV + i_hv) * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
-        slot, b_h = next_slot, next_h
 
 
 def _check_inputs(q, k, v, state, state_slots) -> None:
@@ -276,19 +185,6 @@ def fused_recurrent_gated_delta_rule(
     if in_kernel:
         BV = triton.next_power_of_2(head_v)  # whole heads: the norm reduces over V
     pdl = dependent_launch(q)
-    if not in_kernel and PERSISTENT_PROGRAMS_PER_SM and is_large:
-        num_tiles = num_seqs * num_v_heads * triton.cdiv(head_v, BV)
-        grid = min(num_tiles, PERSISTENT_PROGRAMS_PER_SM * num_multiprocessors(q.device))
-        _fused_recurrent_persistent_kernel[(grid,)](
-            q, k, v, a, b, A_log, dt_bias, state, state_slots, o,
-            q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), scale, num_tiles,
-            H=num_heads, HV=num_v_heads, K=head_k, V=head_v, BK=BK, BV=BV,
-            USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, EARLY_STATE=early_state,
-            num_warps=NUM_WARPS, launch_pdl=pdl,
-        )  # fmt: skip
-        if norm_gate is not None and norm_weight is not None:
-            return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
-        return o
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o, gate, weight,
         q.stride(0), k.stride(0), v.stride(0), a.stride(0), b.stride(0), gate.stride(0),
