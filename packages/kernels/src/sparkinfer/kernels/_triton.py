@@ -14,7 +14,6 @@ import triton.language as tl
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 TMA_ALIGN_BYTES = 16  # tensor-descriptor base addresses and strides
-INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the SM-aware launch plans
 
 
 def is_interpreting() -> bool:
@@ -157,17 +156,3 @@ def cached_index_tables(
     if index_cache is not None:
         index_cache[key] = (cu_seqlens, *tables)
     return tables
-
-
-@functools.cache
-def _multiprocessor_count(device_idx: int) -> int:
-    return torch.cuda.get_device_properties(device_idx).multi_processor_count
-
-
-def num_multiprocessors(device: torch.device) -> int:
-    """SMs of a CUDA device (cached: fixed data); INTERPRETER_NUM_SMS for the CPU interpreter."""
-    if device.type != "cuda":
-        return INTERPRETER_NUM_SMS
-    return _multiprocessor_count(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )

@@ -216,12 +216,6 @@ def main() -> None:
         "the model's shapes, and take the faster",
     )
     parser.add_argument(
-        "--retune-stream-k",
-        metavar="TABLE_JSON",
-        help="with --tune: time stream-K tiles against each multi-row entry's kernel at the "
-        "model's shapes, and take the faster",
-    )
-    parser.add_argument(
         "--after-norm",
         action="store_true",
         help="with --tune-gemv or a re-tune: time every candidate after the small kernel the model "
@@ -240,8 +234,6 @@ def main() -> None:
         )
     elif cli.retune_tma is not None:
         table = _retune_tma(cli.retune_tma, device, after_norm=cli.after_norm)
-    elif cli.retune_stream_k is not None:
-        table = _retune_stream_k(cli.retune_stream_k, device, after_norm=cli.after_norm)
     elif cli.retune_rows is not None:
         table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1, after_norm=cli.after_norm)
     else:
@@ -307,39 +299,6 @@ def _tma_challenge(e: dict[str, Any], operands, timed_us: Timer) -> None:
     others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
     if e["tma_us"] < min(others):
         e["impl"], e["config"], e["triton_us"] = "triton", best.__dict__, e["tma_us"]
-    elif "config" not in e or e["triton_us"] >= e["cublas_us"]:
-        e["impl"] = "cublas"
-
-
-def _retune_stream_k(table_path: str, device: torch.device, *, after_norm: bool = False):
-    """The table at `table_path` with each TMA_ROWS entry at the model's shapes timed again (its
-    kernel and cuBLAS) against the best stream-K tile, which becomes the entry's kernel where it
-    beats both in this run. Every other entry is kept."""
-    return _retime_entries(table_path, device, lambda e: e["m"] in TMA_ROWS, _stream_k_challenge,
-                           after_norm=after_norm)  # fmt: skip
-
-
-def _stream_k_candidates(m: int) -> list[SkinnyGemmConfig]:
-    """Stream-K descriptor tiles: 64 or 128 weight rows, 128 or 256 K columns, 3 or 4 stages that
-    fit the H200's shared memory, 1-4 programs per SM."""
-    bm = max(16, min(64, 1 << (m - 1).bit_length()))
-    tiles = itertools.product((64, 128), (128, 256), (3, 4), (1, 2, 3, 4))
-    return [
-        SkinnyGemmConfig(
-            BN=bn, BK=bk, num_warps=4, num_stages=stages, SWAP_AB=True, TMA=True, STREAM_K=per_sm
-        )
-        for bn, bk, stages, per_sm in tiles
-        if (bm + bn) * bk * 2 * stages <= 200 * 1024
-    ]
-
-
-def _stream_k_challenge(e: dict[str, Any], operands, timed_us: Timer) -> None:
-    timed = [(timed_us(lambda x, w, c=c: skinny_gemm(x, w, c), operands), c)
-             for c in _stream_k_candidates(e["m"])]  # fmt: skip
-    e["stream_k_us"], best = min(timed, key=lambda r: r[0])
-    others = [e["cublas_us"]] + ([e["triton_us"]] if "config" in e else [])
-    if e["stream_k_us"] < min(others):
-        e["impl"], e["config"], e["triton_us"] = "triton", best.__dict__, e["stream_k_us"]
     elif "config" not in e or e["triton_us"] >= e["cublas_us"]:
         e["impl"] = "cublas"
 

@@ -26,10 +26,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype, tma_aligned, tma_device_error
 from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
-from sparkinfer.kernels.linear._arrival import MAX_ARRIVAL_COUNTERS, arrival_counters_for
 from sparkinfer.kernels.linear._checks import check_gemm_operands
-from sparkinfer.kernels.linear._tiles import tile_dot, tile_offsets, zero_tile
-from sparkinfer.kernels.linear.stream_k import stream_k_gemm
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 
@@ -40,8 +37,6 @@ class SkinnyGemmConfig:
     BM: rows per program; None sizes it from M (16..64). A fixed BM keeps one dot shape for every
     row count, so a row's value never depends on how many rows share the launch.
     SWAP_AB: the weight tile is the dot's first operand (accumulator [BN, BM]).
-    STREAM_K: run the stream-K kernel instead (weight first, K slices ignored), BN x BK tiles
-    shared out in equal ranges over STREAM_K programs per SM; a set BM keeps the tiled kernel.
     """
 
     BM: int | None = None
@@ -52,7 +47,33 @@ class SkinnyGemmConfig:
     num_stages: int = 3
     SWAP_AB: bool = False
     TMA: bool = False
-    STREAM_K: int = 0  # > 0: `stream_k_gemm` over this many programs per SM (up to 64 rows)
+
+
+@triton.jit
+def _zero_tile(BM: tl.constexpr, BN: tl.constexpr, SWAP_AB: tl.constexpr):
+    """An fp32 accumulator: [BN, BM] with SWAP_AB, else [BM, BN]."""
+    if SWAP_AB:
+        return tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        return tl.zeros((BM, BN), dtype=tl.float32)
+
+
+@triton.jit
+def _tile_dot(b_x, b_w, b_acc, DOT_DTYPE: tl.constexpr, SWAP_AB: tl.constexpr):
+    """b_acc + x [BM, BK] @ w [BN, BK].T, or its transpose w @ x.T with SWAP_AB."""
+    if SWAP_AB:
+        return tl.dot(b_w.to(DOT_DTYPE), tl.trans(b_x.to(DOT_DTYPE)), b_acc)
+    else:
+        return tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)), b_acc)
+
+
+@triton.jit
+def _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB: tl.constexpr):
+    """Offsets into a contiguous [M, N] output and their mask, laid out as the accumulator."""
+    if SWAP_AB:
+        return o_m[None, :] * N + o_n[:, None], m_m[None, :] & m_n[:, None]
+    else:
+        return o_m[:, None] * N + o_n[None, :], m_m[:, None] & m_n[None, :]
 
 
 @triton.jit
@@ -72,14 +93,14 @@ def _skinny_gemm_kernel(
     m_m, m_n = o_m < M, o_n < N
     k_start = i_k.to(tl.int64) * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
-    b_acc = zero_tile(BM, BN, SWAP_AB)
-    b_up = zero_tile(BM, BN, SWAP_AB)  # SWIGLU: the up rows, N below the gate rows
+    b_acc = _zero_tile(BM, BN, SWAP_AB)
+    b_up = _zero_tile(BM, BN, SWAP_AB)  # SWIGLU: the up rows, N below the gate rows
     if TMA:  # whole BK tiles (K_PER_SPLIT is a multiple of BK); zeros past M, N and K
         k_lo = i_k * K_PER_SPLIT  # int32 descriptor offsets
         for k0 in range(k_lo, tl.minimum(k_lo + K_PER_SPLIT, K), BK):
             b_x = desc_x.load([i_m * BM, k0])
             b_w = desc_w.load([i_n * BN, k0])
-            b_acc = tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
+            b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
     else:
         for k0 in range(k_start, k_end, BK):
             o_k = k0 + tl.arange(0, BK).to(tl.int64)
@@ -89,12 +110,12 @@ def _skinny_gemm_kernel(
             b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :], mask=m_xk, other=0.0)
             p_wk = p_w + o_n[:, None] * stride_wn + o_k[None, :]
             b_w = tl.load(p_wk, mask=m_wk, other=0.0)
-            b_acc = tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
+            b_acc = _tile_dot(b_x, b_w, b_acc, DOT_DTYPE, SWAP_AB)
             if SWIGLU:
                 b_wu = tl.load(p_wk + N * stride_wn, mask=m_wk, other=0.0)
-                b_up = tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
+                b_up = _tile_dot(b_x, b_wu, b_up, DOT_DTYPE, SWAP_AB)
     # y is [M, N] contiguous, partials [SPLIT_K, M, N]; the tiles below are elementwise.
-    o_mn, m_mn = tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB)
+    o_mn, m_mn = _tile_offsets(o_m, o_n, m_m, m_n, N, SWAP_AB)
     if SWIGLU:
         # Both halves rounded to y's dtype first, as the GEMM then silu_and_mul would.
         b_gate = b_acc.to(p_y.dtype.element_ty).to(tl.float32)
@@ -108,12 +129,35 @@ def _skinny_gemm_kernel(
         p_tile = p_arrived + i_m * tl.num_programs(1) + i_n
         if tl.atomic_add(p_tile, 1, sem="acq_rel") == SPLIT_K - 1:
             # The last slice to arrive sums the slices in index order, whichever slice it is.
-            b_sum = zero_tile(BM, BN, SWAP_AB)
+            b_sum = _zero_tile(BM, BN, SWAP_AB)
             for s in tl.static_range(SPLIT_K):
                 p_s = p_part + s * M * N + o_mn
                 b_sum += tl.load(p_s, mask=m_mn, other=0.0, cache_modifier=".cg")
             tl.store(p_y + o_mn, b_sum.to(p_y.dtype.element_ty), mask=m_mn)
             tl.store(p_tile, 0)  # every slice has arrived: ready for the next launch
+
+
+_MAX_TILES = 1 << 16
+_arrival_counters: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _arrival_counters_for(device: torch.device) -> torch.Tensor:
+    """Zeroed int32 arrival counters, one set per (device, stream); each launch leaves them at 0.
+
+    Launches on one stream run in order, so they share a set; a CUDA graph captured on a stream
+    uses the set made there before capture (by the capture's eager warm-up).
+    """
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    counters = _arrival_counters.get((device, stream))
+    if counters is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "skinny_gemm: the first split-K launch on this stream is inside CUDA-graph "
+                "capture; run the forward once on the capture stream before capturing"
+            )
+        counters = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
+        _arrival_counters[(device, stream)] = counters
+    return counters
 
 
 def split_k_slices(k: int, config: SkinnyGemmConfig) -> tuple[int, int]:
@@ -154,12 +198,6 @@ def skinny_gemm(
                 f"and {split_k} slices: use SPLIT_K=1, or linear then silu_and_mul"
             )
         n //= 2
-    use_tma = (cfg.TMA and not swiglu and tma_device_error(x) is None
-               and all(tma_aligned(t, t.stride(0)) for t in (x, weight)))  # fmt: skip
-    if cfg.STREAM_K and cfg.BM is None and not swiglu and m <= 64:
-        return stream_k_gemm(x, weight, bn=cfg.BN, bk=cfg.BK, programs_per_sm=cfg.STREAM_K,
-                             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                             use_tma=use_tma)  # fmt: skip
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
@@ -167,13 +205,15 @@ def skinny_gemm(
     part, arrived = y, y  # not read with one slice
     grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
     if split_k > 1:
-        if grid[0] * grid[1] > MAX_ARRIVAL_COUNTERS:
+        if grid[0] * grid[1] > _MAX_TILES:
             raise ValueError(
-                f"skinny_gemm: {grid[0] * grid[1]} output tiles exceed {MAX_ARRIVAL_COUNTERS}; "
+                f"skinny_gemm: {grid[0] * grid[1]} output tiles exceed {_MAX_TILES}; "
                 "use a wider BN or SPLIT_K=1"
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
-        arrived = arrival_counters_for(x.device)
+        arrived = _arrival_counters_for(x.device)
+    use_tma = (cfg.TMA and not swiglu and tma_device_error(x) is None
+               and all(tma_aligned(t, t.stride(0)) for t in (x, weight)))  # fmt: skip
     desc_x, desc_w = x, weight  # not read without TMA
     if use_tma:
         desc_x = TensorDescriptor(x, [m, k], [x.stride(0), 1], [bm, cfg.BK])

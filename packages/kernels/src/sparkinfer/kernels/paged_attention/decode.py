@@ -42,6 +42,7 @@ the pointer loads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -50,7 +51,6 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
-    num_multiprocessors,
     tma_device_error,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
@@ -69,6 +69,7 @@ LOG2E = 1.4426950408889634
 # context: a few waves, so no SM idles for want of a program and a part-filled last wave costs
 # little.
 PROGRAMS_PER_SM = 4
+INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
 LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
 LARGE_GRID_BN = 32
 
@@ -205,6 +206,20 @@ def _decode_merge_kernel(
         b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
         b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
     tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
+
+
+@functools.cache
+def _multiprocessor_count(device_idx: int) -> int:
+    return torch.cuda.get_device_properties(device_idx).multi_processor_count
+
+
+def num_multiprocessors(device: torch.device) -> int:
+    """SMs of a CUDA device (cached: fixed data); INTERPRETER_NUM_SMS for the CPU interpreter."""
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return _multiprocessor_count(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
 
 
 def choose_min_split_len(
