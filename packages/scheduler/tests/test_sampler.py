@@ -41,6 +41,22 @@ def test_penalties_move_away_from_repeated_tokens():
     assert sample(repetition, logits, prompt=(3,)).token_id == 4
 
 
+def test_edits_leave_the_callers_logits_as_the_model_gave_them():
+    """Bias, penalties and early-stop masks edit a copy: the logits are the runner's (a graph's
+    output) and logprobs read the model's own distribution from them."""
+    logits = peaked(3, 4, 9)
+    before = logits.clone()
+    sampler = Sampler(eos_token_ids=(9,), device="cpu")
+    for params in (
+        SamplingParams(temperature=0, logit_bias=((4, 5.0),), logprobs=2),
+        SamplingParams(temperature=0, frequency_penalty=2.0),
+        SamplingParams(temperature=0, min_tokens=2),
+    ):
+        sampler.sample(logits, [req(params, output=(3,))])
+        assert torch.equal(logits, before)
+    assert sampler.sample(logits, [req(SamplingParams(temperature=0))])[0].token_id == 3
+
+
 def test_penalties_count_an_output_still_on_the_device():
     """With steps overlapped, a request's last output may not have reached the host: passed as
     an in-flight output it is penalised exactly as when the host holds it."""

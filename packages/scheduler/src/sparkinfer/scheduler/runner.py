@@ -198,7 +198,8 @@ class Runner:
         `resolved`: the step before's samples when they were read ahead of this draw (logits
         processors need them); the scheduler has not appended them yet.
         """
-        rows, reqs = torch.cat(logits), [s.req for s in sampled]
+        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
+        reqs = [s.req for s in sampled]
         idxs = [s.output_idx for s in sampled]
         late: list[torch.Tensor | None] = []  # only penalties read an output still in flight
         if inflight is not None and any(map(Sampler.counts_outputs, reqs)):

@@ -88,7 +88,8 @@ class Sampler:
         pending_outputs: Sequence[int | None],
     ) -> torch.Tensor:
         """The drawn token ids [N] int64 on the device."""
-        logits = logits.clone()
+        if any(self._changes_logits(r, i) for r, i in zip(reqs, output_idxs, strict=True)):
+            logits = logits.clone()  # the caller's logits stay the model's (logprobs read them)
         self._apply_bias(logits, reqs)
         self._apply_penalties(logits, reqs, inflight_outputs)
         self._mask_early_stops(logits, reqs, output_idxs)
@@ -101,6 +102,14 @@ class Sampler:
             drawn = self._draw(logits[rows], picked, [output_idxs[i] for i in random_rows])
             token_ids[rows] = drawn
         return token_ids
+
+    def _changes_logits(self, req: Request, output_idx: int) -> bool:
+        """Whether a bias, penalty, early-stop mask or logits processor edits req's row."""
+        p = req.params
+        if p.logit_bias or _has_penalty(req) or p.logits_processor is not None:
+            return True
+        stops = p.stop_token_ids or (not p.ignore_eos and self.eos_token_ids)
+        return output_idx < p.min_tokens and bool(stops)
 
     @staticmethod
     def counts_outputs(req: Request) -> bool:
