@@ -264,55 +264,45 @@ def tune_decode(device: str = "cuda", batches: tuple[int, ...] = DECODE_TUNE_BAT
 
 
 def _tune_norm_warps(device: str) -> None:
-    from sparkinfer.kernels.gated_delta_rule import recurrent
-
-    default = recurrent.NORM_NUM_WARPS
-    for batch in NORM_TUNE_BATCHES:
-        layers, slots = _decode_layers(batch, device)
-        states = [x["state"].clone() for x in layers]
-        expected = _decode_op(layers[0], slots, True, early_state=True)
-        roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
-        for warps in NORM_TUNE_WARPS:
-            recurrent.NORM_NUM_WARPS = warps
-            try:
-                layers[0]["state"].copy_(states[0])
-                out = _decode_op(layers[0], slots, True, early_state=True)
-                diff = (out.float() - expected.float()).abs()
-                calls = [partial(_decode_op, x, slots, True, True) for x in layers]
-                t = time_graph(calls, warmup=3, iters=20)
-                mark = " (default)" if warps == default else ""
-                print(f"B={batch} norm in kernel, warps={warps}{mark}: "
-                      f"{t.median_ms * 1e3:.2f} us, {roof_ms / t.median_ms:.3f} of copy, "
-                      f"max diff {diff.max().item():.2e}", flush=True)  # fmt: skip
-            finally:
-                recurrent.NORM_NUM_WARPS = default
-        del layers, states
-        torch.cuda.empty_cache()
+    variants = [{"NORM_NUM_WARPS": w} for w in NORM_TUNE_WARPS]
+    _sweep_decode(device, NORM_TUNE_BATCHES, variants, "norm in kernel, warps={NORM_NUM_WARPS}")
 
 
 def _tune_large_tiles(device: str, batches: tuple[int, ...]) -> None:
+    variants = [{"BV_LARGE_BATCH": bv, "NUM_WARPS": w} for bv, w in DECODE_TUNE_TILES]
+    _sweep_decode(device, batches, variants, "BV={BV_LARGE_BATCH} warps={NUM_WARPS}")
+
+
+def _sweep_decode(
+    device: str, batches: tuple[int, ...], variants: list[dict[str, int]], label: str
+) -> None:
+    """For each batch, time the recurrent decode with the gated norm (early state read, as the
+    model runs it) with each variant's values set on the `recurrent` module, restored after; print
+    each beside its share of the copy rate and its largest difference from the defaults' output."""
     from sparkinfer.kernels.gated_delta_rule import recurrent
 
-    default = (recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS)
+    defaults = {name: getattr(recurrent, name) for name in variants[0]}
     for batch in batches:
         layers, slots = _decode_layers(batch, device)
         states = [x["state"].clone() for x in layers]
         expected = _decode_op(layers[0], slots, True, early_state=True)
         roof_ms = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4 / (COPY_TB_S * 1e9)
-        for bv, warps in DECODE_TUNE_TILES:
-            recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = bv, warps
+        for variant in variants:
+            for name, value in variant.items():
+                setattr(recurrent, name, value)
             try:
                 layers[0]["state"].copy_(states[0])
                 out = _decode_op(layers[0], slots, True, early_state=True)
                 diff = (out.float() - expected.float()).abs()
                 calls = [partial(_decode_op, x, slots, True, True) for x in layers]
                 t = time_graph(calls, warmup=3, iters=20)
-                mark = " (default)" if (bv, warps) == default else ""
-                print(f"B={batch} BV={bv} warps={warps}{mark}: {t.median_ms * 1e3:.2f} us, "
+                mark = " (default)" if variant == defaults else ""
+                print(f"B={batch} {label.format(**variant)}{mark}: {t.median_ms * 1e3:.2f} us, "
                       f"{roof_ms / t.median_ms:.3f} of copy, max diff {diff.max().item():.2e}",
                       flush=True)  # fmt: skip
             finally:
-                recurrent.BV_LARGE_BATCH, recurrent.NUM_WARPS = default
+                for name, value in defaults.items():
+                    setattr(recurrent, name, value)
         del layers, states
         torch.cuda.empty_cache()
 
