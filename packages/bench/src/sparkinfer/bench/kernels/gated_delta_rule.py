@@ -6,7 +6,7 @@ with the copy bandwidth on its state read + write. Run alone:
 ``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick] [--tune]``; `--tune` times
 candidate `ChunkLaunch` configs of the prefill beside fla, `--tune-decode` the recurrent decode's
 V tiles and warps at large batches and the warps of its whole-head program (the gated norm
-inside) at small ones.
+inside) at small ones, `--breakdown` the prefill's device time kernel by kernel beside fla's.
 """
 
 from __future__ import annotations
@@ -108,30 +108,68 @@ def _rows(op: str, shape: str, times: dict[str, tuple[float, float]], roof_ms: f
 
 def bench_prefill(lengths: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
     """Single-sequence chunked prefill, initial state in and final state out."""
-    fla_gdn = _fla()
     rows = []
     for num_tokens in lengths:
-        x = _inputs(num_tokens, device)
-        g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
-        state = torch.zeros(1, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
-        kw = {
-            "cu_seqlens": torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
-            "state_slots": torch.zeros(1, dtype=torch.int64, device=device),
-            "has_initial_state": torch.ones(1, dtype=torch.bool, device=device),
-        }
-        args = (x["q"], x["k"], x["v"], g, beta, state)
-        times = {"fast": _ms(partial(chunk_gated_delta_rule, *args, **kw), warmup, iters)}
-        if fla_gdn is not None:
-            fla_args = (x["q"][None], x["k"][None], x["v"][None], g[None], beta[None])
-            fla_kw = {"initial_state": state, "output_final_state": True}
-            fla_kw |= {"use_qk_l2norm_in_kernel": True}
-            fn = partial(fla_gdn.chunk_gated_delta_rule, *fla_args, **fla_kw)
-            times["fla"] = _ms(fn, warmup, iters)
+        calls = _prefill_calls(num_tokens, device)
+        times = {impl: _ms(fn, warmup, iters) for impl, fn in calls.items() if impl != "ref"}
         if num_tokens <= MAX_REF_PREFILL:
-            times["ref"] = _ms(partial(chunk_gated_delta_rule_ref, *args, **kw), 0, 1)
+            times["ref"] = _ms(calls["ref"], 0, 1)
         shape = f"T={num_tokens} H={NUM_HEADS} HV={NUM_V_HEADS} K=V={HEAD_DIM}"
         rows += _rows("chunk prefill", shape, times, _prefill_roofline_ms(num_tokens))
     return rows
+
+
+def _prefill_calls(num_tokens: int, device: str) -> dict[str, Callable[[], object]]:
+    """The prefill of one sequence by our op ("fast"), fla's (when installed) and the reference,
+    on the same inputs and initial state."""
+    x = _inputs(num_tokens, device)
+    g, beta = gdn_gating(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    state = torch.zeros(1, NUM_V_HEADS, HEAD_DIM, HEAD_DIM, device=device)
+    kw = {
+        "cu_seqlens": torch.tensor([0, num_tokens], dtype=torch.int32, device=device),
+        "state_slots": torch.zeros(1, dtype=torch.int64, device=device),
+        "has_initial_state": torch.ones(1, dtype=torch.bool, device=device),
+    }
+    args = (x["q"], x["k"], x["v"], g, beta, state)
+    calls: dict[str, Callable[[], object]] = {"fast": partial(chunk_gated_delta_rule, *args, **kw)}
+    fla_gdn = _fla()
+    if fla_gdn is not None:
+        fla_args = (x["q"][None], x["k"][None], x["v"][None], g[None], beta[None])
+        fla_kw = {"initial_state": state, "output_final_state": True}
+        fla_kw |= {"use_qk_l2norm_in_kernel": True}
+        calls["fla"] = partial(fla_gdn.chunk_gated_delta_rule, *fla_args, **fla_kw)
+    calls["ref"] = partial(chunk_gated_delta_rule_ref, *args, **kw)
+    return calls
+
+
+def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5) -> None:
+    """Print the device time of each kernel of one chunked prefill, ours and fla's, from
+    torch.profiler over `reps` eager calls after a warm-up: where the two differ stage by stage
+    (the eager call's host time, which dominates at 4K, is left out)."""
+    from torch.autograd import DeviceType  # pyright: ignore[reportPrivateImportUsage]
+
+    for num_tokens in lengths:
+        calls = _prefill_calls(num_tokens, "cuda")
+        for impl in ("fast", "fla"):
+            if impl not in calls:
+                continue
+            for _ in range(3):
+                calls[impl]()
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(reps):
+                    calls[impl]()
+                torch.cuda.synchronize()
+            totals: dict[str, float] = {}
+            for evt in prof.events() or ():
+                if evt.device_type == DeviceType.CUDA:
+                    totals[evt.name] = totals.get(evt.name, 0.0) + evt.time_range.elapsed_us()
+            for name, us in sorted(totals.items(), key=lambda kv: -kv[1]):
+                print(f"T={num_tokens} {impl}: {us / reps:9.1f} us  {name[:90]}", flush=True)
+            print(f"T={num_tokens} {impl}: {sum(totals.values()) / reps:9.1f} us  all kernels",
+                  flush=True)  # fmt: skip
+        del calls
+        torch.cuda.empty_cache()
 
 
 def bench_decode(batches: tuple[int, ...], warmup: int, iters: int, device: str) -> list[Row]:
@@ -384,7 +422,15 @@ def main() -> None:
     parser.add_argument(
         "--tune-decode", action="store_true", help="time the recurrent decode's V tiles and warps"
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="the prefill's device time kernel by kernel, beside fla's",
+    )
     cli = parser.parse_args()
+    if cli.breakdown:
+        prefill_breakdown()
+        return
     if cli.tune:
         tune()
         return
