@@ -96,7 +96,8 @@ def summarise(kernels: list[tuple[str, float]]) -> tuple[KernelTotal, ...]:
     return tuple(sorted(rows, key=lambda r: -r.total_us))
 
 
-def _kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float]]:
+def kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float]]:
+    """(name, device time us) of every kernel the profiler recorded."""
     from torch.autograd import DeviceType  # pyright: ignore[reportPrivateImportUsage]
 
     return [
@@ -211,7 +212,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         f"decode {batch} x {context}",
         steps,
         (t1 - t0) * 1e3,
-        summarise(_kernel_events(prof)),
+        summarise(kernel_events(prof)),
         float(np.median(replay_ms)) if replay_ms else None,
     )
 
@@ -232,7 +233,7 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
         t1 = time.perf_counter()
     if tracker.errors:
         raise DeviceError(f"profile: the prefill failed: {tracker.errors}")
-    return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, summarise(_kernel_events(prof)))
+    return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, summarise(kernel_events(prof)))
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:

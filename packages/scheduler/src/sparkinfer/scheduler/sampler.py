@@ -108,8 +108,14 @@ class Sampler:
         p = req.params
         if p.logit_bias or _has_penalty(req) or p.logits_processor is not None:
             return True
-        stops = p.stop_token_ids or (not p.ignore_eos and self.eos_token_ids)
-        return output_idx < p.min_tokens and bool(stops)
+        return bool(self._early_stop_ids(req, output_idx))
+
+    def _early_stop_ids(self, req: Request, output_idx: int) -> list[int]:
+        """The ids that may not end req yet (its output `output_idx` is before min_tokens)."""
+        p = req.params
+        if output_idx >= p.min_tokens:
+            return []
+        return list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
 
     @staticmethod
     def counts_outputs(req: Request) -> bool:
@@ -163,10 +169,7 @@ class Sampler:
         self, logits: torch.Tensor, reqs: Sequence[Request], output_idxs: Sequence[int]
     ) -> None:
         for i, req in enumerate(reqs):
-            p = req.params
-            if output_idxs[i] >= p.min_tokens:
-                continue
-            stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
+            stops = self._early_stop_ids(req, output_idxs[i])
             if stops:
                 logits[i, _ints(stops, logits.device)] = float("-inf")
 

@@ -146,7 +146,7 @@ def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5)
     """Print the device time of each kernel of one chunked prefill, ours and fla's, from
     torch.profiler over `reps` eager calls after a warm-up: where the two differ stage by stage
     (the eager call's host time, which dominates at 4K, is left out)."""
-    from torch.autograd import DeviceType  # pyright: ignore[reportPrivateImportUsage]
+    from sparkinfer.bench.profile import kernel_events, summarise
 
     for num_tokens in lengths:
         calls = _prefill_calls(num_tokens, "cuda")
@@ -160,14 +160,12 @@ def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5)
                 for _ in range(reps):
                     calls[impl]()
                 torch.cuda.synchronize()
-            totals: dict[str, float] = {}
-            for evt in prof.events() or ():
-                if evt.device_type == DeviceType.CUDA:
-                    totals[evt.name] = totals.get(evt.name, 0.0) + evt.time_range.elapsed_us()
-            for name, us in sorted(totals.items(), key=lambda kv: -kv[1]):
-                print(f"T={num_tokens} {impl}: {us / reps:9.1f} us  {name[:90]}", flush=True)
-            print(f"T={num_tokens} {impl}: {sum(totals.values()) / reps:9.1f} us  all kernels",
-                  flush=True)  # fmt: skip
+            totals = summarise(kernel_events(prof))
+            for k in totals:
+                print(f"T={num_tokens} {impl}: {k.total_us / reps:9.1f} us  {k.name[:90]}",
+                      flush=True)  # fmt: skip
+            all_us = sum(k.total_us for k in totals) / reps
+            print(f"T={num_tokens} {impl}: {all_us:9.1f} us  all kernels", flush=True)
         del calls
         torch.cuda.empty_cache()
 
