@@ -55,10 +55,10 @@ class ChunkLaunch:
     """
 
     solve_width: int = 32  # columns of k and v per step of the solve kernel
-    solve_warps: int = 2
-    state_bv: int = 32  # V tile of the state kernel: B * HV * V / state_bv sequential programs
-    state_warps: int = 2
-    state_stages: int = 3
+    solve_warps: int = 1
+    state_bv: int = 64  # V tile of the state kernel: B * HV * V / state_bv sequential programs
+    state_warps: int = 4
+    state_stages: int = 4
     out_chunks: int = 2  # chunks per output block; the state is stored once per block
     out_bk: int = 64  # K step of the output kernel
     out_bv: int = 128
