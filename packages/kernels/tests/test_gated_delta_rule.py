@@ -17,7 +17,10 @@ from sparkinfer.kernels.gated_delta_rule import (
     gdn_gating,
     gdn_gating_ref,
 )
-from sparkinfer.kernels.gated_delta_rule.chunk import _chunk_table
+from sparkinfer.kernels.gated_delta_rule._chunk_index import (
+    chunk_index_tables,
+    chunk_index_tables_ref,
+)
 from sparkinfer.kernels.gated_delta_rule.ref import l2norm_ref
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.rms_norm import gated_rms_norm
@@ -172,6 +175,28 @@ def test_chunk_deterministic_and_batch_invariant():
     assert torch.equal(o3, o1[75:]) and torch.equal(s3[2], s1[2])
 
 
+@pytest.mark.any_device
+@pytest.mark.parametrize("seed", range(4))
+def test_chunk_index_tables_match_ref(seed):
+    """Random varlen batches (empty sequences, 1 to 70 of them, lengths on and off the chunk and
+    block edges, more chunk rows than one program holds): the kernel's tables are the ref's."""
+    gen = torch.Generator().manual_seed(seed)
+    num_seqs = int(torch.randint(1, 71, (1,), generator=gen))
+    lens = torch.randint(0, 300, (num_seqs,), generator=gen)
+    lens[torch.rand(num_seqs, generator=gen) < 0.2] = 0
+    lens[torch.rand(num_seqs, generator=gen) < 0.2] = 64 * int(
+        torch.randint(1, 5, (1,), generator=gen)
+    )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cu_seqlens = F.pad(torch.cumsum(lens, 0), (1, 0)).to(torch.int32).to(device)
+    num_tokens = int(cu_seqlens[-1])
+    for chunk_len, block_len in ((64, 64), (64, 128), (64, 512), (16, 32)):
+        got = chunk_index_tables(cu_seqlens, num_tokens, chunk_len, block_len)
+        want = chunk_index_tables_ref(cu_seqlens, num_tokens, chunk_len, block_len)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+
+
 def test_chunk_index_cache_builds_tables_once_per_cu_seqlens(monkeypatch):
     """Calls sharing an index_cache over one cu_seqlens tensor (the layers of a step) build the
     chunk tables once and give the bits of calls without it; another cu_seqlens rebuilds them."""
@@ -179,9 +204,9 @@ def test_chunk_index_cache_builds_tables_once_per_cu_seqlens(monkeypatch):
 
     def counted_chunk_table(*args):
         built.append(args)
-        return _chunk_table(*args)
+        return chunk_index_tables(*args)
 
-    monkeypatch.setattr(chunk, "_chunk_table", counted_chunk_table)
+    monkeypatch.setattr(chunk, "chunk_index_tables", counted_chunk_table)
     lengths, slots, has_init = [70, 5, 130], [0, 1, 2], [True, False, True]
     x = make_inputs(sum(lengths), seed=13, dtype=torch.bfloat16, num_slots=3)
     index_cache: dict[str, tuple[torch.Tensor, ...]] = {}

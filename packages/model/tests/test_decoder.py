@@ -173,7 +173,7 @@ def test_triton_prefill_builds_index_tables_once_per_step(
 
         return wrapper
 
-    monkeypatch.setattr(chunk, "_chunk_table", counted("chunk", chunk._chunk_table))
+    monkeypatch.setattr(chunk, "chunk_index_tables", counted("chunk", chunk.chunk_index_tables))
     monkeypatch.setattr(prefill, "_tile_map", counted("tile", prefill._tile_map))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(conditional_ckpt, device=device, dtype=torch.float32, progress=False)

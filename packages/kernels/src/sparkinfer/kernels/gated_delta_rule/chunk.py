@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import (
@@ -33,6 +32,7 @@ from sparkinfer.kernels._triton import (
     check_varlen_batch,
     dot_dtype,
 )
+from sparkinfer.kernels.gated_delta_rule._chunk_index import chunk_index_tables
 from sparkinfer.kernels.gated_delta_rule._chunk_solve import (
     _chunk_bounds,
     _chunk_solve_kernel,
@@ -241,28 +241,6 @@ def _chunk_output_kernel(
     _store_tile(p_o, n, HV * V, o_v, m_v, b_o)
 
 
-def _block_offsets(cu_seqlens: torch.Tensor, block_len: int) -> torch.Tensor:
-    """[B + 1] int64 first ``block_len``-token block of each sequence, counted on the device."""
-    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    return F.pad(torch.cumsum(triton.cdiv(lens, block_len), 0), (1, 0))
-
-
-def _chunk_table(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Device-side chunk bookkeeping, no host sync.
-
-    Returns (chunk_seq, chunk_pos): for each of the T // BT + B possible chunks its sequence (-1
-    past the last chunk) and its position in that sequence, both int32.
-    """
-    num_seqs = cu_seqlens.shape[0] - 1
-    chunk_offsets = _block_offsets(cu_seqlens, BT)
-    chunk_ids = torch.arange(num_tokens // BT + num_seqs, device=cu_seqlens.device)
-    seq = torch.searchsorted(chunk_offsets[1:], chunk_ids, right=True)
-    seq_safe = seq.clamp(max=max(num_seqs - 1, 0))
-    chunk_pos = (chunk_ids - chunk_offsets[seq_safe]).to(torch.int32)
-    chunk_seq = torch.where(seq < num_seqs, seq, -1).to(torch.int32)
-    return chunk_seq, chunk_pos
-
-
 def _index_tables(
     cu_seqlens: torch.Tensor, num_tokens: int, out_chunks: int, index_cache: IndexCache | None
 ) -> tuple[torch.Tensor, ...]:
@@ -273,10 +251,7 @@ def _index_tables(
         f"chunk_gated_delta_rule:BT={BT}:out_chunks={out_chunks}",
         cu_seqlens,
         num_chunks,
-        lambda: (
-            *_chunk_table(cu_seqlens, num_tokens),
-            _block_offsets(cu_seqlens, BT * out_chunks),
-        ),
+        lambda: chunk_index_tables(cu_seqlens, num_tokens, BT, BT * out_chunks),
     )
 
 
@@ -396,7 +371,7 @@ def chunk_wy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     """Run ``_chunk_solve_kernel`` on inputs checked as for ``chunk_gated_delta_rule``.
 
     Returns the WY form of every 64-token chunk and the normalised q̂, k̂. ``chunks`` is
-    ``_chunk_table(cu_seqlens, T)`` when the caller has it already.
+    (chunk_seq, chunk_pos) of ``chunk_index_tables`` when the caller has them already.
     """
     (num_tokens, num_heads, head_k), (num_v_heads, head_v) = q.shape, v.shape[1:]
     dtype, device = v.dtype, v.device
@@ -410,7 +385,9 @@ def chunk_wy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     )
     if num_tokens == 0:
         return wy
-    chunk_seq, chunk_pos = _chunk_table(cu_seqlens, num_tokens) if chunks is None else chunks
+    if chunks is None:
+        chunks = chunk_index_tables(cu_seqlens, num_tokens, BT, BT)[:2]
+    chunk_seq, chunk_pos = chunks
     consts = _constants(q, v)
     _chunk_solve_kernel[(num_v_heads, chunk_seq.shape[0])](
         q, k, v, g, beta, *wy, cu_seqlens, chunk_seq, chunk_pos,
