@@ -374,13 +374,15 @@ def run(args: Any) -> list[Row]:
     )
 
 
-# ChunkLaunch fields to vary one at a time from the default, a few combinations, and the
-# state kernel's and solve's launch before the one-warp solve (32-column tile, 2 warps, 3 stages).
+# ChunkLaunch fields to vary one at a time from the default, a few combinations, and the launch
+# before the one-warp solve (32-column state tile on 2 warps, 3 stages, 2-chunk output blocks).
 TUNE_VARIANTS: tuple[dict[str, int], ...] = (
     {}, {"solve_width": 16}, {"solve_width": 64}, {"solve_warps": 2},
     {"state_stages": 3}, {"state_bv": 32}, {"state_warps": 8},
-    {"state_bv": 32, "state_warps": 2, "state_stages": 3, "solve_warps": 2},
-    {"out_chunks": 1}, {"out_chunks": 4}, {"out_chunks": 1, "out_bv": 64}, {"out_warps": 8},
+    {"out_chunks": 2}, {"out_chunks": 2, "out_bk": 64}, {"out_bk": 64}, {"out_bv": 64},
+    {"out_warps": 8},
+    {"state_bv": 32, "state_warps": 2, "state_stages": 3, "solve_warps": 2, "out_chunks": 2,
+     "out_bk": 64},
 )  # fmt: skip
 
 

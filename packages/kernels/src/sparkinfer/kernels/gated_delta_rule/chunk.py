@@ -59,8 +59,8 @@ class ChunkLaunch:
     state_bv: int = 64  # V tile of the state kernel: B * HV * V / state_bv sequential programs
     state_warps: int = 4
     state_stages: int = 4
-    out_chunks: int = 2  # chunks per output block; the state is stored once per block
-    out_bk: int = 64  # K step of the output kernel
+    out_chunks: int = 1  # chunks per output block; the state is stored once per block
+    out_bk: int = 128  # K step of the output kernel
     out_bv: int = 128
     out_warps: int = 4
     out_stages: int = 2
