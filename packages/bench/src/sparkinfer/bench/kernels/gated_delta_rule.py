@@ -124,9 +124,9 @@ def bench_prefill(lengths: tuple[int, ...], warmup: int, iters: int, device: str
     rows = []
     for num_tokens in lengths:
         calls = _prefill_calls(num_tokens, device)
-        fast = {impl: fn for impl, fn in calls.items() if impl != "ref"}
-        times = {impl: _ms(fn, warmup, iters) for impl, fn in fast.items()}
-        device_ms = {impl: _graph_ms(fn, warmup, iters)[0] for impl, fn in fast.items()}
+        peers = {impl: fn for impl, fn in calls.items() if impl != "ref"}  # ours and fla
+        times = {impl: _ms(fn, warmup, iters) for impl, fn in peers.items()}
+        device_ms = {impl: _graph_ms(fn, warmup, iters)[0] for impl, fn in peers.items()}
         if num_tokens <= MAX_REF_PREFILL:
             times["ref"] = _ms(calls["ref"], 0, 1)
         shape = f"T={num_tokens} H={NUM_HEADS} HV={NUM_V_HEADS} K=V={HEAD_DIM}"
