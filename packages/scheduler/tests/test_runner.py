@@ -1,8 +1,10 @@
 """End to end on a tiny random model (CPU): greedy output against the plain reference decode."""
 
+import gc
 import itertools
 import random
 import threading
+import weakref
 from collections.abc import Sequence
 
 import pytest
@@ -163,6 +165,21 @@ def test_cpu_cache_sizing_from_budget(tiny_model):
     assert (runner.num_blocks, runner.num_slots, runner.vocab_size) == (5, 3, 256)
     with pytest.raises(CacheAllocationError, match="raise gpu_memory_utilization"):
         plan_cache(spec, cfg, budget_bytes=10, cap_blocks=True)
+
+
+def test_a_shut_down_engine_frees_its_caches(tiny_model):
+    # An engine started next in the same process sizes its caches from free memory.
+    engine = Engine.from_model(tiny_model, config(num_kv_blocks=5, num_state_slots=3))
+    runner = engine.runner
+    assert engine.generate([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=2))
+    layer = next(iter(runner.caches.linear))
+    recurrent = weakref.ref(runner.caches.linear[layer].recurrent)
+    kv = weakref.ref(next(iter(runner.caches.attention.values())).k)
+    engine.shutdown()
+    gc.collect()
+    assert recurrent() is None and kv() is None
+    with pytest.raises(RuntimeError, match="start a new engine"):
+        runner.run(engine.scheduler.schedule())
 
 
 def _ban_token_0(output_token_ids: object, row: torch.Tensor) -> None:

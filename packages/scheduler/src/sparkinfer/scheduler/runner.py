@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from sparkinfer.kernels.dependent_launch import set_dependent_launch
 from sparkinfer.kernels.linear import batch_invariant
-from sparkinfer.model.cache_spec import CacheSpec, allocate_caches
+from sparkinfer.model.cache_spec import CacheSpec, ModelCaches, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler._causal_lm import CausalLM
@@ -134,6 +134,7 @@ class Runner:
         )
         self.vision = VisionInputs(model, self.device)
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
+        self._is_closed = False
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         if self._is_cuda and not config.enforce_eager:
@@ -163,6 +164,8 @@ class Runner:
         """Forward every scheduled chunk and sample where a chunk reached its end; return the
         samples the host can read now (see ModelOutput: with `overlap_steps`, the step before's).
         """
+        if self._is_closed:
+            raise RuntimeError("the runner is closed (its engine shut down): start a new engine")
         inflight, self._inflight = self._inflight, None  # a failed step drops it too
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
@@ -221,11 +224,17 @@ class Runner:
                 cache.recurrent[dst].copy_(cache.recurrent[src])
 
     def close(self) -> None:
-        """Drop graphs, vision rows, samples in flight and caches so their memory can be reused."""
+        """Drop graphs, vision rows, samples in flight and caches so their memory can be reused.
+
+        A closed runner runs no more steps; an engine started after this one (in the same
+        process) sizes its caches from the memory this frees.
+        """
         self.graphs = None
         self.prefill_graphs = None
         self._inflight = None
         self.vision.clear()
+        self.caches = ModelCaches(attention={}, linear={})  # graphs above held views of them
+        self._is_closed = True
         if self._is_cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
