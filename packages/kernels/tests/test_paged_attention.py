@@ -246,10 +246,10 @@ def test_prefill_tma_past_2048_tokens_with_gpu_tiles(tma_only, assert_close):
     assert_close(_launch(b, config, 0.25), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
-@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("splits", [2, 4, 8, 16])
 @pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
 def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
-    """Keys cut into 2-8 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
+    """Keys cut into 2-16 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
     hit), prefixes shorter than one tile per split (empty splits), no prefix at all, lengths
     around the tile edges; stale cache rows hold NaN."""
     lens, cached = [1, 17, 40, 3, 33, 65, 16], [300, 0, 100, 5, 17, 2, 64]
@@ -261,29 +261,36 @@ def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
 
 
 @pytest.mark.parametrize(
-    ("num_tokens", "expected"), [(54, 8), (128, 8), (512, 4), (1024, 2), (2048, 1), (8192, 1)]
-)
-def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, expected):
-    """24 query heads, 128-row tiles, 132 SMs: a prefix-cache hit's few rows get 8 splits, a
-    chunk of a long prompt none."""
-    num_programs = (-(-num_tokens // 128) + 1) * 24
+    ("num_tokens", "tile", "expected"),
+    [(54, 64, 16), (128, 128, 16), (300, 128, 8), (512, 128, 4), (1024, 128, 2),
+     (2048, 128, 1), (8192, 128, 1)],
+)  # fmt: skip
+def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, tile, expected):
+    """24 query heads, 132 SMs: a prefix-cache hit's few rows get 16 splits, a chunk of a long
+    prompt none."""
+    num_programs = (-(-num_tokens // tile) + 1) * 24
     assert choose_kv_splits(num_programs, 132) == expected
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
 def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
-    """The default mode splits the keys of a step with few query tiles (8 splits here); a
-    batch-invariant phase keeps one program per tile. Both against the reference."""
-    b = _paged_batch([54, 1, 10], [32000, 4095, 0], heads=(24, 4), d=256, block_size=64,
-                     dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
-    _stale_nan_rows(b)
-    phase = batch_invariant("prefill") if is_invariant else contextlib.nullcontext()
-    scale = 256**-0.5
-    with phase:
-        assert default_prefill_config(b["q"]).kv_splits == (1 if is_invariant else 8)
-        out = _prefill(paged_attention_prefill, b, scale)
-    assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
+    """The default mode splits the keys of a step with few query tiles (16 splits here, of
+    64-row tiles for at most 64 rows); a batch-invariant phase keeps one 128-row program per
+    tile. Both against the reference."""
+    for lens in ([54, 1, 10], [40, 1, 10, 13]):
+        b = _paged_batch(lens, [32000, 4095, 0, 700][: len(lens)], heads=(24, 4), d=256,
+                         block_size=64, dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
+        _stale_nan_rows(b)
+        phase = batch_invariant("prefill") if is_invariant else contextlib.nullcontext()
+        scale = 256**-0.5
+        with phase:
+            config = default_prefill_config(b["q"])
+            assert config.kv_splits == (1 if is_invariant else 16)
+            tile_rows = config.BM
+            assert tile_rows == (64 if sum(lens) <= 64 and not is_invariant else 128)
+            out = _prefill(paged_attention_prefill, b, scale)
+        assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 
 
 def test_prefill_tma_contiguous_q_matches_pointer_kernel(assert_close):

@@ -31,10 +31,16 @@ from sparkinfer.kernels.paged_attention.decode import num_multiprocessors
 from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
-# KV splits: a grid short of this many programs per SM (a few query tiles over a long cached
-# context) has its tiles' keys cut into up to MAX_KV_SPLITS ranges run side by side.
-KV_SPLIT_PROGRAMS_PER_SM = 2
-MAX_KV_SPLITS = 8
+# KV splits: a grid short of KV_SPLIT_BELOW programs per SM (a few query tiles over a long
+# cached context) has its tiles' keys cut into up to MAX_KV_SPLITS ranges run side by side, as
+# many as bring it to KV_SPLIT_PROGRAMS_PER_SM. On the H200 at 27B shapes over a 32K cached
+# context, 16 splits of 54 or 128 new rows ran 1.2-1.5x as fast as 8 (docs/benchmarks.md).
+KV_SPLIT_BELOW = 2
+KV_SPLIT_PROGRAMS_PER_SM = 3
+MAX_KV_SPLITS = 16
+# Steps of at most this many new rows (a prefix-cache hit's short question) take 64-row query
+# tiles on 4 warps: a 128-row tile computes the rows past them for nothing.
+SMALL_TILE_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -173,9 +179,10 @@ def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
 
     On CUDA the TMA kernel is asked for (1.25-1.3x the pointer kernel at 16K-32K tokens on the
     H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
-    a batch-invariant phase its keys are split when q's rows make few query tiles
-    (`choose_kv_splits`; counted as if one sequence held them all, so the empty sequences that
-    pad a CUDA-graph step do not count); inside one a row's numerics never depend on the batch.
+    a batch-invariant phase a step of at most SMALL_TILE_MAX_ROWS rows takes 64-row tiles, and
+    the keys are split when q's rows make few query tiles (`choose_kv_splits`; counted as if one
+    sequence held them all, so the empty sequences that pad a CUDA-graph step do not count);
+    inside one a row's numerics never depend on the batch.
     """
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
@@ -184,15 +191,19 @@ def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
     config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
     if current_phase() is not None:
         return config
+    if q.shape[0] <= SMALL_TILE_MAX_ROWS:
+        config = dataclasses.replace(config, BM=64, num_warps=4)
     num_programs = (triton.cdiv(q.shape[0], config.BM) + 1) * q.shape[1]
     splits = choose_kv_splits(num_programs, num_multiprocessors(q.device))
     return dataclasses.replace(config, kv_splits=splits)
 
 
 def choose_kv_splits(num_programs: int, num_sms: int) -> int:
-    """KV splits for a grid of `num_programs` (query tile, head) programs: the power of two, at
-    most MAX_KV_SPLITS, that brings it to KV_SPLIT_PROGRAMS_PER_SM programs per SM; 1 when it
-    has that many. A split with no keys to read costs one (max, sum) pair a row."""
+    """KV splits for a grid of `num_programs` (query tile, head) programs: 1 from KV_SPLIT_BELOW
+    programs per SM, else the power of two, at most MAX_KV_SPLITS, that brings it to
+    KV_SPLIT_PROGRAMS_PER_SM. A split with no keys to read costs one (max, sum) pair a row."""
+    if num_programs >= KV_SPLIT_BELOW * num_sms:
+        return 1
     wanted = triton.cdiv(KV_SPLIT_PROGRAMS_PER_SM * num_sms, max(num_programs, 1))
     return min(MAX_KV_SPLITS, triton.next_power_of_2(wanted))
 
