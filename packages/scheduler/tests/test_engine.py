@@ -53,6 +53,21 @@ def test_generate_and_metrics(engine):
     assert all(o.metrics.ttft_ms is None for o in outs[:-1])
 
 
+def test_a_prompt_is_checked_once_on_the_clients_thread(engine, monkeypatch):
+    # The engine thread admits it with the answer: a second pass over a long prompt would
+    # delay the step that prefills it.
+    threads: list[str] = []
+    check = engine.scheduler.check_request
+
+    def counted(prompt, params):
+        threads.append(threading.current_thread().name)
+        return check(prompt, params)
+
+    monkeypatch.setattr(engine.scheduler, "check_request", counted)
+    assert engine.generate([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=4))
+    assert threads == [threading.current_thread().name]
+
+
 def test_add_request_rejects_bad_input_synchronously(engine):
     with pytest.raises(ContextLengthExceeded, match="max_model_len is 64"):
         engine.add_request("x", [1] * 80, SamplingParams(), on_output=None)

@@ -53,6 +53,7 @@ class _Add:
     params: SamplingParams
     on_output: OutputCallback | None
     arrival_time: float
+    max_len: int  # check_request's answer: the cache never shrinks, so it holds at admission
     multimodal: MultimodalInputs | None = None
 
 
@@ -115,7 +116,7 @@ class Engine:
         then holds their expanded pad tokens.
         """
         prompt = list(prompt_token_ids)
-        self.scheduler.check_request(prompt, params)
+        max_len = self.scheduler.check_request(prompt, params)
         if multimodal is not None:
             self.runner.check_multimodal(prompt, multimodal)
         with self._cond:
@@ -125,7 +126,7 @@ class Engine:
                 raise InvalidRequest(f"request_id {request_id!r} is already in use: use a new id")
             self._check_queue_depth()
             self._live_ids.add(request_id)
-            add = _Add(request_id, prompt, params, on_output, time.monotonic(), multimodal)
+            add = _Add(request_id, prompt, params, on_output, time.monotonic(), max_len, multimodal)
             self._inbox.append(add)
             self._cond.notify()
 
@@ -229,6 +230,7 @@ class Engine:
                 on_output=item.on_output,
                 arrival_time=item.arrival_time,
                 multimodal=item.multimodal,
+                max_len=item.max_len,
             )
         except ValueError as exc:  # add_request checked it already; the cache cannot shrink
             self._emit_rejection(item, FinishReason.ERROR, str(exc))
