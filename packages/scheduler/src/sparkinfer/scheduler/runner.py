@@ -217,11 +217,18 @@ class Runner:
 
     def _copy_states(self, copies: Sequence[tuple[int, int]]) -> None:
         """Copy GDN state rows (conv and recurrent, every layer), one pair after the other:
-        a row a prefix-cache snapshot was just taken into may be restored from in the same step."""
+        a row a prefix-cache snapshot was just taken into may be restored from in the same step.
+
+        Each pair's rows of every layer go in one foreach copy (a few launches, not two per
+        layer): the step's forward is launched after them, so their launches delay it.
+        """
+        caches = list(self.caches.linear.values())
         for src, dst in copies:
-            for cache in self.caches.linear.values():
-                cache.conv[dst].copy_(cache.conv[src])
-                cache.recurrent[dst].copy_(cache.recurrent[src])
+            rows = [(c.conv[dst], c.conv[src]) for c in caches]
+            rows += [(c.recurrent[dst], c.recurrent[src]) for c in caches]
+            # torch's batched copy (its optimizers' path) has no public name.
+            dsts, srcs = [d for d, _ in rows], [s for _, s in rows]
+            torch._foreach_copy_(dsts, srcs)  # pyright: ignore[reportPrivateUsage, reportPrivateImportUsage]
 
     def close(self) -> None:
         """Drop graphs, vision rows, samples in flight and caches so their memory can be reused.
