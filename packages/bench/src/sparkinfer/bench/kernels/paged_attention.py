@@ -33,6 +33,11 @@ from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_pre
 H, HKV, D, BLOCK_SIZE = 24, 4, 256, 64
 SCALE = D**-0.5
 PREFILL_LENGTHS = (4096, 16384, 32768)
+# A prefix-cache hit: a short question (new tokens) after a long cached context.
+CACHED_PREFILLS = ((54, 32000), (128, 32000))
+# The defaults before few-row steps took 64-row tiles and up to 16 splits: timed beside them.
+EARLIER_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
+                                       kv_splits=8)  # fmt: skip
 DECODE_BATCHES = (1, 8, 32)
 DECODE_CONTEXTS = (4096, 32768, 131072)
 MAX_SDPA_BYTES = 40 * 2**30
@@ -100,6 +105,48 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
                 "max_abs_err": err if impl == "fast" else None,
             })  # fmt: skip
         del x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
+    """A few new tokens after a long cached context (the prefix-cache hit): our default, the
+    earlier 128-row tiles in 8 splits, and SDPA with a lower-right causal mask on contiguous K/V;
+    each replayed from a CUDA graph, so the host's work around a launch is left out."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    rows = []
+    for num_new, num_cached in shapes:
+        total = num_new + num_cached
+        full = _prefill_inputs(total, device)
+        index = {"cu_seqlens": [0, num_new], "cached_lens": [num_cached]}
+        x = {**full, "q": full["q"][-num_new:], "gate": full["gate"][-num_new:]}
+        x |= {n: torch.tensor(v, device=device, dtype=torch.int32) for n, v in index.items()}
+        q = x["q"].transpose(0, 1).contiguous()[None]
+        k = x["k"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+        v = x["v"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+        mask = causal_lower_right(num_new, total)
+
+        def sdpa(q=q, k=k, v=v, mask=mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=SCALE)
+
+        expected = sdpa()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
+        calls = {"fast": _prefill_call(x), "fast, 128-row tiles, 8 splits":
+                 _prefill_call(x, EARLIER_FEW_ROW_CONFIG), "torch_sdpa": sdpa}  # fmt: skip
+        errs = {impl: (calls[impl]().float() - expected).abs().max().item()
+                for impl in calls if impl != "torch_sdpa"}  # fmt: skip
+        times = {impl: time_graph([fn], warmup=warmup, iters=iters) for impl, fn in calls.items()}
+        flops = 4.0 * num_new * (num_cached + num_new / 2) * D * H
+        for impl, t in times.items():
+            rows.append({
+                "op": "attention_prefill", "impl": impl,
+                "shape": f"T={num_new} cached={num_cached} H={H} HKV={HKV} D={D} causal",
+                "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+                "TFLOP/s": flops / t.median_ms / 1e9,
+                "vs_sdpa": times["torch_sdpa"].median_ms / t.median_ms,
+                "max_abs_err": errs.get(impl),
+            })  # fmt: skip
+        del full, x, q, k, v, expected
         torch.cuda.empty_cache()
     return rows
 
@@ -219,6 +266,7 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
     lengths = (2048,) if is_quick else PREFILL_LENGTHS
     contexts = (4096,) if is_quick else DECODE_CONTEXTS
     prefill = bench_prefill(device, lengths, warmup, iters)
+    prefill += bench_cached_prefill(device, CACHED_PREFILLS, warmup, iters)
     return prefill + bench_decode(device, DECODE_BATCHES, contexts, warmup=warmup, iters=iters)
 
 
