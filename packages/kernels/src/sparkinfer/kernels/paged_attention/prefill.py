@@ -34,7 +34,8 @@ LOG2E = 1.4426950408889634
 # KV splits: a grid short of KV_SPLIT_BELOW programs per SM (a few query tiles over a long
 # cached context) has its tiles' keys cut into up to MAX_KV_SPLITS ranges run side by side, as
 # many as bring it to KV_SPLIT_PROGRAMS_PER_SM. On the H200 at 27B shapes over a 32K cached
-# context, 16 splits of 54 or 128 new rows ran 1.2-1.5x as fast as 8 (docs/benchmarks.md).
+# context, 54 new rows (64-row tiles, 16 splits) ran 1.50x and 128 rows (16 splits) 1.16x as
+# fast as 128-row tiles in 8 splits (the paged attention kernel record, docs/benchmarks.md).
 KV_SPLIT_BELOW = 2
 KV_SPLIT_PROGRAMS_PER_SM = 3
 MAX_KV_SPLITS = 16
