@@ -224,10 +224,9 @@ class Runner:
         """
         caches = list(self.caches.linear.values())
         for src, dst in copies:
-            rows = [(c.conv[dst], c.conv[src]) for c in caches]
-            rows += [(c.recurrent[dst], c.recurrent[src]) for c in caches]
+            dsts = [c.conv[dst] for c in caches] + [c.recurrent[dst] for c in caches]
+            srcs = [c.conv[src] for c in caches] + [c.recurrent[src] for c in caches]
             # torch's batched copy (its optimizers' path) has no public name.
-            dsts, srcs = [d for d, _ in rows], [s for _, s in rows]
             torch._foreach_copy_(dsts, srcs)  # pyright: ignore[reportPrivateUsage, reportPrivateImportUsage]
 
     def close(self) -> None:

@@ -78,10 +78,16 @@ def _prefill_call(x: dict[str, torch.Tensor], config: PrefillConfig | None = Non
     )  # fmt: skip
 
 
-def _sdpa_prefill(x: dict[str, torch.Tensor]):
-    q = x["q"].transpose(0, 1).contiguous()[None]  # [1, H, T, D]
+def _sdpa_heads(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """q [1, H, T_new, D] and K, V [1, H, T, D] contiguous, each KV head repeated for its group."""
+    q = x["q"].transpose(0, 1).contiguous()[None]
     k = x["k"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
     v = x["v"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+    return q, k, v
+
+
+def _sdpa_prefill(x: dict[str, torch.Tensor]):
+    q, k, v = _sdpa_heads(x)
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=SCALE)
 
 
@@ -122,9 +128,7 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
         index = {"cu_seqlens": [0, num_new], "cached_lens": [num_cached]}
         x = {**full, "q": full["q"][-num_new:], "gate": full["gate"][-num_new:]}
         x |= {n: torch.tensor(v, device=device, dtype=torch.int32) for n, v in index.items()}
-        q = x["q"].transpose(0, 1).contiguous()[None]
-        k = x["k"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
-        v = x["v"].transpose(0, 1).repeat_interleave(H // HKV, 0).contiguous()[None]
+        q, k, v = _sdpa_heads(x)
         mask = causal_lower_right(num_new, total)
 
         def sdpa(q=q, k=k, v=v, mask=mask):
