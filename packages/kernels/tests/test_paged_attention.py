@@ -22,12 +22,14 @@ from sparkinfer.kernels.paged_attention.decode import (
     choose_min_split_len,
     default_decode_config,
     launch_decode,
+    merge_columns,
     num_multiprocessors,
 )
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
     choose_kv_splits,
     default_prefill_config,
+    is_heads_first,
     launch_prefill,
 )
 from sparkinfer.kernels.paged_attention.prefill_tma import tma_layout_error
@@ -293,6 +295,26 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
         assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 
 
+@pytest.mark.parametrize("splits", [1, 4])
+def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only):
+    """The head-first grid runs the same programs in another order: identical outputs, with and
+    without key splits, over ragged lengths and prefixes with stale NaN rows."""
+    lens, cached = [1, 63, 17, 40, 129], [0, 5, 31, 100, 2]
+    b = _paged_batch(lens, cached, block_size=32, dtype=torch.float16, seed=40 + splits)
+    _stale_nan_rows(b)
+    config = dataclasses.replace(TMA_TILES, kv_splits=splits)
+    tiles_first = _launch(b, config)
+    assert torch.equal(_launch(b, dataclasses.replace(config, heads_fastest=True)), tiles_first)
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "expected"), [(54, True), (4096, True), (6144, False), (8192, False)]
+)
+def test_heads_first_grids_are_the_few_wave_ones_at_the_27b_shape(num_tokens, expected):
+    """24 query heads, 128-row tiles, 132 SMs: up to 8 waves (a 4K prompt's 6) run head-first."""
+    assert is_heads_first((-(-num_tokens // 128) + 1) * 24, 132) is expected
+
+
 def test_prefill_tma_contiguous_q_matches_pointer_kernel(assert_close):
     """Dense heads (the model's normed q) through both kernels."""
     b = _paged_batch([50, 3], [14, 0], block_size=16, dtype=torch.float16, seed=23)
@@ -345,6 +367,8 @@ def test_prefill_config_rejects_bad_fields():
         PrefillConfig(use_qk_prefetch=True)
     with pytest.raises(ValueError, match="set use_tma=True"):
         PrefillConfig(kv_splits=2)
+    with pytest.raises(ValueError, match="set use_tma=True"):
+        PrefillConfig(heads_fastest=True)
     with pytest.raises(ValueError, match="kv_splits is 3"):
         PrefillConfig(use_tma=True, kv_splits=3)
 
@@ -600,9 +624,10 @@ def test_prefill_tma_real_shapes_on_gpu(config, tma_only, assert_close):
     assert_close(_launch(b, config, scale), _prefill(paged_attention_prefill_ref, b, scale))
 
 
-def test_decode_merges_more_splits_than_one_merge_tile(assert_close):
-    """47 splits of 64 keys: the merge folds them 16 at a time, tiles in index order."""
-    b = _paged_batch([1, 1], [2999, 100], heads=(4, 1), d=16, block_size=64, seed=11)
+def test_decode_merge_spreads_a_heads_columns_over_programs(assert_close):
+    """47 splits of 64 keys at D=128: two merge programs of 64 columns each per head."""
+    assert merge_columns(128, 64) == 64
+    b = _paged_batch([1, 1], [2999, 100], heads=(4, 1), d=128, block_size=64, seed=11)
     config = DecodeConfig(BN=64, MIN_SPLIT_LEN=64, MAX_SPLITS=64, num_warps=4, num_stages=1)
     out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
                         b["block_tables"], 0.25, b["gate"], config)  # fmt: skip

@@ -2,8 +2,10 @@
 
 Prefill: one causal sequence through the paged cache, against torch SDPA on contiguous K/V (the
 ratio `vs_sdpa` > 1 means faster than SDPA). Decode: a batch of equal contexts, as a fraction of
-this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V. `--tune` sweeps
-tile configs. Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
+this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V. Both impls of every
+row are replayed from CUDA graphs: device time alone, as the engine's steps run them. `--tune`
+sweeps tile configs.
+Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ def _sdpa_prefill(x: dict[str, torch.Tensor]):
 
 
 def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
+    """One causal sequence against SDPA, each replayed from a CUDA graph: device time alone, as
+    a prefill step's kernels run behind the host."""
     rows = []
     for num_tokens in lengths:
         x = _prefill_inputs(num_tokens, device)
@@ -99,8 +103,8 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
         expected = _sdpa_prefill(x)()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         err = (_prefill_call(x)().float() - expected).abs().max().item()
         del expected
-        times = {"fast": time_cuda(_prefill_call(x), warmup=warmup, iters=iters),
-                 "torch_sdpa": time_cuda(_sdpa_prefill(x), warmup=warmup, iters=iters)}  # fmt: skip
+        calls = {"fast": _prefill_call(x), "torch_sdpa": _sdpa_prefill(x)}
+        times = {impl: time_graph([fn], warmup=warmup, iters=iters) for impl, fn in calls.items()}
         for impl, t in times.items():
             rows.append({
                 "op": "attention_prefill", "impl": impl,
@@ -201,8 +205,8 @@ def bench_decode(device, batches, contexts, *, warmup: int, iters: int) -> list[
         del xs
         torch.cuda.empty_cache()
         if kv_bytes <= MAX_SDPA_BYTES:
-            times["torch_sdpa"] = time_cuda(_sdpa_decode(batch, context, device), warmup=warmup,
-                                            iters=iters)  # fmt: skip
+            times["torch_sdpa"] = time_graph([_sdpa_decode(batch, context, device)],
+                                             warmup=warmup, iters=iters)  # fmt: skip
             torch.cuda.empty_cache()
         sdpa_ms = times["torch_sdpa"].median_ms if "torch_sdpa" in times else None
         for impl, t in times.items():

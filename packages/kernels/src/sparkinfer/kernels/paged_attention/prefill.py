@@ -39,6 +39,12 @@ LOG2E = 1.4426950408889634
 KV_SPLIT_BELOW = 2
 KV_SPLIT_PROGRAMS_PER_SM = 3
 MAX_KV_SPLITS = 16
+# Grids of at most this many waves of (query tile, head) programs start every head's longest
+# tile first (PrefillConfig.heads_fastest): with few waves the causal grid's tail of long tiles
+# costs more than the K/V locality of one head's tiles running together. On the H200 head-first
+# ran one 2K / 4K prompt's attention 1.2x / 1.09x as fast and an 8K-32K one 0-5% slower (6 and
+# 12 waves at 4K and 8K; CUDA-graph timed, docs/benchmarks.md).
+HEADS_FASTEST_MAX_WAVES = 8
 # Steps of at most this many new rows (a prefix-cache hit's short question) take 64-row query
 # tiles on 4 warps: a 128-row tile computes the rows past them for nothing.
 SMALL_TILE_MAX_ROWS = 64
@@ -53,6 +59,8 @@ class PrefillConfig:
     pointer kernel otherwise. use_qk_prefetch (TMA kernel only) issues the next key tile's
     Q K^T before the current tile's softmax. kv_splits (TMA kernel only, a power of two) cuts
     each query tile's keys into that many ranges run by separate programs, merged after.
+    heads_fastest (TMA kernel only) orders the grid head-first, so the longest tiles of every
+    head start first; the outputs are the same bits either way.
     """
 
     BM: int = 128
@@ -62,6 +70,7 @@ class PrefillConfig:
     use_tma: bool = False
     use_qk_prefetch: bool = False
     kv_splits: int = 1
+    heads_fastest: bool = False
 
     def __post_init__(self) -> None:
         for name, tile in (("BM", self.BM), ("BN", self.BN)):
@@ -76,9 +85,9 @@ class PrefillConfig:
             raise ValueError(
                 f"PrefillConfig.kv_splits is {self.kv_splits}; expected a power of two >= 1"
             )
-        if (self.use_qk_prefetch or self.kv_splits > 1) and not self.use_tma:
-            raise ValueError("PrefillConfig.use_qk_prefetch and kv_splits apply to the TMA kernel "
-                             "only: set use_tma=True too")  # fmt: skip
+        if (self.use_qk_prefetch or self.kv_splits > 1 or self.heads_fastest) and not self.use_tma:
+            raise ValueError("PrefillConfig.use_qk_prefetch, kv_splits and heads_fastest apply to "
+                             "the TMA kernel only: set use_tma=True too")  # fmt: skip
 
 
 @triton.jit
@@ -183,20 +192,29 @@ def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
     a batch-invariant phase a step of at most SMALL_TILE_MAX_ROWS rows takes 64-row tiles, and
     the keys are split when q's rows make few query tiles (`choose_kv_splits`; counted as if one
     sequence held them all, so the empty sequences that pad a CUDA-graph step do not count);
-    inside one a row's numerics never depend on the batch.
+    inside one a row's numerics never depend on the batch. A grid of at most
+    HEADS_FASTEST_MAX_WAVES waves is ordered head-first (the order never changes the bits).
     """
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
     if q.shape[-1] <= 128:
         return PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=3)
+    num_sms = num_multiprocessors(q.device)
     config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
-    if current_phase() is not None:
-        return config
-    if q.shape[0] <= SMALL_TILE_MAX_ROWS:
+    if current_phase() is None and q.shape[0] <= SMALL_TILE_MAX_ROWS:
         config = dataclasses.replace(config, BM=64, num_warps=4)
     num_programs = (triton.cdiv(q.shape[0], config.BM) + 1) * q.shape[1]
-    splits = choose_kv_splits(num_programs, num_multiprocessors(q.device))
-    return dataclasses.replace(config, kv_splits=splits)
+    # The order of the grid never changes a row's bits: it is chosen in every phase.
+    config = dataclasses.replace(config, heads_fastest=is_heads_first(num_programs, num_sms))
+    if current_phase() is not None:
+        return config
+    return dataclasses.replace(config, kv_splits=choose_kv_splits(num_programs, num_sms))
+
+
+def is_heads_first(num_programs: int, num_sms: int) -> bool:
+    """Whether a grid of `num_programs` (query tile, head) programs runs head-first: at most
+    HEADS_FASTEST_MAX_WAVES waves of them."""
+    return num_programs <= HEADS_FASTEST_MAX_WAVES * num_sms
 
 
 def choose_kv_splits(num_programs: int, num_sms: int) -> int:

@@ -9,7 +9,9 @@ through 2-D [T, (H-1) * stride_h + D] windows, head h at column h * stride_h (an
 token and head strides, e.g. per-head halves of one projection), so Q stays in shared memory
 as the dots' A operand; a whole output tile is stored through a descriptor, a partial one with
 masked stores so rows of the next sequence are left alone. The schedule is prefill.py's: one
-program per (query tile, head), latest tiles first, unmasked key tiles then the diagonal.
+program per (query tile, head), latest tiles first, unmasked key tiles then the diagonal. With
+`PrefillConfig.heads_fastest` the grid lists every head's tile before the next tile: the GPU
+starts the longest tiles of all heads first, so a grid of a few waves ends on short tiles.
 
 With `PrefillConfig.kv_splits` > 1 (a few query tiles over a long cached context: a prefix-cache
 hit, the end of a long prompt) a third grid axis cuts the unmasked keys into that many ranges of
@@ -107,9 +109,13 @@ def _prefill_tma_kernel(
     qk_scale, stride_qh, stride_gh, stride_ot, stride_oh, stride_btb,
     GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
     BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
-    KV_SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    KV_SPLITS: tl.constexpr, HEADS_FASTEST: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    i_tile, i_h, i_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if HEADS_FASTEST:  # grid (heads, tiles, splits): every head's latest tile first
+        i_h, i_tile, num_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    else:  # grid (tiles, heads, splits): one head's tiles, latest first, then the next head's
+        i_tile, i_h, num_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
+    i_s = tl.program_id(2)
     i_b = tl.load(p_tile_seq + i_tile)
     tile_end = tl.load(p_cu_tiles + i_b + 1)
     if i_tile >= tile_end:
@@ -156,7 +162,7 @@ def _prefill_tma_kernel(
     if KV_SPLITS > 1:
         has_keys = (n_hi > n_lo) | (i_s == KV_SPLITS - 1)
         _store_partial(p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start, m_start,
-                       seq_len, i_h, i_s, tl.num_programs(1), KV_SPLITS, D, BM)  # fmt: skip
+                       seq_len, i_h, i_s, num_heads, KV_SPLITS, D, BM)  # fmt: skip
         return
     b_o = b_acc / b_l[:, None]
     if HAS_GATE:
@@ -296,13 +302,15 @@ def launch_prefill_tma(
         part_o = torch.empty(num_tokens, num_heads, splits, d, dtype=torch.float32, device=q.device)
         part_ml = torch.empty(num_tokens, num_heads, splits, 2, dtype=torch.float32,
                               device=q.device)  # fmt: skip
-    _prefill_tma_kernel[(grid, num_heads, splits)](
+    launch_grid = (num_heads, grid, splits) if config.heads_fastest else (grid, num_heads, splits)
+    _prefill_tma_kernel[launch_grid](
         desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o, part_o, part_ml,
         cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
         qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
         GROUP=num_heads // hkv, BLOCK_SIZE=k_cache.shape[1], D=d, BM=bm, BN=bn,
         HAS_GATE=gate is not None, USE_QK_PREFETCH=config.use_qk_prefetch, KV_SPLITS=splits,
-        DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
+        HEADS_FASTEST=config.heads_fastest, DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(num_tokens, num_heads)](
