@@ -10,6 +10,7 @@ Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tun
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -30,11 +31,15 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_prefill,
 )
 from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
-from sparkinfer.kernels.paged_attention.prefill import PrefillConfig, launch_prefill
+from sparkinfer.kernels.paged_attention.prefill import (
+    PrefillConfig,
+    default_prefill_config,
+    launch_prefill,
+)
 
 H, HKV, D, BLOCK_SIZE = 24, 4, 256, 64
 SCALE = D**-0.5
-PREFILL_LENGTHS = (4096, 16384, 32768)
+PREFILL_LENGTHS = (4096, 8192, 16384, 32768)
 # A prefix-cache hit: a short question (new tokens) after a long cached context.
 CACHED_PREFILLS = ((54, 32000), (128, 32000))
 # The defaults before few-row steps took 64-row tiles and up to 16 splits: timed beside them.
@@ -94,8 +99,9 @@ def _sdpa_prefill(x: dict[str, torch.Tensor]):
 
 
 def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
-    """One causal sequence against SDPA, each replayed from a CUDA graph: device time alone, as
-    a prefill step's kernels run behind the host."""
+    """One causal sequence: our default, the same kernel with the grid's other order (head-first
+    or tile-first, `PrefillConfig.heads_fastest`) and SDPA, each replayed from a CUDA graph:
+    device time alone, as a prefill step's kernels run behind the host."""
     rows = []
     for num_tokens in lengths:
         x = _prefill_inputs(num_tokens, device)
@@ -103,7 +109,11 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
         expected = _sdpa_prefill(x)()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         err = (_prefill_call(x)().float() - expected).abs().max().item()
         del expected
-        calls = {"fast": _prefill_call(x), "torch_sdpa": _sdpa_prefill(x)}
+        default = default_prefill_config(x["q"])
+        other_order = "tiles" if default.heads_fastest else "heads"
+        swapped = dataclasses.replace(default, heads_fastest=not default.heads_fastest)
+        calls = {"fast": _prefill_call(x), f"fast, {other_order} first": _prefill_call(x, swapped),
+                 "torch_sdpa": _sdpa_prefill(x)}  # fmt: skip
         times = {impl: time_graph([fn], warmup=warmup, iters=iters) for impl, fn in calls.items()}
         for impl, t in times.items():
             rows.append({
