@@ -73,8 +73,8 @@ INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware
 LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
 LARGE_GRID_BN = 32
 # Partials one merge program loads at once: 64 splits x 64 columns, 16 KiB of fp32 on 4 warps.
-# Against 16 splits x the whole D a load, looped, this took one sequence's 4K-context attention
-# from 16.0 to 11.2 us on the H200 (the merge's loop of dependent loads was a third of the call).
+# Against 16 splits x the whole D a load, looped, one sequence's 4K-context attention went from
+# 16.3 to 11.3 us on the H200 (the kernel records at 1dcf345 and 3e02ed6, docs/benchmarks.md).
 MERGE_TILE_ELEMENTS = 4096
 
 

@@ -41,9 +41,9 @@ KV_SPLIT_PROGRAMS_PER_SM = 3
 MAX_KV_SPLITS = 16
 # Grids of at most this many waves of (query tile, head) programs start every head's longest
 # tile first (PrefillConfig.heads_fastest): with few waves the causal grid's tail of long tiles
-# costs more than the K/V locality of one head's tiles running together. On the H200 head-first
-# ran one 2K / 4K prompt's attention 1.2x / 1.09x as fast and an 8K-32K one 0-5% slower (6 and
-# 12 waves at 4K and 8K; CUDA-graph timed, docs/benchmarks.md).
+# costs more than the K/V locality of one head's tiles running together. On the H200 a 4K
+# prompt's attention (6 waves) ran 1.09x as fast head-first, 8K-32K ones (12 waves and more)
+# 1.03x as fast tile-first (the paged attention kernel record at a8f4db2, docs/benchmarks.md).
 HEADS_FASTEST_MAX_WAVES = 8
 # Steps of at most this many new rows (a prefix-cache hit's short question) take 64-row query
 # tiles on 4 warps: a 128-row tile computes the rows past them for nothing.
