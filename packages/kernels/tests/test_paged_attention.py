@@ -19,7 +19,7 @@ from sparkinfer.kernels.paged_attention import (
 from sparkinfer.kernels.paged_attention import prefill as prefill_module
 from sparkinfer.kernels.paged_attention.decode import (
     DecodeConfig,
-    choose_min_split_len,
+    choose_max_splits,
     default_decode_config,
     launch_decode,
     merge_columns,
@@ -474,25 +474,21 @@ def test_decode_config_keeps_the_fixed_plan_in_batch_invariant_mode():
 
 @pytest.mark.parametrize(
     ("num_seqs", "expected"),
-    [(1, 64), (2, 64), (4, 64), (5, 128), (6, 128), (7, 192), (8, 192), (9, 256), (32, 256)],
+    [(1, 64), (2, 32), (4, 16), (8, 8), (16, 4), (24, 2), (32, 2), (64, 1), (256, 1)],
 )
-def test_choose_min_split_len_at_the_27b_shape_on_an_h200(num_seqs, expected):
-    """4 KV heads, 132 SMs: small batches get shorter splits; from 9 on the config's 256."""
-    config = DecodeConfig()
-    min_split_len = choose_min_split_len(num_seqs, 4, 132, config)
-    assert min_split_len == expected
-    # A 4096-key context then gives at least 4 programs per SM, or MAX_SPLITS one-tile splits.
-    num_splits = min(-(-4096 // min_split_len), config.MAX_SPLITS)
-    assert num_seqs * 4 * num_splits >= 4 * 132 or min_split_len == config.BN
+def test_choose_max_splits_at_the_27b_shape_on_an_h200(num_seqs, expected):
+    """4 KV heads, 132 SMs: about two programs an SM over a long context."""
+    max_splits = choose_max_splits(num_seqs, 4, 132, DecodeConfig())
+    assert max_splits == expected
+    assert 132 <= num_seqs * 4 * max_splits <= 4 * 132 or max_splits == 1
 
 
-def test_choose_min_split_len_stays_within_one_tile_and_the_config():
-    config = DecodeConfig(BN=32, MIN_SPLIT_LEN=160, MAX_SPLITS=16)
-    lens = [choose_min_split_len(n, 2, 40, config) for n in range(0, 200)]
-    assert lens == sorted(lens)  # never shorter for a larger batch
-    assert all(n % 32 == 0 and 32 <= n <= 160 for n in lens)
-    assert lens[0] == 32 and lens[-1] == 160
-    assert choose_min_split_len(1, 1, 1000, DecodeConfig(MIN_SPLIT_LEN=64)) == 64
+def test_choose_max_splits_is_a_falling_power_of_two_within_the_config():
+    config = DecodeConfig(MAX_SPLITS=16)
+    caps = [choose_max_splits(n, 2, 40, config) for n in range(0, 200)]
+    assert caps == sorted(caps, reverse=True)  # never more splits for a larger batch
+    assert all(c & (c - 1) == 0 and 1 <= c <= 16 for c in caps)
+    assert caps[0] == 16 and caps[-1] == 1
 
 
 def test_launchers_reject_bad_inputs():
@@ -573,20 +569,20 @@ def test_decode_real_shapes_on_gpu(is_invariant, assert_close):
             )
             if is_invariant:
                 assert torch.equal(single[0], out[i])
-            else:  # one sequence runs one-tile splits, the batch of 8 longer ones
+            else:  # one sequence runs up to 64 splits, the batch of 8 up to 8
                 assert_close(single[0], out[i])
 
 
 @pytest.mark.gpu
-def test_decode_large_batch_tiles_on_gpu(assert_close):
-    """From 16 sequences at 4 KV heads the default mode streams 32-key tiles (three programs an
-    SM); lengths on both sides of a tile, a block and a split, against the reference."""
+def test_decode_large_batch_plan_on_gpu(assert_close):
+    """16 sequences at 4 KV heads: the default mode caps a context at 4 splits of 64-key
+    descriptor tiles; lengths on both sides of a tile, a block and a split, against the
+    reference."""
     lens = [1, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 2049, 4095, 4096]
     b = _paged_batch([1] * len(lens), [n - 1 for n in lens], heads=(24, 4), d=256,
                      block_size=64, dtype=torch.bfloat16, device="cuda", seed=15)  # fmt: skip
     config = default_decode_config(b["q"], 4)
-    assert (config.BN, config.MIN_SPLIT_LEN) == (32, 256)
-    assert default_decode_config(b["q"][:8], 4).BN == DecodeConfig().BN  # 8 sequences: 64
+    assert (config.BN, config.MIN_SPLIT_LEN, config.MAX_SPLITS, config.use_tma) == (64, 64, 4, True)
     scale = 256**-0.5
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))

@@ -11,27 +11,24 @@ so a CUDA graph captures it).
 
 - Inside a `batch_invariant` phase MIN_SPLIT_LEN is the config's (256 on CUDA) whatever the
   batch, so a sequence's output is bit-identical whatever else shares the batch.
-- Otherwise (the default mode) MIN_SPLIT_LEN is chosen from the batch size and the KV-head count
-  (`choose_min_split_len`): the longest multiple of BN, at most the config's and at least one
-  tile, that cuts a BN * MAX_SPLITS-key context (4096 on CUDA) into enough splits for
-  num_seqs * HKV * splits >= PROGRAMS_PER_SM * multiprocessors. On an H200 (132 SMs) at 4 KV
-  heads that is 64 keys for 1-4 sequences, 128 for 5-6, 192 for 7-8 and the config's 256 from 9
-  on, so batch 32 keeps the batch-invariant plan. A row's output then depends on the batch size
-  (a CUDA graph bucket), through the split plan only. Splits shorten only while the grid is too
-  small: each extra split is one more fp32 partial to write and merge. From LARGE_GRID_ROWS
-  (sequences x KV heads: 16 sequences at 4 KV heads) the tiles are LARGE_GRID_BN keys: a 64-key
-  K and V tile pair takes 64 KiB of shared memory a stage, so at two stages one program held an
-  SM; 32-key tiles let three share one, which streamed a 4K context 3-5% faster at 16 and 32
-  sequences on the H200, and slower at one and at 8 with their shorter splits
-  (`sparkinfer.bench.kernels.paged_attention --tune` and the kernel records, docs/benchmarks.md).
+- Otherwise (the default mode) every tile may start a split (MIN_SPLIT_LEN = BN) and MAX_SPLITS
+  is chosen from the batch size and the KV-head count (`choose_max_splits`): the power of two
+  nearest PROGRAMS_PER_SM * multiprocessors / (num_seqs * HKV), at most the config's 64. A
+  context of at least BN * MAX_SPLITS keys then runs about two programs an SM whatever its
+  length: on an H200 (132 SMs) at 4 KV heads, 64 splits for one sequence, 8 for 8, 2 for 32
+  and one for 64. Fewer, longer splits write fewer fp32 partials for the merge to read; fewer
+  than about two programs an SM leave the last programs' loads without company. A row's output
+  then depends on the batch size (a CUDA graph bucket), through the split plan only. Against
+  the plan of at least four programs an SM in splits of at most 256 keys (32-key pointer tiles
+  from 16 sequences), this streams a 4K context faster from 2 sequences on (the kernel records,
+  docs/benchmarks.md).
 
 Tile loads: with `DecodeConfig.use_tma` (the CUDA default for the 64-key tiles) a BN-key tile,
 which lies inside one cache block, is one tensor-descriptor box of the caches viewed as
 [blocks * block_size, HKV * D]; V rows past the context are zeroed after the load, as the
 pointer loads' masks do, so a stale NaN in the block's tail never meets p = 0. The outputs are
 the pointer loads' bits. On the H200 descriptors streamed the 64-key tiles faster (one sequence
-at 4K context 16.1 against 18.0 us) and the 32-key tiles of large batches slower, which keep
-the pointer loads.
+at 4K context 16.1 against 18.0 us).
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments and branches,
@@ -43,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -65,13 +63,9 @@ from sparkinfer.kernels.paged_attention.prefill_tma import cache_layout_error, k
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
-# Split programs per multiprocessor that a small batch's grid aims for at a BN * MAX_SPLITS-key
-# context: a few waves, so no SM idles for want of a program and a part-filled last wave costs
-# little.
-PROGRAMS_PER_SM = 4
+# Split programs per multiprocessor that the default mode's grid aims for over a long context.
+PROGRAMS_PER_SM = 2
 INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
-LARGE_GRID_ROWS = 64  # sequences x KV heads from which the default mode takes LARGE_GRID_BN tiles
-LARGE_GRID_BN = 32
 # Partials one merge program loads at once: 64 splits x 64 columns, 16 KiB of fp32 on 4 warps.
 # Against 16 splits x the whole D a load, looped, one sequence's 4K-context attention went from
 # 16.3 to 11.3 us on the H200 (the kernel records at 1dcf345 and 3e02ed6, docs/benchmarks.md).
@@ -227,38 +221,27 @@ def num_multiprocessors(device: torch.device) -> int:
     )
 
 
-def choose_min_split_len(
-    num_seqs: int, num_kv_heads: int, num_sms: int, config: DecodeConfig
-) -> int:
-    """MIN_SPLIT_LEN of the default mode for a batch: see the module docstring.
-
-    The longest multiple of config.BN, between one tile and config.MIN_SPLIT_LEN, that cuts a
-    config.BN * config.MAX_SPLITS-key context into enough splits (at most MAX_SPLITS) for
-    num_seqs * num_kv_heads * splits >= PROGRAMS_PER_SM * num_sms.
-    """
-    num_rows = max(num_seqs * num_kv_heads, 1)
-    num_splits = min(triton.cdiv(PROGRAMS_PER_SM * num_sms, num_rows), config.MAX_SPLITS)
-    split_len = config.BN * config.MAX_SPLITS // num_splits // config.BN * config.BN
-    return min(config.MIN_SPLIT_LEN, max(config.BN, split_len))
+def choose_max_splits(num_seqs: int, num_kv_heads: int, num_sms: int, config: DecodeConfig) -> int:
+    """MAX_SPLITS of the default mode for a batch (see the module docstring): the power of two
+    nearest PROGRAMS_PER_SM * num_sms / (num_seqs * num_kv_heads) in log scale, between 1 and
+    config.MAX_SPLITS."""
+    wanted = PROGRAMS_PER_SM * num_sms / max(num_seqs * num_kv_heads, 1)
+    if wanted <= 1:
+        return 1
+    return min(config.MAX_SPLITS, 2 ** round(math.log2(wanted)))
 
 
 def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
     """Tiles measured on an H200 on CUDA, small tiles and splits for the CPU interpreter; outside
-    a batch-invariant phase the split length (and, on CUDA, the tile) is chosen for q's batch
-    size."""
+    a batch-invariant phase the split plan is chosen for q's batch size (`choose_max_splits`)."""
     if q.is_cuda:
         config = DecodeConfig(use_tma=True)
     else:
         config = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
     if current_phase() is not None:
         return config
-    min_split_len = choose_min_split_len(
-        q.shape[0], num_kv_heads, num_multiprocessors(q.device), config
-    )
-    is_large = q.is_cuda and q.shape[0] * num_kv_heads >= LARGE_GRID_ROWS
-    if is_large:  # pointer loads: descriptors streamed the 32-key tiles slower
-        config = dataclasses.replace(config, BN=LARGE_GRID_BN, use_tma=False)
-    return dataclasses.replace(config, MIN_SPLIT_LEN=min_split_len)
+    max_splits = choose_max_splits(q.shape[0], num_kv_heads, num_multiprocessors(q.device), config)
+    return dataclasses.replace(config, MIN_SPLIT_LEN=config.BN, MAX_SPLITS=max_splits)
 
 
 def _check(q, k_cache, v_cache, context_lens, block_tables, gate) -> None:
