@@ -16,11 +16,12 @@ so a CUDA graph captures it).
   nearest PROGRAMS_PER_SM * multiprocessors / (num_seqs * HKV), at most the config's 64. A
   context of at least BN * MAX_SPLITS keys then runs about two programs an SM whatever its
   length: on an H200 (132 SMs) at 4 KV heads, 64 splits for one sequence, 8 for 8, 2 for 32
-  and one for 64. Fewer, longer splits write fewer fp32 partials for the merge to read; fewer
-  than about two programs an SM leave the last programs' loads without company. A row's output
+  and one for 64. Fewer, longer splits write fewer fp32 partials for the merge to read; half as
+  many splits again (one program an SM) ran slower at every batch size tried. A row's output
   then depends on the batch size (a CUDA graph bucket), through the split plan only. Against
   the plan of at least four programs an SM in splits of at most 256 keys (32-key pointer tiles
-  from 16 sequences), this streams a 4K context faster from 2 sequences on (the kernel records,
+  from 16 sequences), this streamed a 4K context 1.05x as fast at 8 sequences and 1.16x at 32
+  on the H200, 32K-128K ones 1.05-1.09x (kernel records at 3e02ed6 and c0736e7,
   docs/benchmarks.md).
 
 Tile loads: with `DecodeConfig.use_tma` (the CUDA default for the 64-key tiles) a BN-key tile,
