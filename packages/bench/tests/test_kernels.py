@@ -144,3 +144,13 @@ def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypat
     assert one == rows[0] and sixty_four == rows[2]  # outside TMA_ROWS: kept as they were
     assert thirty_two["impl"] == "triton" and thirty_two["config"]["TMA"]
     assert thirty_two["tma_us"] == thirty_two["triton_us"] == 40.0
+
+
+def test_same_bytes_copies_move_half_the_traffic_each_way_between_distinct_buffers():
+    from sparkinfer.bench.kernels._graph_timing import same_bytes_copies
+
+    copies = same_bytes_copies(10, 3, torch.device("cpu"))
+    outputs = [copy() for copy in copies]
+    assert len(outputs) == 3 and all(isinstance(out, torch.Tensor) for out in outputs)
+    assert {out.numel() for out in outputs} == {5}
+    assert len({out.data_ptr() for out in outputs}) == 3

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import time_graph
+from sparkinfer.bench.kernels._graph_timing import same_bytes_copies, time_graph
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -220,9 +220,10 @@ def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device:
 
     "fast" is the op given the norm (in-kernel up to `recurrent.NORM_IN_KERNEL_MAX_SEQS` rows, a
     second launch above); "in-kernel" forces whole heads per program at every batch; "two
-    launches" runs the plain op then `gated_rms_norm`. Each is a CUDA-graph replay over one
-    state per layer of the model (48), with dependent launch on, as in the decode graphs, so
-    the states are not in L2.
+    launches" runs the plain op then `gated_rms_norm`; "copy, same bytes" copies the state's
+    size between distinct buffers (the traffic of a state read and written, what the size alone
+    allows). Each is a CUDA-graph replay over one state per layer of the model (48), with
+    dependent launch on, as in the decode graphs, so the states are not in L2.
     """
     from sparkinfer.kernels.dependent_launch import set_dependent_launch
 
@@ -278,6 +279,10 @@ def _decode_norm_times(
 
     fused = partial(_decode_op, slots=slots, norm=True)
     times = {"fast": timed(fused), "two launches": timed(two_launches)}
+    state_bytes = 2 * layers[0]["state"].numel() * layers[0]["state"].element_size()
+    copies = same_bytes_copies(state_bytes, NUM_GDN_LAYERS, torch.device(device))
+    t = time_graph(copies, warmup=warmup, iters=iters)
+    times["copy, same bytes"] = (t.median_ms, t.p90_ms)
     limit = recurrent.NORM_IN_KERNEL_MAX_SEQS
     recurrent.NORM_IN_KERNEL_MAX_SEQS = batch
     try:

@@ -2,7 +2,8 @@
 
 Prefill: one causal sequence through the paged cache, against torch SDPA on contiguous K/V (the
 ratio `vs_sdpa` > 1 means faster than SDPA). Decode: a batch of equal contexts, as a fraction of
-this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V. Both impls of every
+this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V and a copy moving
+the same bytes (up to 1 GiB). Both impls of every
 row are replayed from CUDA graphs: device time alone, as the engine's steps run them. `--tune`
 sweeps tile configs.
 Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
@@ -22,6 +23,7 @@ from sparkinfer.bench.kernels._graph_timing import (
     bandwidth_row,
     copy_bandwidth,
     rotation_copies,
+    same_bytes_copies,
     time_graph,
 )
 from sparkinfer.bench.timing import time_cuda
@@ -48,6 +50,10 @@ EARLIER_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2,
 DECODE_BATCHES = (1, 8, 32)
 DECODE_CONTEXTS = (4096, 32768, 131072)
 MAX_SDPA_BYTES = 40 * 2**30
+# A graph-replayed copy moving a decode row's K/V bytes, beside it up to this size: what the
+# size alone allows (a copy of a few MiB runs far below the copy rate of large buffers).
+MAX_COPY_PEER_BYTES = 2**30
+COPY_PEER = "copy, same bytes"
 
 Row = dict[str, Any]
 
@@ -214,6 +220,11 @@ def bench_decode(device, batches, contexts, *, warmup: int, iters: int) -> list[
         times = {"fast": time_graph([_decode_call(x) for x in xs], warmup=warmup, iters=iters)}
         del xs
         torch.cuda.empty_cache()
+        if kv_bytes <= MAX_COPY_PEER_BYTES:
+            copies = same_bytes_copies(kv_bytes, rotation_copies(kv_bytes), device)
+            times[COPY_PEER] = time_graph(copies, warmup=warmup, iters=iters)
+            del copies
+            torch.cuda.empty_cache()
         if kv_bytes <= MAX_SDPA_BYTES:
             times["torch_sdpa"] = time_graph([_sdpa_decode(batch, context, device)],
                                              warmup=warmup, iters=iters)  # fmt: skip
