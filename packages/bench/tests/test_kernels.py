@@ -149,8 +149,9 @@ def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypat
 def test_same_bytes_copies_move_half_the_traffic_each_way_between_distinct_buffers():
     from sparkinfer.bench.kernels._graph_timing import same_bytes_copies
 
-    copies = same_bytes_copies(10, 3, torch.device("cpu"))
+    copies = same_bytes_copies(80, 3, torch.device("cpu"))
     outputs = [copy() for copy in copies]
     assert len(outputs) == 3 and all(isinstance(out, torch.Tensor) for out in outputs)
-    assert {out.numel() for out in outputs} == {5}
+    assert {out.numel() * out.element_size() for out in outputs} == {40}
+    assert all(torch.equal(out, torch.ones_like(out)) for out in outputs)
     assert len({out.data_ptr() for out in outputs}) == 3

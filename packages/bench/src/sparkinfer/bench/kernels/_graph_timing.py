@@ -52,14 +52,19 @@ def time_graph(calls: Sequence[Callable[[], object]], *, warmup: int, iters: int
 
 
 def same_bytes_copies(nbytes: int, count: int, device: torch.device) -> list[Callable[[], object]]:
-    """`count` copies between distinct buffers, each reading nbytes // 2 and writing as many: the
-    traffic of a kernel that moves `nbytes`, as a peer row timed like it (`time_graph`). At the
-    few MiB of a one-sequence decode a graph-replayed copy stays far below the copy rate of
-    large buffers, which bounds what any kernel of that size reaches."""
-    half = max(nbytes // 2, 1)
-    srcs = [torch.empty(half, dtype=torch.uint8, device=device) for _ in range(count)]
+    """`count` copies between distinct fp32 buffers, each reading nbytes // 2 and writing as
+    many: the traffic of a kernel that moves `nbytes`, as a peer row timed like it
+    (`time_graph`). Each copy is an elementwise kernel (a multiply by one), since a plain copy
+    captured in a graph becomes a memcpy node, which runs slower. At the few MiB of a
+    one-sequence decode such a copy stays far below the copy rate of large buffers, which
+    bounds what any kernel of that size reaches."""
+    numel = max(nbytes // 8, 1)
+    srcs = [torch.ones(numel, dtype=torch.float32, device=device) for _ in range(count)]
     dsts = [torch.empty_like(src) for src in srcs]
-    return [lambda src=src, dst=dst: dst.copy_(src) for src, dst in zip(srcs, dsts, strict=True)]
+    return [
+        lambda src=src, dst=dst: torch.mul(src, 1.0, out=dst)
+        for src, dst in zip(srcs, dsts, strict=True)
+    ]
 
 
 def copy_bandwidth(device: torch.device, *, mib: int = 1024) -> float:
