@@ -590,12 +590,13 @@ def test_decode_large_batch_plan_on_gpu(assert_close):
 
 @pytest.mark.gpu
 def test_decode_small_batch_plan_on_gpu(assert_close):
-    """Four sequences in the default mode (one-tile splits on an H200): 1 key, one tile, the
-    4096 keys where 64 one-tile splits reach MAX_SPLITS, and past it."""
+    """Four sequences in the default mode (every tile may start a split, at most 16 on an
+    H200): 1 key, one tile, 4096 keys in 16 splits of 4 tiles, and past 40,000."""
     b = _paged_batch([1] * 4, [0, 63, 4095, 40000], heads=(24, 4), d=256, block_size=64,
                      dtype=torch.bfloat16, device="cuda", seed=14)  # fmt: skip
     scale = 256**-0.5
-    assert default_decode_config(b["q"], 4).MIN_SPLIT_LEN < DecodeConfig().MIN_SPLIT_LEN
+    config = default_decode_config(b["q"], 4)
+    assert (config.MIN_SPLIT_LEN, config.MAX_SPLITS) == (64, 16)
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
 
