@@ -575,14 +575,16 @@ def test_decode_real_shapes_on_gpu(is_invariant, assert_close):
 
 @pytest.mark.gpu
 def test_decode_large_batch_plan_on_gpu(assert_close):
-    """16 sequences at 4 KV heads: the default mode caps a context at 4 splits of 64-key
-    descriptor tiles; lengths on both sides of a tile, a block and a split, against the
+    """16 sequences at 4 KV heads: the default mode caps a context at 4 splits (on an H200) of
+    64-key descriptor tiles; lengths on both sides of a tile, a block and a split, against the
     reference."""
     lens = [1, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 2049, 4095, 4096]
     b = _paged_batch([1] * len(lens), [n - 1 for n in lens], heads=(24, 4), d=256,
                      block_size=64, dtype=torch.bfloat16, device="cuda", seed=15)  # fmt: skip
     config = default_decode_config(b["q"], 4)
-    assert (config.BN, config.MIN_SPLIT_LEN, config.MAX_SPLITS, config.use_tma) == (64, 64, 4, True)
+    cap = choose_max_splits(16, 4, num_multiprocessors(b["q"].device), DecodeConfig())
+    assert (config.BN, config.MIN_SPLIT_LEN, config.use_tma) == (64, 64, True)
+    assert cap == config.MAX_SPLITS
     scale = 256**-0.5
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
@@ -596,7 +598,9 @@ def test_decode_small_batch_plan_on_gpu(assert_close):
                      dtype=torch.bfloat16, device="cuda", seed=14)  # fmt: skip
     scale = 256**-0.5
     config = default_decode_config(b["q"], 4)
-    assert (config.MIN_SPLIT_LEN, config.MAX_SPLITS) == (64, 16)
+    cap = choose_max_splits(4, 4, num_multiprocessors(b["q"].device), DecodeConfig())
+    assert config.MIN_SPLIT_LEN == 64
+    assert cap == config.MAX_SPLITS  # 16 on an H200
     out = _decode(paged_attention_decode, b, b["q"], b["gate"], scale)
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
 
