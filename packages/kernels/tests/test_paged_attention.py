@@ -295,6 +295,36 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
         assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 
 
+@pytest.mark.parametrize("heads_first", [False, True], ids=["tiles_first", "heads_first"])
+@pytest.mark.parametrize("heads", [(4, 2), (6, 1), (3, 3)], ids=["gqa2", "gqa6", "mha"])
+def test_prefill_tma_packed_heads_give_the_unpacked_bits(heads, heads_first, tma_only,
+                                                         assert_close):  # fmt: skip
+    """A KV head's query heads packed into a tile's rows: the same keys in the same tile order
+    for every row, so the same bits as one head a tile (no key splits); ragged lengths and
+    prefixes, tiles holding the end of one token's heads and the start of the next's, stale NaN
+    cache rows."""
+    lens, cached = [1, 63, 17, 40, 5, 129], [0, 5, 31, 100, 64, 2]
+    b = _paged_batch(lens, cached, heads=heads, block_size=32, dtype=torch.float16, seed=50)
+    _stale_nan_rows(b)
+    config = dataclasses.replace(TMA_TILES, heads_fastest=heads_first)
+    packed = _launch(b, dataclasses.replace(config, pack_gqa=True))
+    assert torch.equal(packed, _launch(b, config))
+    assert_close(packed, _prefill(paged_attention_prefill_ref, b))
+
+
+@pytest.mark.parametrize("splits", [2, 16])
+def test_prefill_tma_packed_heads_with_kv_splits(splits, tma_only, assert_close):
+    """Packed rows over keys cut into ranges: a prefix-cache hit's few tokens over long and
+    short prefixes (empty splits), without a gate."""
+    lens, cached = [1, 9, 3, 33], [300, 100, 5, 0]
+    b = _paged_batch(lens, cached, heads=(6, 1), block_size=32, dtype=torch.float16,
+                     seed=60 + splits)  # fmt: skip
+    _stale_nan_rows(b)
+    config = dataclasses.replace(TMA_TILES, kv_splits=splits, pack_gqa=True)
+    _check(_launch(b, config, 0.2, False), _prefill(paged_attention_prefill_ref, b, 0.2, False),
+           assert_close)  # fmt: skip
+
+
 @pytest.mark.parametrize("splits", [1, 4])
 def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only):
     """The head-first grid runs the same programs in another order: identical outputs, with and
@@ -369,6 +399,8 @@ def test_prefill_config_rejects_bad_fields():
         PrefillConfig(kv_splits=2)
     with pytest.raises(ValueError, match="set use_tma=True"):
         PrefillConfig(heads_fastest=True)
+    with pytest.raises(ValueError, match="set use_tma=True"):
+        PrefillConfig(pack_gqa=True)
     with pytest.raises(ValueError, match="kv_splits is 3"):
         PrefillConfig(use_tma=True, kv_splits=3)
 
@@ -605,6 +637,10 @@ def test_decode_small_batch_plan_on_gpu(assert_close):
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
 
 
+PACKED_SPLIT_TILES = PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True,
+                                   pack_gqa=True, kv_splits=4, heads_fastest=True)  # fmt: skip
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "config",
@@ -613,6 +649,8 @@ def test_decode_small_batch_plan_on_gpu(assert_close):
         PrefillConfig(BM=128, BN=32, num_warps=8, num_stages=3, use_tma=True),
         PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True, use_qk_prefetch=True),
         PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True),
+        PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True, pack_gqa=True),
+        PACKED_SPLIT_TILES,
     ],
 )
 def test_prefill_tma_real_shapes_on_gpu(config, tma_only, assert_close):

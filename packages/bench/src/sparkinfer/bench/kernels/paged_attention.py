@@ -32,9 +32,14 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill,
 )
-from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
+from sparkinfer.kernels.paged_attention.decode import (
+    DecodeConfig,
+    launch_decode,
+    num_multiprocessors,
+)
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
+    choose_kv_splits,
     default_prefill_config,
     launch_prefill,
 )
@@ -156,7 +161,13 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
 
         expected = sdpa()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         calls = {"fast": _prefill_call(x), "fast, 128-row tiles, 8 splits":
-                 _prefill_call(x, EARLIER_FEW_ROW_CONFIG), "torch_sdpa": sdpa}  # fmt: skip
+                 _prefill_call(x, EARLIER_FEW_ROW_CONFIG)}  # fmt: skip
+        for rows, warps in ((128, 8), (64, 4)):
+            packed = _packed_config(num_new, rows, warps, device)
+            calls[f"fast, packed heads, {rows}-row tiles, {packed.kv_splits} splits"] = (
+                _prefill_call(x, packed)
+            )
+        calls["torch_sdpa"] = sdpa
         errs = {impl: (calls[impl]().float() - expected).abs().max().item()
                 for impl in calls if impl != "torch_sdpa"}  # fmt: skip
         times = {impl: time_graph([fn], warmup=warmup, iters=iters) for impl, fn in calls.items()}
@@ -173,6 +184,15 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
         del full, x, q, k, v, expected
         torch.cuda.empty_cache()
     return rows
+
+
+def _packed_config(num_new: int, rows: int, warps: int, device: torch.device) -> PrefillConfig:
+    """The TMA kernel with each KV head's query heads packed into `rows`-row tiles, its keys
+    split as the default mode splits a grid of that many programs."""
+    programs = (-(-num_new * (H // HKV) // rows) + 1) * HKV
+    splits = choose_kv_splits(programs, num_multiprocessors(device))
+    return PrefillConfig(BM=rows, BN=64, num_warps=warps, num_stages=2, use_tma=True,
+                         kv_splits=splits, heads_fastest=True, pack_gqa=True)  # fmt: skip
 
 
 def _decode_inputs(batch: int, context: int, device: torch.device) -> list[dict[str, torch.Tensor]]:

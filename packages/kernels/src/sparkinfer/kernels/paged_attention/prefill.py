@@ -60,7 +60,9 @@ class PrefillConfig:
     Q K^T before the current tile's softmax. kv_splits (TMA kernel only, a power of two) cuts
     each query tile's keys into that many ranges run by separate programs, merged after.
     heads_fastest (TMA kernel only) orders the grid head-first, so the longest tiles of every
-    head start first; the outputs are the same bits either way.
+    head start first; the outputs are the same bits either way. pack_gqa (TMA kernel only) packs
+    the query heads of one KV head into a tile's rows ((token, head) pairs), so a step of few
+    tokens fills its tiles and each K/V tile serves the whole group.
     """
 
     BM: int = 128
@@ -71,6 +73,7 @@ class PrefillConfig:
     use_qk_prefetch: bool = False
     kv_splits: int = 1
     heads_fastest: bool = False
+    pack_gqa: bool = False
 
     def __post_init__(self) -> None:
         for name, tile in (("BM", self.BM), ("BN", self.BN)):
@@ -85,9 +88,10 @@ class PrefillConfig:
             raise ValueError(
                 f"PrefillConfig.kv_splits is {self.kv_splits}; expected a power of two >= 1"
             )
-        if (self.use_qk_prefetch or self.kv_splits > 1 or self.heads_fastest) and not self.use_tma:
-            raise ValueError("PrefillConfig.use_qk_prefetch, kv_splits and heads_fastest apply to "
-                             "the TMA kernel only: set use_tma=True too")  # fmt: skip
+        is_tma_only = self.use_qk_prefetch or self.kv_splits > 1 or self.heads_fastest
+        if (is_tma_only or self.pack_gqa) and not self.use_tma:
+            raise ValueError("PrefillConfig.use_qk_prefetch, kv_splits, heads_fastest and pack_gqa "
+                             "apply to the TMA kernel only: set use_tma=True too")  # fmt: skip
 
 
 @triton.jit
@@ -262,16 +266,21 @@ def _tile_map(
 
 
 def _cached_tile_map(
-    cu_seqlens: torch.Tensor, num_tokens: int, bm: int, index_cache: IndexCache | None
+    cu_seqlens: torch.Tensor,
+    num_tokens: int,
+    bm: int,
+    index_cache: IndexCache | None,
+    rows_per_token: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """`_tile_map`, shared through ``index_cache``."""
-    grid = triton.cdiv(num_tokens, bm) + cu_seqlens.shape[0] - 1
+    """`_tile_map` over rows_per_token rows a token (the heads of a packed tile), shared through
+    ``index_cache``."""
+    grid = triton.cdiv(num_tokens * rows_per_token, bm) + cu_seqlens.shape[0] - 1
     tile_seq, cu_tiles = cached_index_tables(
         index_cache,
-        f"paged_attention_prefill:BM={bm}",
+        f"paged_attention_prefill:BM={bm}:rows={rows_per_token}",
         cu_seqlens,
         grid,
-        lambda: _tile_map(cu_seqlens, num_tokens, bm)[:2],
+        lambda: _tile_map(cu_seqlens * rows_per_token, num_tokens * rows_per_token, bm)[:2],
     )
     return tile_seq, cu_tiles, grid
 
@@ -295,8 +304,12 @@ def launch_prefill(
     num_seqs, (num_tokens, num_heads, d) = cu_seqlens.shape[0] - 1, q.shape
     if num_tokens == 0 or num_seqs == 0:
         return o
-    tile_seq, cu_tiles, grid = _cached_tile_map(cu_seqlens, num_tokens, config.BM, index_cache)
-    if config.use_tma and tma_layout_error(q, k_cache, v_cache, gate, config) is None:
+    use_tma = config.use_tma and tma_layout_error(q, k_cache, v_cache, gate, config) is None
+    rows_per_token = num_heads // k_cache.shape[2] if use_tma and config.pack_gqa else 1
+    tile_seq, cu_tiles, grid = _cached_tile_map(
+        cu_seqlens, num_tokens, config.BM, index_cache, rows_per_token
+    )
+    if use_tma:
         launch_prefill_tma(
             o, q, k_cache, v_cache, gate=gate, index=(cu_seqlens, cached_lens, block_tables),
             tile_map=(tile_seq, cu_tiles, grid), qk_scale=scale * LOG2E, config=config,

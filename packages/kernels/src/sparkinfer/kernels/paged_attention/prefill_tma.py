@@ -103,6 +103,44 @@ def _unmasked_tiles(
 
 
 @triton.jit
+def _attend_rows(
+    b_q, o_pos, pos_lo, pos_end, ctx_len, i_s, desc_k, desc_v, p_bt, kv_col, qk_scale,
+    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    USE_QK_PREFETCH: tl.constexpr, KV_SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Softmax state (acc, m, l) of query rows at positions o_pos (from pos_lo, all below
+    pos_end) over split i_s of their keys, and whether the split read any key.
+
+    Keys up to pos_lo are visible to every row: whole tiles of them run unmasked, cut into
+    KV_SPLITS ranges; the last split also takes the tiles on the diagonal, masked per row.
+    """
+    b_acc = tl.zeros((BM, D), dtype=tl.float32)
+    b_m = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    b_l = tl.zeros((BM,), dtype=tl.float32)
+    n_full = (pos_lo + 1) // BN * BN
+    split_len = tl.cdiv(n_full // BN, KV_SPLITS) * BN
+    n_lo = tl.minimum(i_s * split_len, n_full)
+    n_hi = tl.minimum(n_lo + split_len, n_full)
+    b_acc, b_m, b_l = _unmasked_tiles(
+        b_q, b_acc, b_m, b_l, n_lo, n_hi, desc_k, desc_v, p_bt, kv_col, qk_scale,
+        BLOCK_SIZE, BN, USE_QK_PREFETCH, DOT_DTYPE,
+    )  # fmt: skip
+    n_end = tl.minimum(ctx_len, pos_end)
+    if i_s < KV_SPLITS - 1:
+        n_end = n_full  # the diagonal belongs to the last split
+    for n0 in range(n_full, n_end, BN):
+        row = kv_row(p_bt, n0, BLOCK_SIZE)
+        b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
+        o_n = n0 + tl.arange(0, BN)
+        m_n = o_n < ctx_len
+        b_s = tl.where((o_n[None, :] <= o_pos[:, None]) & m_n[None, :], b_s, float("-inf"))
+        # Rows past the context are stale cache contents, possibly NaN: P = 0 does not hide NaN.
+        b_v = tl.where(m_n[:, None], desc_v.load([row, kv_col]).to(DOT_DTYPE), 0.0)
+        b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
+    return b_acc, b_m, b_l, (n_hi > n_lo) | (i_s == KV_SPLITS - 1)
+
+
+@triton.jit
 def _prefill_tma_kernel(
     desc_q, desc_k, desc_v, desc_g, desc_o, p_o, p_part_o, p_part_ml,
     p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
@@ -133,36 +171,15 @@ def _prefill_tma_kernel(
     b_q = desc_q.load([row0, i_h * stride_qh]).to(DOT_DTYPE)  # stays in shared memory
     kv_col = (i_h // GROUP) * D
     p_bt += i_b.to(tl.int64) * stride_btb
-    b_acc = tl.zeros((BM, D), dtype=tl.float32)
-    b_m = tl.full((BM,), float("-inf"), dtype=tl.float32)
-    b_l = tl.zeros((BM,), dtype=tl.float32)
-    # Keys up to the first row's position are visible to every row: no mask needed there.
-    n_full = (cached + m_start + 1) // BN * BN
-    # This split's share of them, whole tiles; the last split also takes the diagonal.
-    split_len = tl.cdiv(n_full // BN, KV_SPLITS) * BN
-    n_lo = tl.minimum(i_s * split_len, n_full)
-    n_hi = tl.minimum(n_lo + split_len, n_full)
-    b_acc, b_m, b_l = _unmasked_tiles(
-        b_q, b_acc, b_m, b_l, n_lo, n_hi, desc_k, desc_v, p_bt, kv_col, qk_scale,
-        BLOCK_SIZE, BN, USE_QK_PREFETCH, DOT_DTYPE,
+    b_acc, b_m, b_l, has_keys = _attend_rows(
+        b_q, o_pos, cached + m_start, cached + m_start + BM, ctx_len, i_s, desc_k, desc_v, p_bt,
+        kv_col, qk_scale, BM, BN, D, BLOCK_SIZE, USE_QK_PREFETCH, KV_SPLITS, DOT_DTYPE,
     )  # fmt: skip
-    n_end = tl.minimum(ctx_len, cached + m_start + BM)
-    if i_s < KV_SPLITS - 1:
-        n_end = n_full  # the diagonal belongs to the last split
-    for n0 in range(n_full, n_end, BN):
-        row = kv_row(p_bt, n0, BLOCK_SIZE)
-        b_s = _scores(b_q, desc_k, row, kv_col, qk_scale, DOT_DTYPE)
-        o_n = n0 + tl.arange(0, BN)
-        m_n = o_n < ctx_len
-        b_s = tl.where((o_n[None, :] <= o_pos[:, None]) & m_n[None, :], b_s, float("-inf"))
-        # Rows past the context are stale cache contents, possibly NaN: P = 0 does not hide NaN.
-        b_v = tl.where(m_n[:, None], desc_v.load([row, kv_col]).to(DOT_DTYPE), 0.0)
-        b_acc, b_m, b_l = _fold(b_s, b_v, b_acc, b_m, b_l, DOT_DTYPE)
 
     if KV_SPLITS > 1:
-        has_keys = (n_hi > n_lo) | (i_s == KV_SPLITS - 1)
-        _store_partial(p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start, m_start,
-                       seq_len, i_h, i_s, num_heads, KV_SPLITS, D, BM)  # fmt: skip
+        o_m = m_start + tl.arange(0, BM)
+        _store_partial(p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start + o_m, i_h,
+                       o_m < seq_len, i_s, num_heads, KV_SPLITS, D)  # fmt: skip
         return
     b_o = b_acc / b_l[:, None]
     if HAS_GATE:
@@ -179,21 +196,76 @@ def _prefill_tma_kernel(
 
 
 @triton.jit
-def _store_partial(
-    p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, seq_start, m_start, seq_len, i_h, i_s,
-    num_heads, KV_SPLITS: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+def _prefill_tma_packed_kernel(
+    desc_k, desc_v, p_q, p_g, p_o, p_part_o, p_part_ml,
+    p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
+    qk_scale, stride_qt, stride_qh, stride_gt, stride_gh, stride_ot, stride_oh, stride_btb,
+    GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
+    KV_SPLITS: tl.constexpr, HEADS_FASTEST: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    """A split's rows: (m, l) [T, H, KV_SPLITS, 2] fp32 always (l = 0: no keys), and the
-    normalised o [T, H, KV_SPLITS, D] fp32 when it read any key (the merge reads o where l > 0)."""
-    o_m = m_start + tl.arange(0, BM)
-    m_m = o_m < seq_len
-    o_part = ((seq_start + o_m).to(tl.int64) * num_heads + i_h) * KV_SPLITS + i_s  # [BM]
+    """`_prefill_tma_kernel` with the GROUP query heads of one KV head packed into the rows of a
+    tile: packed row r of a sequence is token r // GROUP, head kvh * GROUP + r % GROUP, so a
+    step of few tokens fills its tiles and each K/V tile serves every head of its group."""
+    if HEADS_FASTEST:  # grid (KV heads, tiles, splits)
+        i_kvh, i_tile = tl.program_id(0), tl.program_id(1)
+    else:  # grid (tiles, KV heads, splits)
+        i_tile, i_kvh = tl.program_id(0), tl.program_id(1)
+    i_s = tl.program_id(2)
+    num_heads = GROUP * (tl.num_programs(0) if HEADS_FASTEST else tl.num_programs(1))
+    i_b = tl.load(p_tile_seq + i_tile)
+    tile_end = tl.load(p_cu_tiles + i_b + 1)
+    if i_tile >= tile_end:
+        return
+    seq_start = tl.load(p_cu + i_b)
+    seq_len = tl.load(p_cu + i_b + 1) - seq_start
+    cached = tl.load(p_cached + i_b)
+    ctx_len = cached + seq_len
+    r_start = (tile_end - 1 - i_tile) * BM  # latest tiles first, as the unpacked kernel
+    o_r = r_start + tl.arange(0, BM)
+    o_m = o_r // GROUP  # token of each row within the sequence
+    o_h = i_kvh * GROUP + o_r % GROUP  # query head of each row
+    m_rows = o_m < seq_len
+    o_t = (seq_start + o_m).to(tl.int64)
+    o_d = tl.arange(0, D)
+    b_q = tl.load(p_q + o_t[:, None] * stride_qt + o_h[:, None] * stride_qh + o_d[None, :],
+                  mask=m_rows[:, None], other=0.0).to(DOT_DTYPE)  # fmt: skip
+    o_pos = cached + o_m
+    last = tl.minimum((r_start + BM - 1) // GROUP, seq_len - 1)
+    p_bt += i_b.to(tl.int64) * stride_btb
+    b_acc, b_m, b_l, has_keys = _attend_rows(
+        b_q, o_pos, cached + r_start // GROUP, cached + last + 1, ctx_len, i_s, desc_k, desc_v,
+        p_bt, i_kvh * D, qk_scale, BM, BN, D, BLOCK_SIZE, USE_QK_PREFETCH, KV_SPLITS, DOT_DTYPE,
+    )  # fmt: skip
+
+    if KV_SPLITS > 1:
+        _store_partial(p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, o_t, o_h, m_rows, i_s,
+                       num_heads, KV_SPLITS, D)  # fmt: skip
+        return
+    b_o = b_acc / b_l[:, None]
+    if HAS_GATE:
+        b_g = tl.load(p_g + o_t[:, None] * stride_gt + o_h[:, None] * stride_gh + o_d[None, :],
+                      mask=m_rows[:, None], other=0.0).to(tl.float32)  # fmt: skip
+        b_o = b_o * tl.sigmoid(b_g)
+    p_out = p_o + o_t[:, None] * stride_ot + o_h[:, None] * stride_oh + o_d[None, :]
+    tl.store(p_out, b_o.to(p_o.dtype.element_ty), mask=m_rows[:, None])
+
+
+@triton.jit
+def _store_partial(
+    p_part_o, p_part_ml, b_acc, b_m, b_l, has_keys, o_t, o_h, m_rows, i_s, num_heads,
+    KV_SPLITS: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    """A split's rows (token o_t, head o_h, stored where m_rows): (m, l) [T, H, KV_SPLITS, 2] fp32
+    always (l = 0: no keys), and the normalised o [T, H, KV_SPLITS, D] fp32 when it read any
+    key (the merge reads o where l > 0)."""
+    o_part = (o_t.to(tl.int64) * num_heads + o_h) * KV_SPLITS + i_s  # [BM]
     if has_keys:
         b_o = b_acc / b_l[:, None]
         tl.store(p_part_o + o_part[:, None] * D + tl.arange(0, D)[None, :], b_o,
-                 mask=m_m[:, None])  # fmt: skip
-    tl.store(p_part_ml + o_part * 2, b_m, mask=m_m)
-    tl.store(p_part_ml + o_part * 2 + 1, b_l, mask=m_m)
+                 mask=m_rows[:, None])  # fmt: skip
+    tl.store(p_part_ml + o_part * 2, b_m, mask=m_rows)
+    tl.store(p_part_ml + o_part * 2 + 1, b_l, mask=m_rows)
 
 
 @triton.jit
@@ -275,7 +347,8 @@ def launch_prefill_tma(
 ) -> None:
     """Fill o [T, H, D] (contiguous) with the TMA kernel; inputs passed tma_layout_error.
 
-    index is (cu_seqlens, cached_lens, block_tables); tile_map is prefill._tile_map's result.
+    index is (cu_seqlens, cached_lens, block_tables); tile_map is prefill._tile_map's result
+    over the tiles' rows: tokens, or (token, head) pairs of a KV head with config.pack_gqa.
     """
     num_tokens, num_heads, d = q.shape
     bm, bn = config.BM, config.BN
@@ -291,9 +364,7 @@ def launch_prefill_tma(
         cols = (num_heads - 1) * t.stride(1) + d
         return TensorDescriptor(t, [num_tokens, cols], [t.stride(0), 1], [bm, d])
 
-    desc_q = _heads(q)
     g = gate if gate is not None else q
-    desc_o = TensorDescriptor(o, [num_tokens, num_heads * d], [o.stride(0), 1], [bm, d])
     cu_seqlens, cached_lens, block_tables = index
     tile_seq, cu_tiles, grid = tile_map
     splits = config.kv_splits
@@ -302,16 +373,29 @@ def launch_prefill_tma(
         part_o = torch.empty(num_tokens, num_heads, splits, d, dtype=torch.float32, device=q.device)
         part_ml = torch.empty(num_tokens, num_heads, splits, 2, dtype=torch.float32,
                               device=q.device)  # fmt: skip
-    launch_grid = (num_heads, grid, splits) if config.heads_fastest else (grid, num_heads, splits)
-    _prefill_tma_kernel[launch_grid](
-        desc_q, _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o, part_o, part_ml,
-        cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
-        qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
-        GROUP=num_heads // hkv, BLOCK_SIZE=k_cache.shape[1], D=d, BM=bm, BN=bn,
-        HAS_GATE=gate is not None, USE_QK_PREFETCH=config.use_qk_prefetch, KV_SPLITS=splits,
-        HEADS_FASTEST=config.heads_fastest, DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )  # fmt: skip
+    lanes = hkv if config.pack_gqa else num_heads  # programs across the heads
+    launch_grid = (lanes, grid, splits) if config.heads_fastest else (grid, lanes, splits)
+    constants = {
+        "GROUP": num_heads // hkv, "BLOCK_SIZE": k_cache.shape[1], "D": d, "BM": bm, "BN": bn,
+        "HAS_GATE": gate is not None, "USE_QK_PREFETCH": config.use_qk_prefetch,
+        "KV_SPLITS": splits, "HEADS_FASTEST": config.heads_fastest, "DOT_DTYPE": dot_dtype(q),
+        "num_warps": config.num_warps, "num_stages": config.num_stages,
+    }  # fmt: skip
+    if config.pack_gqa:
+        _prefill_tma_packed_kernel[launch_grid](
+            _kv(k_cache), _kv(v_cache), q, g, o, part_o, part_ml,
+            cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles, qk_scale,
+            q.stride(0), q.stride(1), g.stride(0), g.stride(1), o.stride(0), o.stride(1),
+            block_tables.stride(0), **constants,
+        )  # fmt: skip
+    else:
+        desc_o = TensorDescriptor(o, [num_tokens, num_heads * d], [o.stride(0), 1], [bm, d])
+        _prefill_tma_kernel[launch_grid](
+            _heads(q), _kv(k_cache), _kv(v_cache), _heads(g), desc_o, o, part_o, part_ml,
+            cu_seqlens, cached_lens, block_tables, tile_seq, cu_tiles,
+            qk_scale, q.stride(1), g.stride(1), o.stride(0), o.stride(1), block_tables.stride(0),
+            **constants,
+        )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(num_tokens, num_heads)](
             part_o, part_ml, g, o, g.stride(0), g.stride(1), o.stride(0), o.stride(1),
