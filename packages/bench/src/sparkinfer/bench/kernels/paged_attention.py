@@ -162,9 +162,9 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
         expected = sdpa()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         calls = {"fast": _prefill_call(x), "fast, 128-row tiles, 8 splits":
                  _prefill_call(x, EARLIER_FEW_ROW_CONFIG)}  # fmt: skip
-        for rows, warps in ((128, 8), (64, 4)):
-            packed = _packed_config(num_new, rows, warps, device)
-            calls[f"fast, packed heads, {rows}-row tiles, {packed.kv_splits} splits"] = (
+        for tile_rows, warps in ((128, 8), (64, 4)):
+            packed = _packed_config(num_new, tile_rows, warps, device)
+            calls[f"fast, packed heads, {tile_rows}-row tiles, {packed.kv_splits} splits"] = (
                 _prefill_call(x, packed)
             )
         calls["torch_sdpa"] = sdpa
