@@ -277,9 +277,9 @@ def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, tile, expected
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
 def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
-    """The default mode splits the keys of a step with few query tiles (16 splits here, of
-    64-row tiles for at most 64 rows); a batch-invariant phase keeps one 128-row program per
-    tile. Both against the reference."""
+    """The default mode splits the keys of a step with few query tiles (16 splits here) and
+    packs a KV head's query heads into the tiles' rows for at most 64 rows; a batch-invariant
+    phase keeps one 128-row program per tile and head. Both against the reference."""
     for lens in ([54, 1, 10], [40, 1, 10, 13]):
         b = _paged_batch(lens, [32000, 4095, 0, 700][: len(lens)], heads=(24, 4), d=256,
                          block_size=64, dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
@@ -287,10 +287,10 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
         phase = batch_invariant("prefill") if is_invariant else contextlib.nullcontext()
         scale = 256**-0.5
         with phase:
-            config = default_prefill_config(b["q"])
+            config = default_prefill_config(b["q"], 4)
             assert config.kv_splits == (1 if is_invariant else 16)
-            tile_rows = config.BM
-            assert tile_rows == (64 if sum(lens) <= 64 and not is_invariant else 128)
+            assert config.BM == 128
+            assert config.pack_gqa is (sum(lens) <= 64 and not is_invariant)
             out = _prefill(paged_attention_prefill, b, scale)
         assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 

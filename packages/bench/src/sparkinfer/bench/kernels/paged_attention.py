@@ -35,11 +35,9 @@ from sparkinfer.kernels.paged_attention import (
 from sparkinfer.kernels.paged_attention.decode import (
     DecodeConfig,
     launch_decode,
-    num_multiprocessors,
 )
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
-    choose_kv_splits,
     default_prefill_config,
     launch_prefill,
 )
@@ -52,6 +50,13 @@ CACHED_PREFILLS = ((54, 32000), (128, 32000))
 # The defaults before few-row steps took 64-row tiles and up to 16 splits: timed beside them.
 EARLIER_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
                                        kv_splits=8)  # fmt: skip
+# The other choice for a few rows over a long context, beside the default: one query head a
+# 64-row tile (the default up to PACKED_MAX_ROWS rows before it packed a KV head's query heads),
+# or the packed tiles where the default keeps one head a tile.
+ONE_HEAD_FEW_ROW_CONFIG = PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True,
+                                        kv_splits=16, heads_fastest=True)  # fmt: skip
+PACKED_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
+                                      kv_splits=16, heads_fastest=True, pack_gqa=True)  # fmt: skip
 DECODE_BATCHES = (1, 8, 32)
 DECODE_CONTEXTS = (4096, 32768, 131072)
 MAX_SDPA_BYTES = 40 * 2**30
@@ -120,7 +125,7 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
         expected = _sdpa_prefill(x)()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         err = (_prefill_call(x)().float() - expected).abs().max().item()
         del expected
-        default = default_prefill_config(x["q"])
+        default = default_prefill_config(x["q"], HKV)
         other_order = "tiles" if default.heads_fastest else "heads"
         swapped = dataclasses.replace(default, heads_fastest=not default.heads_fastest)
         calls = {"fast": _prefill_call(x), f"fast, {other_order} first": _prefill_call(x, swapped),
@@ -142,8 +147,9 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
 
 def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
     """A few new tokens after a long cached context (the prefix-cache hit): our default, the
-    earlier 128-row tiles in 8 splits, and SDPA with a lower-right causal mask on contiguous K/V;
-    each replayed from a CUDA graph, so the host's work around a launch is left out."""
+    earlier 128-row tiles in 8 splits, the other packing choice (`PACKED_FEW_ROW_CONFIG` or
+    `ONE_HEAD_FEW_ROW_CONFIG`) and SDPA with a lower-right causal mask on contiguous K/V; each
+    replayed from a CUDA graph, so the host's work around a launch is left out."""
     from torch.nn.attention.bias import causal_lower_right
 
     rows = []
@@ -162,10 +168,13 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
         expected = sdpa()[0].transpose(0, 1).float() * torch.sigmoid(x["gate"].float())
         calls = {"fast": _prefill_call(x), "fast, 128-row tiles, 8 splits":
                  _prefill_call(x, EARLIER_FEW_ROW_CONFIG)}  # fmt: skip
-        for tile_rows, warps in ((128, 8), (64, 4)):
-            packed = _packed_config(num_new, tile_rows, warps, device)
-            calls[f"fast, packed heads, {tile_rows}-row tiles, {packed.kv_splits} splits"] = (
-                _prefill_call(x, packed)
+        if default_prefill_config(x["q"], HKV).pack_gqa:
+            calls["fast, one head a tile, 64-row tiles, 16 splits"] = _prefill_call(
+                x, ONE_HEAD_FEW_ROW_CONFIG
+            )
+        else:
+            calls["fast, packed heads, 128-row tiles, 16 splits"] = _prefill_call(
+                x, PACKED_FEW_ROW_CONFIG
             )
         calls["torch_sdpa"] = sdpa
         errs = {impl: (calls[impl]().float() - expected).abs().max().item()
@@ -184,15 +193,6 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
         del full, x, q, k, v, expected
         torch.cuda.empty_cache()
     return rows
-
-
-def _packed_config(num_new: int, rows: int, warps: int, device: torch.device) -> PrefillConfig:
-    """The TMA kernel with each KV head's query heads packed into `rows`-row tiles, its keys
-    split as the default mode splits a grid of that many programs."""
-    programs = (-(-num_new * (H // HKV) // rows) + 1) * HKV
-    splits = choose_kv_splits(programs, num_multiprocessors(device))
-    return PrefillConfig(BM=rows, BN=64, num_warps=warps, num_stages=2, use_tma=True,
-                         kv_splits=splits, heads_fastest=True, pack_gqa=True)  # fmt: skip
 
 
 def _decode_inputs(batch: int, context: int, device: torch.device) -> list[dict[str, torch.Tensor]]:

@@ -45,9 +45,12 @@ MAX_KV_SPLITS = 16
 # prompt's attention (6 waves) ran 1.09x as fast head-first, 8K-32K ones (12 waves and more)
 # 1.03x as fast tile-first (the paged attention kernel record at a8f4db2, docs/benchmarks.md).
 HEADS_FASTEST_MAX_WAVES = 8
-# Steps of at most this many new rows (a prefix-cache hit's short question) take 64-row query
-# tiles on 4 warps: a 128-row tile computes the rows past them for nothing.
-SMALL_TILE_MAX_ROWS = 64
+# Steps of at most this many new rows (a prefix-cache hit's short question) pack each KV head's
+# query heads into 128-row tiles (PrefillConfig.pack_gqa): one head a tile would leave most of
+# a tile's rows empty. At 27B shapes on the H200, 54 new rows over a 32K cached context ran
+# 1.08x as fast packed as in 64-row tiles of one head, and 128 rows 0.98x as fast packed as in
+# 128-row tiles of one head (the paged attention kernel record at 7f16344, docs/benchmarks.md).
+PACKED_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -188,16 +191,17 @@ def _prefill_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_q)
 
 
-def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
+def default_prefill_config(q: torch.Tensor, num_kv_heads: int) -> PrefillConfig:
     """Tiles measured on an H200 for D=256 on CUDA; small tiles for the CPU interpreter.
 
     On CUDA the TMA kernel is asked for (1.25-1.3x the pointer kernel at 16K-32K tokens on the
     H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
-    a batch-invariant phase a step of at most SMALL_TILE_MAX_ROWS rows takes 64-row tiles, and
-    the keys are split when q's rows make few query tiles (`choose_kv_splits`; counted as if one
-    sequence held them all, so the empty sequences that pad a CUDA-graph step do not count);
-    inside one a row's numerics never depend on the batch. A grid of at most
-    HEADS_FASTEST_MAX_WAVES waves is ordered head-first (the order never changes the bits).
+    a batch-invariant phase a step of at most PACKED_MAX_ROWS rows packs the query heads of each
+    of its num_kv_heads KV heads into the tiles' rows, and the keys are split when q's rows
+    make few query tiles (`choose_kv_splits`; counted as if one sequence held them all, so the
+    empty sequences that pad a CUDA-graph step do not count); inside one a row's numerics never
+    depend on the batch. A grid of at most HEADS_FASTEST_MAX_WAVES waves is ordered head-first
+    (the order never changes the bits).
     """
     if not q.is_cuda:
         return PrefillConfig(BM=16, BN=16, num_warps=4, num_stages=1)
@@ -205,9 +209,11 @@ def default_prefill_config(q: torch.Tensor) -> PrefillConfig:
         return PrefillConfig(BM=128, BN=64, num_warps=4, num_stages=3)
     num_sms = num_multiprocessors(q.device)
     config = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True)
-    if current_phase() is None and q.shape[0] <= SMALL_TILE_MAX_ROWS:
-        config = dataclasses.replace(config, BM=64, num_warps=4)
-    num_programs = (triton.cdiv(q.shape[0], config.BM) + 1) * q.shape[1]
+    rows_per_token, lanes = 1, q.shape[1]  # programs across the heads: one a head
+    if current_phase() is None and q.shape[0] <= PACKED_MAX_ROWS:
+        config = dataclasses.replace(config, pack_gqa=True)
+        rows_per_token, lanes = q.shape[1] // num_kv_heads, num_kv_heads  # one a KV head
+    num_programs = (triton.cdiv(q.shape[0] * rows_per_token, config.BM) + 1) * lanes
     # The order of the grid never changes a row's bits: it is chosen in every phase.
     config = dataclasses.replace(config, heads_fastest=is_heads_first(num_programs, num_sms))
     if current_phase() is not None:
@@ -366,7 +372,7 @@ def paged_attention_prefill(
     Returns:
         o: [T, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
-    config = default_prefill_config(q)
+    config = default_prefill_config(q, k_cache.shape[2])
     return launch_prefill(
         q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config,
         index_cache=index_cache,

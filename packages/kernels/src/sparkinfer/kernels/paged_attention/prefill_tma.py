@@ -13,6 +13,11 @@ program per (query tile, head), latest tiles first, unmasked key tiles then the 
 `PrefillConfig.heads_fastest` the grid lists every head's tile before the next tile: the GPU
 starts the longest tiles of all heads first, so a grid of a few waves ends on short tiles.
 
+With `PrefillConfig.pack_gqa`, `_prefill_tma_packed_kernel` runs one program per (tile, KV head)
+whose rows are (token, query head) pairs of that KV head's group, q, gate and o read and written
+through pointers (a group of 6 heads does not tile into descriptor boxes): a step of few tokens
+fills its tiles, and every K/V tile feeds all the group's heads at once.
+
 With `PrefillConfig.kv_splits` > 1 (a few query tiles over a long cached context: a prefix-cache
 hit, the end of a long prompt) a third grid axis cuts the unmasked keys into that many ranges of
 whole tiles; the last range's program also takes the diagonal. Each program writes its rows'
