@@ -108,6 +108,28 @@ def _unmasked_tiles(
 
 
 @triton.jit
+def _grid_lane(HEADS_FASTEST: tl.constexpr):
+    """(lane, query tile, lanes) of this program, a lane being a head (or a KV head when packed):
+    grid (lanes, tiles, splits) head-first, every lane's latest tile first; else (tiles, lanes,
+    splits), one lane's tiles, latest first, then the next lane's."""
+    if HEADS_FASTEST:
+        i_lane, i_tile, num_lanes = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    else:
+        i_lane, i_tile, num_lanes = tl.program_id(1), tl.program_id(0), tl.num_programs(1)
+    return i_lane, i_tile, num_lanes
+
+
+@triton.jit
+def _tile_sequence(p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile):
+    """(sequence, its end in the tile numbering, first token, new tokens, cached tokens) of query
+    tile i_tile; a tile at or past the end is past the grid's last real tile."""
+    i_b = tl.load(p_tile_seq + i_tile)
+    seq_start = tl.load(p_cu + i_b)
+    seq_len = tl.load(p_cu + i_b + 1) - seq_start
+    return i_b, tl.load(p_cu_tiles + i_b + 1), seq_start, seq_len, tl.load(p_cached + i_b)
+
+
+@triton.jit
 def _attend_rows(
     b_q, o_pos, pos_lo, pos_end, ctx_len, i_s, desc_k, desc_v, p_bt, kv_col, qk_scale,
     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -154,18 +176,13 @@ def _prefill_tma_kernel(
     BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
     KV_SPLITS: tl.constexpr, HEADS_FASTEST: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    if HEADS_FASTEST:  # grid (heads, tiles, splits): every head's latest tile first
-        i_h, i_tile, num_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
-    else:  # grid (tiles, heads, splits): one head's tiles, latest first, then the next head's
-        i_tile, i_h, num_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
+    i_h, i_tile, num_heads = _grid_lane(HEADS_FASTEST)
     i_s = tl.program_id(2)
-    i_b = tl.load(p_tile_seq + i_tile)
-    tile_end = tl.load(p_cu_tiles + i_b + 1)
+    i_b, tile_end, seq_start, seq_len, cached = _tile_sequence(
+        p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile
+    )
     if i_tile >= tile_end:
         return
-    seq_start = tl.load(p_cu + i_b)
-    seq_len = tl.load(p_cu + i_b + 1) - seq_start
-    cached = tl.load(p_cached + i_b)
     ctx_len = cached + seq_len
     # Latest tiles first: they have the most keys, so the grid tail is short.
     m_start = (tile_end - 1 - i_tile) * BM
@@ -212,19 +229,14 @@ def _prefill_tma_packed_kernel(
     """`_prefill_tma_kernel` with the GROUP query heads of one KV head packed into the rows of a
     tile: packed row r of a sequence is token r // GROUP, head kvh * GROUP + r % GROUP, so a
     step of few tokens fills its tiles and each K/V tile serves every head of its group."""
-    if HEADS_FASTEST:  # grid (KV heads, tiles, splits)
-        i_kvh, i_tile = tl.program_id(0), tl.program_id(1)
-    else:  # grid (tiles, KV heads, splits)
-        i_tile, i_kvh = tl.program_id(0), tl.program_id(1)
+    i_kvh, i_tile, num_kv_heads = _grid_lane(HEADS_FASTEST)
+    num_heads = GROUP * num_kv_heads
     i_s = tl.program_id(2)
-    num_heads = GROUP * (tl.num_programs(0) if HEADS_FASTEST else tl.num_programs(1))
-    i_b = tl.load(p_tile_seq + i_tile)
-    tile_end = tl.load(p_cu_tiles + i_b + 1)
+    i_b, tile_end, seq_start, seq_len, cached = _tile_sequence(
+        p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile
+    )
     if i_tile >= tile_end:
         return
-    seq_start = tl.load(p_cu + i_b)
-    seq_len = tl.load(p_cu + i_b + 1) - seq_start
-    cached = tl.load(p_cached + i_b)
     ctx_len = cached + seq_len
     r_start = (tile_end - 1 - i_tile) * BM  # latest tiles first, as the unpacked kernel
     o_r = r_start + tl.arange(0, BM)
