@@ -3,6 +3,9 @@
 import contextlib
 import dataclasses
 import inspect
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -671,3 +674,62 @@ def test_decode_merge_spreads_a_heads_columns_over_programs(assert_close):
     out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
                         b["block_tables"], 0.25, b["gate"], config)  # fmt: skip
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale=0.25))
+
+
+def _hopper_signature(fn, block_rows: int) -> dict[str, str]:
+    """Argument types of one of this package's attention kernels by name, for a compile at 27B
+    shapes (bf16, D=256): descriptors over 64-key K/V tiles and block_rows-row q/gate/o tiles."""
+
+    def arg_type(name: str) -> str:
+        if name in ("desc_k", "desc_v"):
+            return "tensordesc<bf16[64,256]>"
+        if name.startswith("desc_"):
+            return f"tensordesc<bf16[{block_rows},256]>"
+        if name in ("p_part_o", "p_part_ml"):
+            return "*fp32"
+        if name in ("p_q", "p_k", "p_v", "p_g", "p_gate", "p_o"):
+            return "*bf16"
+        return "*i32" if name.startswith("p_") else "fp32" if name == "qk_scale" else "i32"
+
+    return {p.name: "constexpr" if p.is_constexpr else arg_type(p.name) for p in fn.params}
+
+
+def compile_for_hopper() -> None:
+    """Compile the CUDA defaults of the TMA prefill kernels and the decode kernels for sm_90 (no
+    GPU needed): the interpreter runs code the compiler may still reject."""
+    import triton
+    import triton.language as tl
+    from sparkinfer.kernels.paged_attention import decode, prefill_tma
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    def compile_one(fn, block_rows: int, constants: dict, num_warps: int) -> None:
+        constexprs = {(fn.arg_names.index(k),): v for k, v in constants.items()}
+        src = ASTSource(fn=fn, signature=_hopper_signature(fn, block_rows), constexprs=constexprs)
+        options = {"num_warps": num_warps, "num_stages": 2}
+        triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+    prefill = {"GROUP": 6, "BLOCK_SIZE": 64, "D": 256, "BN": 64, "HAS_GATE": True,
+               "USE_QK_PREFETCH": False, "DOT_DTYPE": tl.bfloat16}  # fmt: skip
+    for kernel in (prefill_tma._prefill_tma_kernel, prefill_tma._prefill_tma_packed_kernel):
+        for rows, warps, splits, heads_first in ((128, 8, 1, False), (128, 8, 16, True)):
+            constants = {**prefill, "BM": rows, "KV_SPLITS": splits, "HEADS_FASTEST": heads_first}
+            compile_one(kernel, rows, constants, warps)
+    for max_splits in (64, 2):
+        plan = {"D": 256, "BD": 256, "BN": 64, "MIN_SPLIT_LEN": 64, "MAX_SPLITS": max_splits,
+                "USE_PDL": True}  # fmt: skip
+        split = {**plan, "GROUP": 6, "BG": 16, "BLOCK_SIZE": 64, "TMA": True,
+                 "DOT_DTYPE": tl.bfloat16}  # fmt: skip
+        compile_one(decode._decode_split_kernel, 64, split, 4)
+        merge = {**plan, "DC": merge_columns(256, max_splits), "HAS_GATE": True}
+        compile_one(decode._decode_merge_kernel, 64, merge, 4)
+
+
+def test_tma_and_decode_kernels_compile_for_hopper():
+    """The compiler, not the interpreter, on the kernels' CUDA configs: in a process of its own,
+    since this one interprets Triton."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import runpy; runpy.run_path({__file__!r})['compile_for_hopper']()"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
