@@ -3,9 +3,8 @@
 Prefill: one causal sequence through the paged cache, against torch SDPA on contiguous K/V (the
 ratio `vs_sdpa` > 1 means faster than SDPA). Decode: a batch of equal contexts, as a fraction of
 this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V and a copy moving
-the same bytes (up to 1 GiB). Both impls of every
-row are replayed from CUDA graphs: device time alone, as the engine's steps run them. `--tune`
-sweeps tile configs.
+the same bytes (up to 1 GiB). Every row is replayed from CUDA graphs: device time alone, as the
+engine's steps run them. `--tune` sweeps tile configs.
 Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
 """
 
@@ -32,10 +31,7 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill,
 )
-from sparkinfer.kernels.paged_attention.decode import (
-    DecodeConfig,
-    launch_decode,
-)
+from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
     default_prefill_config,

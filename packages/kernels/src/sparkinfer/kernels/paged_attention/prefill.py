@@ -281,13 +281,13 @@ def _cached_tile_map(
     """`_tile_map` over rows_per_token rows a token (the heads of a packed tile), shared through
     ``index_cache``."""
     grid = triton.cdiv(num_tokens * rows_per_token, bm) + cu_seqlens.shape[0] - 1
-    tile_seq, cu_tiles = cached_index_tables(
-        index_cache,
-        f"paged_attention_prefill:BM={bm}:rows={rows_per_token}",
-        cu_seqlens,
-        grid,
-        lambda: _tile_map(cu_seqlens * rows_per_token, num_tokens * rows_per_token, bm)[:2],
-    )
+
+    def build() -> tuple[torch.Tensor, torch.Tensor]:
+        row_offsets = cu_seqlens if rows_per_token == 1 else cu_seqlens * rows_per_token
+        return _tile_map(row_offsets, num_tokens * rows_per_token, bm)[:2]
+
+    key = f"paged_attention_prefill:BM={bm}:rows={rows_per_token}"
+    tile_seq, cu_tiles = cached_index_tables(index_cache, key, cu_seqlens, grid, build)
     return tile_seq, cu_tiles, grid
 
 
