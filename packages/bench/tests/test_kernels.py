@@ -144,6 +144,8 @@ def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypat
     assert one == rows[0] and sixty_four == rows[2]  # outside TMA_ROWS: kept as they were
     assert thirty_two["impl"] == "triton" and thirty_two["config"]["TMA"]
     assert thirty_two["tma_us"] == thirty_two["triton_us"] == 40.0
+    widest = linear_bench._retune_tma(str(path), torch.device("cpu"), rows=(64,))["entries"]
+    assert widest[:2] == rows[:2] and widest[2]["impl"] == "triton"  # only the rows asked for
 
 
 def test_same_bytes_copies_move_half_the_traffic_each_way_between_distinct_buffers():

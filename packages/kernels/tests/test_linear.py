@@ -196,8 +196,12 @@ def test_skinny_gemm_rejects_bad_inputs():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 32, 64])
-@pytest.mark.parametrize(("n", "k"), [(10240, 5120), (1024, 5120), (5120, 17408), (5120, 6144)])
+@pytest.mark.parametrize("m", [1, 8, 32, 33, 64])
+@pytest.mark.parametrize(
+    ("n", "k"),
+    [(10240, 5120), (1024, 5120), (16480, 5120), (14336, 5120), (34816, 5120), (5120, 17408),
+     (5120, 6144)],
+)  # fmt: skip
 def test_linear_real_shapes_on_gpu(m, n, k, assert_close):
     torch.manual_seed(10)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -291,7 +295,7 @@ def test_a_slightly_wider_weight_uses_the_nearest_measured_tile():
     assert shape_table.lookup(8, 16384 + 96, 5120, bf16) == measured  # + the b and a gate rows
     one_row = shape_table.decode_entry(16384, 5120, bf16)
     assert one_row is not None and shape_table.decode_entry(16384 + 96, 5120, bf16) == one_row
-    assert shape_table.lookup(64, 5120 + 40, 6144, bf16) is None  # cuBLAS won at 64 rows
+    assert shape_table.lookup(64, 10240 + 40, 5120, bf16) is None  # cuBLAS won at 64 rows
     assert shape_table.lookup(8, 16384 + 400, 5120, bf16) is None  # beyond 1%: unmeasured
     assert shape_table.lookup(8, 16384 + 96, 4096, bf16) is None  # K must match
 

@@ -57,7 +57,7 @@ BENCH_SHAPES = ((16480, HIDDEN), (14336, HIDDEN), (2 * INTERMEDIATE, HIDDEN),
 # The table's entries the model runs at decode (GDN's in_proj is its 16384-row entry, within 1%).
 MODEL_SHAPES = frozenset(BENCH_SHAPES) | {(16384, HIDDEN), (VOCAB, HIDDEN)}
 BATCHES = (1, 8, 32)
-TMA_ROWS = (8, 16, 32)  # row buckets `--retune-tma` times: the decode batches the goals run
+TMA_ROWS = (8, 16, 32)  # row buckets `--retune-tma` times by default: the goals' decode batches
 TUNE_BATCHES = (1, 8, 16, 32, 64)
 
 Row = dict[str, Any]
@@ -221,6 +221,13 @@ def main() -> None:
         help="with --tune-gemv or a re-tune: time every candidate after the small kernel the model "
         "runs before the projection (RMSNorm, or SwiGLU for down_proj)",
     )
+    parser.add_argument(
+        "--rows",
+        type=lambda s: tuple(int(v) for v in s.split(",")),
+        default=TMA_ROWS,
+        help="with --retune-tma: the row buckets to time, comma-separated (default "
+        f"{','.join(map(str, TMA_ROWS))})",
+    )
     cli = parser.parse_args()
     if not cli.tune:
         run_alone(run, cli, __doc__)
@@ -233,7 +240,7 @@ def main() -> None:
             cli.retune_cublas, device, lambda e: e["impl"] == "cublas", after_norm=cli.after_norm
         )
     elif cli.retune_tma is not None:
-        table = _retune_tma(cli.retune_tma, device, after_norm=cli.after_norm)
+        table = _retune_tma(cli.retune_tma, device, rows=cli.rows, after_norm=cli.after_norm)
     elif cli.retune_rows is not None:
         table = _retune(cli.retune_rows, device, lambda e: e["m"] > 1, after_norm=cli.after_norm)
     else:
@@ -280,11 +287,17 @@ def _tma_candidates(m: int, n: int, k: int) -> list[SkinnyGemmConfig]:
     return out
 
 
-def _retune_tma(table_path: str, device: torch.device, *, after_norm: bool = False):
-    """The table at `table_path` with each TMA_ROWS entry at the model's shapes timed again (its
-    kernel and cuBLAS) against the best descriptor tile, which becomes the entry's kernel where
-    it beats both in this run. Every other entry is kept."""
-    return _retime_entries(table_path, device, lambda e: e["m"] in TMA_ROWS, _tma_challenge,
+def _retune_tma(
+    table_path: str,
+    device: torch.device,
+    *,
+    rows: Sequence[int] = TMA_ROWS,
+    after_norm: bool = False,
+) -> dict[str, Any]:
+    """The table at `table_path` with each entry of the `rows` buckets at the model's shapes
+    timed again (its kernel and cuBLAS) against the best descriptor tile, which becomes the
+    entry's kernel where it beats both in this run. Every other entry is kept."""
+    return _retime_entries(table_path, device, lambda e: e["m"] in rows, _tma_challenge,
                            after_norm=after_norm)  # fmt: skip
 
 
