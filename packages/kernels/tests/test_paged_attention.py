@@ -251,10 +251,10 @@ def test_prefill_tma_past_2048_tokens_with_gpu_tiles(tma_only, assert_close):
     assert_close(_launch(b, config, 0.25), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
-@pytest.mark.parametrize("splits", [2, 8, 16])
+@pytest.mark.parametrize("splits", [2, 8, 32])
 @pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
 def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
-    """Keys cut into 2-16 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
+    """Keys cut into 2-32 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
     hit), prefixes shorter than one tile per split (empty splits), no prefix at all, lengths
     around the tile edges; stale cache rows hold NaN."""
     lens, cached = [1, 17, 40, 3, 33, 65, 16], [300, 0, 100, 5, 17, 2, 64]
@@ -266,23 +266,27 @@ def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
 
 
 @pytest.mark.parametrize(
-    ("num_tokens", "tile", "expected"),
-    [(54, 64, 16), (128, 128, 16), (300, 128, 8), (512, 128, 4), (1024, 128, 2),
-     (2048, 128, 1), (8192, 128, 1)],
+    ("num_tokens", "tile", "lanes", "expected"),
+    [(16, 128, 4, 32), (54, 128, 4, 32), (54, 64, 24, 16), (128, 128, 24, 16),
+     (300, 128, 24, 8), (512, 128, 24, 4), (1024, 128, 24, 2), (2048, 128, 24, 1),
+     (8192, 128, 24, 1)],
 )  # fmt: skip
-def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, tile, expected):
-    """24 query heads, 132 SMs: a prefix-cache hit's few rows get 16 splits, a chunk of a long
+def test_choose_kv_splits_at_the_27b_shape_on_an_h200(num_tokens, tile, lanes, expected):
+    """24 query heads over 4 KV heads, 132 SMs: a prefix-cache hit's few rows get 32 splits
+    packed (6 rows a token, a program per KV head) and 16 one head a tile, a chunk of a long
     prompt none."""
-    num_programs = (-(-num_tokens // tile) + 1) * 24
+    rows = num_tokens * (24 // lanes)
+    num_programs = (-(-rows // tile) + 1) * lanes
     assert choose_kv_splits(num_programs, 132) == expected
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
 def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
-    """The default mode splits the keys of a step with few query tiles (16 splits here) and
-    packs a KV head's query heads into the tiles' rows for at most 64 rows; a batch-invariant
-    phase keeps one 128-row program per tile and head. Both against the reference."""
+    """The default mode splits the keys of a step with few query tiles (16 splits here, 32 for
+    packed tiles) and packs a KV head's query heads into the tiles' rows for at most 64 rows;
+    a batch-invariant phase keeps one 128-row program per tile and head. Both against the
+    reference."""
     for lens in ([54, 1, 10], [40, 1, 10, 13]):
         b = _paged_batch(lens, [32000, 4095, 0, 700][: len(lens)], heads=(24, 4), d=256,
                          block_size=64, dtype=torch.bfloat16, device="cuda", seed=16)  # fmt: skip
@@ -291,9 +295,10 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
         scale = 256**-0.5
         with phase:
             config = default_prefill_config(b["q"], 4)
-            assert config.kv_splits == (1 if is_invariant else 16)
+            is_packed = sum(lens) <= 64 and not is_invariant
+            assert config.kv_splits == (1 if is_invariant else 32 if is_packed else 16)
             assert config.BM == 128
-            assert config.pack_gqa is (sum(lens) <= 64 and not is_invariant)
+            assert config.pack_gqa is is_packed
             out = _prefill(paged_attention_prefill, b, scale)
         assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 
