@@ -42,13 +42,14 @@ H, HKV, D, BLOCK_SIZE = 24, 4, 256, 64
 SCALE = D**-0.5
 PREFILL_LENGTHS = (4096, 8192, 16384, 32768)
 # A prefix-cache hit: a short question (new tokens) after a long cached context.
-CACHED_PREFILLS = ((54, 32000), (128, 32000))
+CACHED_PREFILLS = ((16, 32000), (54, 32000), (128, 32000))
 # The defaults before few-row steps took 64-row tiles and up to 16 splits: timed beside them.
 EARLIER_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
                                        kv_splits=8)  # fmt: skip
-# The other choice for a few rows over a long context, beside the default: one query head a
-# 64-row tile (the default up to PACKED_MAX_ROWS rows before it packed a KV head's query heads),
-# or the packed tiles where the default keeps one head a tile.
+# Other choices for a few rows over a long context, beside the default: one query head a 64-row
+# tile (the default up to PACKED_MAX_ROWS rows before it packed a KV head's query heads), and
+# packed tiles in 16 splits (the packed default before it took 32, and the other packing choice
+# where the default keeps one head a tile).
 ONE_HEAD_FEW_ROW_CONFIG = PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True,
                                         kv_splits=16, heads_fastest=True)  # fmt: skip
 PACKED_FEW_ROW_CONFIG = PrefillConfig(BM=128, BN=64, num_warps=8, num_stages=2, use_tma=True,
@@ -143,9 +144,10 @@ def bench_prefill(device, lengths, warmup: int, iters: int) -> list[Row]:
 
 def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
     """A few new tokens after a long cached context (the prefix-cache hit): our default, the
-    earlier 128-row tiles in 8 splits, the other packing choice (`PACKED_FEW_ROW_CONFIG` or
-    `ONE_HEAD_FEW_ROW_CONFIG`) and SDPA with a lower-right causal mask on contiguous K/V; each
-    replayed from a CUDA graph, so the host's work around a launch is left out."""
+    earlier 128-row tiles in 8 splits, one head a tile where the default packs
+    (`ONE_HEAD_FEW_ROW_CONFIG`), packed tiles in 16 splits (`PACKED_FEW_ROW_CONFIG`) and SDPA
+    with a lower-right causal mask on contiguous K/V; each replayed from a CUDA graph, so the
+    host's work around a launch is left out."""
     from torch.nn.attention.bias import causal_lower_right
 
     rows = []
@@ -168,10 +170,9 @@ def bench_cached_prefill(device, shapes, warmup: int, iters: int) -> list[Row]:
             calls["fast, one head a tile, 64-row tiles, 16 splits"] = _prefill_call(
                 x, ONE_HEAD_FEW_ROW_CONFIG
             )
-        else:
-            calls["fast, packed heads, 128-row tiles, 16 splits"] = _prefill_call(
-                x, PACKED_FEW_ROW_CONFIG
-            )
+        calls["fast, packed heads, 128-row tiles, 16 splits"] = _prefill_call(
+            x, PACKED_FEW_ROW_CONFIG
+        )
         calls["torch_sdpa"] = sdpa
         errs = {impl: (calls[impl]().float() - expected).abs().max().item()
                 for impl in calls if impl != "torch_sdpa"}  # fmt: skip
