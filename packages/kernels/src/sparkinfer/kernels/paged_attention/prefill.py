@@ -36,8 +36,8 @@ LOG2E = 1.4426950408889634
 # many as bring it to KV_SPLIT_PROGRAMS_PER_SM. On the H200 at 27B shapes over a 32K cached
 # context, 54 new rows (64-row tiles, 16 splits) ran 1.50x and 128 rows (16 splits) 1.16x as
 # fast as 128-row tiles in 8 splits (the paged attention kernel record, docs/benchmarks.md).
-# Packed tiles (at most 64 rows: 4-16 programs) take 32 splits: 16 new rows 1.34x and 54 rows
-# 1.10x as fast as in 16 splits there (64 splits: 1.13x and 0.91x).
+# Packed tiles (at most 64 rows: 4-16 programs) take 32 splits: 16 new rows ran 1.36x and 54
+# rows 1.10x as fast as in 16 splits there.
 KV_SPLIT_BELOW = 2
 KV_SPLIT_PROGRAMS_PER_SM = 3
 MAX_KV_SPLITS = 32
