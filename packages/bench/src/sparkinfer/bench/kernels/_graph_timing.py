@@ -51,6 +51,9 @@ def time_graph(calls: Sequence[Callable[[], object]], *, warmup: int, iters: int
     return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
 
 
+COPY_PEER = "copy, same bytes"  # the impl name of a `same_bytes_copies` peer row
+
+
 def same_bytes_copies(nbytes: int, count: int, device: torch.device) -> list[Callable[[], object]]:
     """`count` copies between distinct fp32 buffers, each reading nbytes // 2 and writing as
     many: the traffic of a kernel that moves `nbytes`, as a peer row timed like it

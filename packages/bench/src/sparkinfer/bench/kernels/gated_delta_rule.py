@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import same_bytes_copies, time_graph
+from sparkinfer.bench.kernels._graph_timing import COPY_PEER, same_bytes_copies, time_graph
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -282,7 +282,7 @@ def _decode_norm_times(
     state_bytes = 2 * layers[0]["state"].numel() * layers[0]["state"].element_size()
     copies = same_bytes_copies(state_bytes, NUM_GDN_LAYERS, torch.device(device))
     t = time_graph(copies, warmup=warmup, iters=iters)
-    times["copy, same bytes"] = (t.median_ms, t.p90_ms)
+    times[COPY_PEER] = (t.median_ms, t.p90_ms)
     limit = recurrent.NORM_IN_KERNEL_MAX_SEQS
     recurrent.NORM_IN_KERNEL_MAX_SEQS = batch
     try:

@@ -21,9 +21,11 @@ import torch.nn.functional as F
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import (
+    COPY_PEER,
     bandwidth_row,
     copy_bandwidth,
     rotation_copies,
+    same_bytes_copies,
     time_graph,
 )
 from sparkinfer.kernels.activation import silu_and_mul
@@ -163,6 +165,8 @@ def _cublas(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
+    """Each decode shape at each batch: the dispatcher's kernel and cuBLAS, and a copy moving
+    the same bytes (what a kernel of that size reaches at best), as fractions of the copy rate."""
     copy = copy_bandwidth(device)
     rows = []
     shapes = BENCH_SHAPES[:2] if is_quick else BENCH_SHAPES
@@ -173,6 +177,9 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         nbytes = 2 * (n * k + m * k + m * n)
         impls = {"fast": linear, "cublas": _cublas}
         times = {name: _time(fn, operands, warmup, iters) for name, fn in impls.items()}
+        copies = same_bytes_copies(nbytes, len(operands), device)
+        times[COPY_PEER] = time_graph(copies, warmup=warmup, iters=iters)
+        del copies
         for name, t in times.items():
             extra = {
                 "vs_cublas": times["cublas"].median_ms / t.median_ms,

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import (
+    COPY_PEER,
     bandwidth_row,
     copy_bandwidth,
     rotation_copies,
@@ -60,7 +61,6 @@ MAX_SDPA_BYTES = 40 * 2**30
 # A graph-replayed copy moving a decode row's K/V bytes, beside it up to this size: what the
 # size alone allows (a copy of a few MiB runs far below the copy rate of large buffers).
 MAX_COPY_PEER_BYTES = 2**30
-COPY_PEER = "copy, same bytes"
 
 Row = dict[str, Any]
 
