@@ -334,6 +334,18 @@ def test_chunk_launch_rejects_bad_choices():
         dataclasses.replace(chunk.LAUNCH, out_chunks=3)
     with pytest.raises(ValueError, match="solve_warps is 3"):
         chunk.ChunkLaunch(solve_warps=3)
+    with pytest.raises(ValueError, match="few_solve_warps is 5"):
+        chunk.ChunkLaunch(few_solve_warps=5)
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "expected"), [(1, 2), (54, 2), (200, 2), (320, 1), (1024, 1), (4096, 1)]
+)
+def test_solve_warps_at_the_27b_shape_on_an_h200(num_tokens, expected):
+    """48 value heads, 132 SMs, one sequence: the chunk table's bound (T // 64 + 1 chunks) times
+    the heads decides; up to two programs an SM take two warps."""
+    num_programs = 48 * (num_tokens // chunk.BT + 1)
+    assert chunk.choose_solve_warps(num_programs, 132, chunk.LAUNCH) == expected
 
 
 def run_decode(fn, x: dict, slots: list[int], state: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,23 @@ def _compute_capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the grid-size-aware plans
+
+
+@functools.cache
+def _multiprocessor_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_multiprocessors(device: torch.device) -> int:
+    """SMs of a CUDA device (cached: fixed data); INTERPRETER_NUM_SMS for the CPU interpreter."""
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return _multiprocessor_count(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+
+
 def tma_device_error(t: torch.Tensor) -> str | None:
     """Why t's device cannot run tensor descriptors (TMA: sm_90 or newer, or the interpreter),
     or None."""

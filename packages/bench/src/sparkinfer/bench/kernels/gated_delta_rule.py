@@ -449,12 +449,18 @@ def main() -> None:
         action="store_true",
         help="the prefill's device time kernel by kernel, beside fla's",
     )
+    parser.add_argument(
+        "--tune-lengths",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        default=(4096, 16384, 65536),
+        help="with --tune: prompt lengths, comma-separated (default 4096,16384,65536)",
+    )
     cli = parser.parse_args()
     if cli.breakdown:
         prefill_breakdown()
         return
     if cli.tune:
-        tune()
+        tune(lengths=cli.tune_lengths)
         return
     if cli.tune_decode:
         tune_decode()

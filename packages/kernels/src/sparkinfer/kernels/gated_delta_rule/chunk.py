@@ -31,6 +31,7 @@ from sparkinfer.kernels._triton import (
     check_shape,
     check_varlen_batch,
     dot_dtype,
+    num_multiprocessors,
 )
 from sparkinfer.kernels.gated_delta_rule._chunk_index import chunk_index_tables
 from sparkinfer.kernels.gated_delta_rule._chunk_solve import (
@@ -40,9 +41,15 @@ from sparkinfer.kernels.gated_delta_rule._chunk_solve import (
     _store_tile,
 )
 from sparkinfer.kernels.gated_delta_rule.checks import INPUT_DTYPES, check_qkv, check_state_pool
+from sparkinfer.kernels.linear.invariant import current_phase
 
 BT = 64  # chunk length
 BC = 16  # sub-block of the chunk for the triangular solve
+# A solve grid up to this many programs an SM takes ChunkLaunch.few_solve_warps. On the H200
+# (48 value heads, 132 SMs) two warps ran a whole 16-, 54- and 200-token prefill 1.21x, 1.14x
+# and 1.09x as fast as one (48-192 programs) and a 1,024-token one (768) 0.83x as fast, with the
+# same bits (`sparkinfer.bench.kernels.gated_delta_rule --tune`, docs/benchmarks.md).
+FEW_SOLVE_PROGRAMS_PER_SM = 2
 MAX_GRID_Y = 65535  # CUDA's limit on the second and third grid dimensions
 
 
@@ -56,6 +63,10 @@ class ChunkLaunch:
 
     solve_width: int = 32  # columns of k and v per step of the solve kernel
     solve_warps: int = 1
+    # Warps of a solve grid of at most FEW_SOLVE_PROGRAMS_PER_SM programs an SM (a short prompt
+    # or a prefix-cache hit's question), outside batch-invariant phases: there a program's
+    # latency, not the grid's throughput, sets the time.
+    few_solve_warps: int = 2
     state_bv: int = 64  # V tile of the state kernel: B * HV * V / state_bv sequential programs
     state_warps: int = 4
     state_stages: int = 4
@@ -70,7 +81,7 @@ class ChunkLaunch:
             value = getattr(self, name)
             if value < 16 or value & (value - 1):
                 raise ValueError(f"ChunkLaunch.{name} is {value}; expected a power of two >= 16")
-        for name in ("solve_warps", "state_warps", "out_warps"):
+        for name in ("solve_warps", "few_solve_warps", "state_warps", "out_warps"):
             value = getattr(self, name)
             if value not in (1, 2, 4, 8, 16):
                 raise ValueError(f"ChunkLaunch.{name} is {value}; expected 1, 2, 4, 8 or 16")
@@ -389,14 +400,26 @@ def chunk_wy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         chunks = chunk_index_tables(cu_seqlens, num_tokens, BT, BT)[:2]
     chunk_seq, chunk_pos = chunks
     consts = _constants(q, v)
+    warps = launch.solve_warps
+    if current_phase() is None:  # batch-invariant phases keep one launch for every grid
+        num_programs = num_v_heads * chunk_seq.shape[0]
+        warps = choose_solve_warps(num_programs, num_multiprocessors(device), launch)
     _chunk_solve_kernel[(num_v_heads, chunk_seq.shape[0])](
         q, k, v, g, beta, *wy, cu_seqlens, chunk_seq, chunk_pos,
         q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0), scale,
         BW=min(launch.solve_width, consts["BK"], consts["BV"]), BC=BC,
         USE_QK_L2NORM=use_qk_l2norm, MERGE_PRECISION=_merge_precision(dtype),
-        **consts, num_warps=launch.solve_warps,
+        **consts, num_warps=warps,
     )  # fmt: skip
     return wy
+
+
+def choose_solve_warps(num_programs: int, num_sms: int, launch: ChunkLaunch) -> int:
+    """Warps of a solve grid of `num_programs` (value head, chunk) programs: few_solve_warps up
+    to FEW_SOLVE_PROGRAMS_PER_SM programs an SM, else solve_warps."""
+    if num_programs <= FEW_SOLVE_PROGRAMS_PER_SM * num_sms:
+        return launch.few_solve_warps
+    return launch.solve_warps
 
 
 def _constants(q: torch.Tensor, v: torch.Tensor) -> dict:

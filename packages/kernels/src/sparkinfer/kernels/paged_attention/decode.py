@@ -40,7 +40,6 @@ at 4K context 16.1 against 18.0 us).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 
@@ -50,6 +49,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
+    num_multiprocessors,
     tma_device_error,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
@@ -66,7 +66,6 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 LOG2E = 1.4426950408889634
 # Split programs per multiprocessor that the default mode's grid aims for over a long context.
 PROGRAMS_PER_SM = 2
-INTERPRETER_NUM_SMS = 8  # a nominal small GPU, so CPU tests run the batch-aware plan
 # Partials one merge program loads at once: 64 splits x 64 columns, 16 KiB of fp32 on 4 warps.
 # Against 16 splits x the whole D a load, looped, one sequence's 4K-context attention went from
 # 16.3 to 11.3 us on the H200 (the kernel records at 1dcf345 and 3e02ed6, docs/benchmarks.md).
@@ -206,20 +205,6 @@ def merge_columns(bd: int, max_splits: int) -> int:
     MERGE_TILE_ELEMENTS, so a merge program loads its splits at once and a head's D spreads
     over several programs."""
     return max(1, min(bd, MERGE_TILE_ELEMENTS // max_splits))
-
-
-@functools.cache
-def _multiprocessor_count(device_idx: int) -> int:
-    return torch.cuda.get_device_properties(device_idx).multi_processor_count
-
-
-def num_multiprocessors(device: torch.device) -> int:
-    """SMs of a CUDA device (cached: fixed data); INTERPRETER_NUM_SMS for the CPU interpreter."""
-    if device.type != "cuda":
-        return INTERPRETER_NUM_SMS
-    return _multiprocessor_count(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )
 
 
 def choose_max_splits(num_seqs: int, num_kv_heads: int, num_sms: int, config: DecodeConfig) -> int:

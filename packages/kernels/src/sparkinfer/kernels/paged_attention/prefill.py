@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import IndexCache, cached_index_tables, check_device, dot_dtype
+from sparkinfer.kernels._triton import (
+    IndexCache,
+    cached_index_tables,
+    check_device,
+    dot_dtype,
+    num_multiprocessors,
+)
 from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
@@ -27,7 +33,6 @@ from sparkinfer.kernels.paged_attention.checks import (
     check_heads,
     check_index,
 )
-from sparkinfer.kernels.paged_attention.decode import num_multiprocessors
 from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
