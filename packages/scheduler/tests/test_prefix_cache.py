@@ -160,6 +160,23 @@ def test_a_long_prompt_is_cut_at_its_checkpoint_and_a_later_one_starts_there():
     assert len(sched.prefix) == 1
 
 
+def test_digests_computed_ahead_of_add_request_serve_the_lookup():
+    """The engine computes a prompt's digests on the client's thread and hands them over."""
+    sched, runner, _ = _scheduler()
+    sched.add_request("a", STEM, GREEDY)
+    _run(sched, runner)
+    prompt = [*STEM[:280], 5, 6, 7]
+    ahead = sched.prompt_digests(prompt)
+    assert ahead == sched.prefix.digests(prompt, [])
+    b = sched.add_request("b", prompt, GREEDY, prefix_digests=ahead)
+    assert b.prefix_digests == ahead and b.prefix_digests is not ahead
+    first = sched.schedule()
+    assert [(s.num_cached_tokens, s.num_new_tokens) for s in first.seqs] == [(256, 27)]
+    assert len(b.prefix_digests) == len(ahead)  # nothing left to compute
+    off, _, _ = _scheduler(rows=())
+    assert off.prompt_digests(prompt) == []
+
+
 def test_requests_with_media_or_prompt_logprobs_take_no_part():
     sched, runner, _ = _scheduler()
     sched.add_request("a", STEM, GREEDY)

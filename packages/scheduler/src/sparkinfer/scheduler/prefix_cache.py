@@ -26,13 +26,18 @@ from dataclasses import dataclass
 from sparkinfer.scheduler.block_manager import BlockManager
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PrefixEntry:
     """A cached prefix: `tokens` (a multiple of the alignment), the chained digest after each of
     its aligned pieces, its KV `blocks`, and the state-pool row holding the GDN state after its
-    last token."""
+    last token. Entries compare by identity.
 
-    tokens: tuple[int, ...]
+    `tokens` is a list, never changed after the entry is made: a hit's confirmation compares the
+    prompt's list slice with it directly (a 32K-token prompt's tuple conversion and compare took
+    three times as long as the list compare, on the engine thread, before the step's launch).
+    """
+
+    tokens: list[int]
     digests: tuple[int, ...]
     blocks: tuple[int, ...]
     snapshot_row: int
@@ -76,7 +81,7 @@ class PrefixCache:
         return known
 
     def lookup(
-        self, token_ids: Sequence[int], digests: Sequence[int], confirmed: object = None
+        self, token_ids: list[int], digests: Sequence[int], confirmed: object = None
     ) -> PrefixEntry | None:
         """The longest entry whose tokens start `token_ids` and leave at least one token after
         them (the step after a hit must compute something to sample from). `confirmed`: an entry
@@ -87,7 +92,7 @@ class PrefixCache:
             entry = self._entries.get(digests[i])
             if entry is None or len(entry.tokens) != (i + 1) * self.alignment:
                 continue
-            if entry is confirmed or tuple(token_ids[: len(entry.tokens)]) == entry.tokens:
+            if entry is confirmed or token_ids[: len(entry.tokens)] == entry.tokens:
                 self._entries.move_to_end(digests[i])
                 return entry
         return None
@@ -116,7 +121,7 @@ class PrefixCache:
         """Keep `token_ids` (a multiple of the alignment; `digests` at least covers them) with
         its first KV blocks; returns the entry, whose snapshot row the caller fills, or None when
         it is cached already or no row can be freed."""
-        tokens = tuple(token_ids)
+        tokens = list(token_ids)
         num_pieces = len(tokens) // self.alignment
         if not tokens or len(tokens) % self.alignment or len(digests) < num_pieces:
             raise ValueError(

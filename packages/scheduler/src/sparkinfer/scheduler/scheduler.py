@@ -149,12 +149,16 @@ class Scheduler:
         arrival_time: float | None = None,
         multimodal: MultimodalInputs | None = None,
         max_len: int | None = None,
+        prefix_digests: Sequence[int] = (),
     ) -> Request:
         """Queue a request after `check_request`; ids must be unique among live requests.
 
         `max_len`: what `check_request` returned for this prompt and params when the caller
         already ran it (the engine does, on the client's thread): the check is one pass over the
         prompt in Python, about a millisecond per 32K tokens, that would otherwise delay the step.
+        `prefix_digests`: the prompt's `prompt_digests` when the caller computed them (the engine
+        does, on the same thread: about half a millisecond per 32K tokens); else the first step
+        that looks the prompt up in the prefix cache computes them.
         """
         if request_id in self._requests:
             raise InvalidRequest(f"request_id {request_id!r} is already running: use a new id")
@@ -169,9 +173,18 @@ class Scheduler:
             arrival_time=arrival_time,
             multimodal=multimodal,
         )
+        req.prefix_digests = list(prefix_digests)
         self._requests[request_id] = req
         self.waiting.append(req)
         return req
+
+    def prompt_digests(self, prompt_token_ids: Sequence[int]) -> list[int]:
+        """The prefix cache's digests of a prompt's aligned pieces ([] with the cache off). They
+        depend only on the tokens and fixed settings, so another thread may compute them ahead
+        of `add_request`."""
+        if not self.prefix.is_enabled:
+            return []
+        return self.prefix.digests(prompt_token_ids, [])
 
     def abort(self, request_id: str) -> bool:
         """Free the request's blocks and slot and emit its final ABORT output (False: unknown)."""
