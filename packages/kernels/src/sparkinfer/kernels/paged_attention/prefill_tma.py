@@ -109,24 +109,25 @@ def _unmasked_tiles(
 
 @triton.jit
 def _grid_lane(HEADS_FASTEST: tl.constexpr):
-    """(lane, query tile, lanes) of this program, a lane being a head (or a KV head when packed):
-    grid (lanes, tiles, splits) head-first, every lane's latest tile first; else (tiles, lanes,
-    splits), one lane's tiles, latest first, then the next lane's."""
+    """(lane, query tile, lanes, key split) of this program, a lane being a head (or a KV head
+    when packed): grid (lanes, tiles, splits) head-first, every lane's latest tile first; else
+    (tiles, lanes, splits), one lane's tiles, latest first, then the next lane's."""
     if HEADS_FASTEST:
         i_lane, i_tile, num_lanes = tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     else:
         i_lane, i_tile, num_lanes = tl.program_id(1), tl.program_id(0), tl.num_programs(1)
-    return i_lane, i_tile, num_lanes
+    return i_lane, i_tile, num_lanes, tl.program_id(2)
 
 
 @triton.jit
 def _tile_sequence(p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile):
-    """(sequence, its end in the tile numbering, first token, new tokens, cached tokens) of query
-    tile i_tile; a tile at or past the end is past the grid's last real tile."""
+    """(sequence, its end in the tile numbering, first token, new tokens, cached tokens, context
+    length) of query tile i_tile; a tile at or past the end is past the grid's last real tile."""
     i_b = tl.load(p_tile_seq + i_tile)
     seq_start = tl.load(p_cu + i_b)
     seq_len = tl.load(p_cu + i_b + 1) - seq_start
-    return i_b, tl.load(p_cu_tiles + i_b + 1), seq_start, seq_len, tl.load(p_cached + i_b)
+    cached = tl.load(p_cached + i_b)
+    return i_b, tl.load(p_cu_tiles + i_b + 1), seq_start, seq_len, cached, cached + seq_len
 
 
 @triton.jit
@@ -176,14 +177,12 @@ def _prefill_tma_kernel(
     BN: tl.constexpr, HAS_GATE: tl.constexpr, USE_QK_PREFETCH: tl.constexpr,
     KV_SPLITS: tl.constexpr, HEADS_FASTEST: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    i_h, i_tile, num_heads = _grid_lane(HEADS_FASTEST)
-    i_s = tl.program_id(2)
-    i_b, tile_end, seq_start, seq_len, cached = _tile_sequence(
+    i_h, i_tile, num_heads, i_s = _grid_lane(HEADS_FASTEST)
+    i_b, tile_end, seq_start, seq_len, cached, ctx_len = _tile_sequence(
         p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile
     )
     if i_tile >= tile_end:
         return
-    ctx_len = cached + seq_len
     # Latest tiles first: they have the most keys, so the grid tail is short.
     m_start = (tile_end - 1 - i_tile) * BM
     row0 = seq_start + m_start
@@ -229,15 +228,13 @@ def _prefill_tma_packed_kernel(
     """`_prefill_tma_kernel` with the GROUP query heads of one KV head packed into the rows of a
     tile: packed row r of a sequence is token r // GROUP, head kvh * GROUP + r % GROUP, so a
     step of few tokens fills its tiles and each K/V tile serves every head of its group."""
-    i_kvh, i_tile, num_kv_heads = _grid_lane(HEADS_FASTEST)
+    i_kvh, i_tile, num_kv_heads, i_s = _grid_lane(HEADS_FASTEST)
     num_heads = GROUP * num_kv_heads
-    i_s = tl.program_id(2)
-    i_b, tile_end, seq_start, seq_len, cached = _tile_sequence(
+    i_b, tile_end, seq_start, seq_len, cached, ctx_len = _tile_sequence(
         p_tile_seq, p_cu_tiles, p_cu, p_cached, i_tile
     )
     if i_tile >= tile_end:
         return
-    ctx_len = cached + seq_len
     r_start = (tile_end - 1 - i_tile) * BM  # latest tiles first, as the unpacked kernel
     o_r = r_start + tl.arange(0, BM)
     o_m = o_r // GROUP  # token of each row within the sequence
