@@ -11,6 +11,7 @@ transformers fp32 must stay within BF16_NOISE_FACTOR x transformers' bf16 error 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from dataclasses import dataclass
@@ -294,6 +295,49 @@ def test_inputs_embeds_replace_token_embeddings(causal_model, paged_runner) -> N
     h1 = causal_model(ids, batches[0])
     h2 = causal_model(ids, batches[1], inputs_embeds=causal_model.embed_input_ids(ids))
     torch.testing.assert_close(h1, h2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("last_layer", "kernels"),
+    [("attention", "reference"), ("linear", "reference"), ("linear", "triton")],
+)
+def test_logits_rows_only_equals_the_gathered_full_forward(
+    causal_model, paged_runner, last_layer, kernels
+) -> None:
+    """A prefill step where one chunk samples nothing, then a decode step sampling two of three
+    rows, then a step sampling none: the pruned last layer gives the full forward's rows.
+    `linear` drops the last layer so that a GDN layer ends the stack; the Triton kernels (slow
+    under the interpreter) run the last step only, whose empty rows reach every op after the
+    mixer."""
+    from sparkinfer.model.layers import triton_ops
+
+    model = copy.deepcopy(causal_model)
+    if kernels == "triton":
+        model.use_ops(triton_ops())
+    if last_layer == "linear":
+        model.model.layers = model.model.layers[:-1]
+        assert model.model.layers[-1].is_linear
+    lens = [9, 5, 1]
+    full, pruned = (paged_runner(model, max_lens=[n + 3 for n in lens]) for _ in range(2))
+    steps = [
+        ([_tokens(n, seed=20 + n) for n in lens], [8, 14]),  # the 5-token chunk samples nothing
+        ([_tokens(1, seed=30 + i) for i in range(3)], [0, 2]),
+        ([_tokens(2, seed=40 + i) for i in range(3)], []),
+    ]
+    if kernels == "triton":
+        steps = steps[2:]
+    for chunks, rows in steps:
+        out = []
+        for runner, only in ((full, False), (pruned, True)):
+            batch = ForwardBatch.build(
+                [len(c) for c in chunks], runner.cached, runner.tables, runner.slots,
+                caches=runner.caches, block_size=16, device="cpu", logits_indices=rows,
+            )  # fmt: skip
+            hidden = model(torch.cat(chunks), batch, logits_rows_only=only)
+            out.append(hidden if only else hidden[batch.logits_indices])
+            runner.cached = [c + len(t) for c, t in zip(runner.cached, chunks, strict=True)]
+        assert out[1].shape == (len(rows), model.config.text.hidden_size)
+        torch.testing.assert_close(out[1], out[0], rtol=0, atol=1e-5)
 
 
 def test_cache_spec_follows_layer_schedule(causal_model) -> None:

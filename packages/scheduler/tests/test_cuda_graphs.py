@@ -99,9 +99,9 @@ class _WatchedModel:
         self.model, self.stream = model, stream
         self.waits_at_forward: list[list[CpuStream]] = []
 
-    def __call__(self, input_ids: torch.Tensor, batch) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, batch, **kwargs) -> torch.Tensor:
         self.waits_at_forward.append(list(self.stream.waited_on))
-        return self.model(input_ids, batch)
+        return self.model(input_ids, batch, **kwargs)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.compute_logits(hidden)

@@ -53,13 +53,21 @@ class DecoderLayer(nn.Module):
         residual: torch.Tensor | None,
         rope: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
+        output_rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, residual) -> (mlp output, residual stream); the add is fused into the next norm."""
+        """(x, residual) -> (mlp output, residual stream); the add is fused into the next norm.
+
+        output_rows: the rows to return (None: all). The mixer still runs over every row, since
+        it writes every token's KV or state, but only these rows go on to its output projection
+        and the MLP.
+        """
         h, stream = self.input_layernorm(x, residual)
-        if self.is_linear:  # noqa: SIM108 (one visible branch per mixer kind)
-            h = self.linear_attn(h, batch)
+        if self.is_linear:
+            h = self.linear_attn(h, batch, output_rows)
         else:
-            h = self.self_attn(h, *rope, batch)
+            h = self.self_attn(h, *rope, batch, output_rows)
+        if output_rows is not None:
+            stream = stream[output_rows]
         h, stream = self.post_attention_layernorm(h, stream)
         return self.mlp(h), stream
 
@@ -85,12 +93,17 @@ class TextModel(nn.Module):
             config.rotary_dim, config.rope_theta, config.mrope_section, device=device
         )
 
-    def forward(self, h: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """h [T, hidden] input embeddings -> [T, hidden] final-normed hidden states."""
+    def forward(
+        self, h: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """h [T, hidden] input embeddings -> final-normed hidden states [T, hidden], or
+        [N, hidden] at `output_rows` (the last layer then projects and runs its MLP on those
+        rows only)."""
         rope = self.rotary_emb(batch.positions)
         residual = None
-        for layer in self.layers:
-            h, residual = layer(h, residual, rope, batch)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            h, residual = layer(h, residual, rope, batch, output_rows if i == last else None)
         h, _ = self.norm(h, residual)
         return h
 
@@ -223,13 +236,18 @@ class Qwen3_8ForCausalLM(nn.Module):
         batch: ForwardBatch,
         *,
         inputs_embeds: torch.Tensor | None = None,
+        logits_rows_only: bool = False,
     ) -> torch.Tensor:
-        """input_ids [T] int64 (or inputs_embeds [T, hidden]) -> hidden [T, hidden].
+        """input_ids [T] int64 (or inputs_embeds [T, hidden]) -> hidden [T, hidden], or with
+        `logits_rows_only` hidden [N, hidden] at `batch.logits_indices`.
 
-        Writes the new tokens' KV and each sequence's GDN state into `batch.caches`.
+        Writes the new tokens' KV and each sequence's GDN state into `batch.caches`. With
+        `logits_rows_only` the last layer's output projection and MLP run on the N logits rows
+        instead of all T (a prompt chunk that samples nothing skips them), the same values row
+        for row as `forward(...)[batch.logits_indices]` up to the matmuls' row-count rounding.
         """
         h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
-        return self.model(h, batch)
+        return self.model(h, batch, batch.logits_indices if logits_rows_only else None)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

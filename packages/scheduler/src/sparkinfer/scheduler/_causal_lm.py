@@ -19,6 +19,7 @@ class CausalLM(Protocol):
         batch: ForwardBatch,
         *,
         inputs_embeds: torch.Tensor | None = None,
+        logits_rows_only: bool = False,
     ) -> torch.Tensor: ...
 
     def cache_spec(self) -> CacheSpec: ...

@@ -212,4 +212,4 @@ class PrefillGraphs:
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The forward of a `size`-token step -> hidden rows [logits rows, hidden]."""
         size = batch.slot_mapping.shape[0]
-        return self.model(self.input_ids[:size], batch)[batch.logits_indices]
+        return self.model(self.input_ids[:size], batch, logits_rows_only=True)

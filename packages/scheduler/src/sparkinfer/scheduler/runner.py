@@ -284,9 +284,11 @@ class Runner:
         rows = host_to_device(_step_inputs(seqs, sources), self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
+        if not is_scoring:  # the last layer's MLP runs on the sampled rows only
+            hidden = self.model(input_ids, batch, inputs_embeds=embeds, logits_rows_only=True)
+            return self.model.compute_logits(hidden)
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)
-        if is_scoring:
-            prompt_logprobs.update(self._score_prompt(seqs, hidden))
+        prompt_logprobs.update(self._score_prompt(seqs, hidden))
         return self.model.compute_logits(hidden[batch.logits_indices])
 
     def _score_prompt(

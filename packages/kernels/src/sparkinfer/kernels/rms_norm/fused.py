@@ -10,6 +10,8 @@ copy. One program normalises BR rows held whole in registers.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -102,7 +104,7 @@ def _as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
     if t.dim() == 1:
         return t.view(1, 1, -1)
     try:
-        return t.view(-1, t.shape[-2], t.shape[-1])
+        return t.view(math.prod(t.shape[:-2]), t.shape[-2], t.shape[-1])
     except RuntimeError as err:
         raise ValueError(
             f"{name} with shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as "

@@ -48,9 +48,15 @@ class GatedAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, **dims)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        batch: ForwardBatch,
+        output_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden]."""
+        """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden], or [N, hidden] at
+        output_rows (o_proj runs on those rows only)."""
         num_tokens = x.shape[0]
         q_gate, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         q_gate = q_gate.view(num_tokens, self.num_heads, 2 * self.head_dim)
@@ -95,4 +101,5 @@ class GatedAttention(nn.Module):
                 gate=gate,
                 index_cache=batch.index_cache,
             )
-        return self.o_proj(o.reshape(num_tokens, -1))
+        o = o.reshape(num_tokens, -1)
+        return self.o_proj(o if output_rows is None else o[output_rows])

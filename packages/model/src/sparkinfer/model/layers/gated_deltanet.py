@@ -74,8 +74,11 @@ class GatedDeltaNet(nn.Module):
             v.reshape(num_tokens, self.num_v_heads, self.v_head_dim),
         )
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        """x [T, hidden] (normed) -> [T, hidden]; updates the conv and recurrent state slots."""
+    def forward(
+        self, x: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x [T, hidden] (normed) -> [T, hidden], or [N, hidden] at output_rows (the gated norm
+        and out_proj run on those rows only); updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
         # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
         qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
@@ -95,6 +98,8 @@ class GatedDeltaNet(nn.Module):
                 norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
                 early_state=True,
             )  # fmt: skip
+            if output_rows is not None:
+                o = o[output_rows]
         else:
             has_initial_state = batch.has_initial_state_mask
             qkv = self.ops.causal_conv1d(
@@ -114,5 +119,7 @@ class GatedDeltaNet(nn.Module):
                 has_initial_state=has_initial_state,
                 index_cache=batch.index_cache,
             )  # fmt: skip
-            o = self.norm(o, z)  # [T, HV, V]
-        return self.out_proj(o.reshape(num_tokens, self.value_dim))
+            if output_rows is not None:
+                o, z = o[output_rows], z[output_rows]
+            o = self.norm(o, z)  # [T or N, HV, V]
+        return self.out_proj(o.reshape(-1, self.value_dim))
