@@ -21,6 +21,7 @@ from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_to
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
 from sparkinfer.multimodal import ProcessedMedia
 from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
+from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import StructuralTag
 
 _THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
@@ -100,13 +101,9 @@ async def prepare_chat(
         template_kwargs=extra,
     )
     tool_dicts = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    messages = template_messages(req.messages)
-    rendered = state.chat_template.render(messages, tools=tool_dicts, options=options)
-    ids = state.tokenizer.encode_chat(rendered.segments)
-    multimodal = None
-    if media:
-        assert state.media is not None, "media parts are refused without a vision tower"
-        ids, multimodal = expand_media(ids, media, state.media, state.tokenizer)
+    # Rendering and tokenizing a long conversation takes the CPU for up to seconds (a 1 MB
+    # prompt); on a worker thread, the event loop keeps streaming everyone else's tokens.
+    ids, multimodal = await run_in_threadpool(_prompt_ids, req, state, tool_dicts, options, media)
     check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
@@ -114,6 +111,23 @@ async def prepare_chat(
     grammar, budget = await _grammar(req, state, tools if forced else None, schema, thinking)
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
+
+
+def _prompt_ids(
+    req: ChatCompletionRequest,
+    state: ServerState,
+    tool_dicts: list[dict[str, Any]] | None,
+    options: ChatOptions,
+    media: list[ProcessedMedia] | None,
+) -> tuple[list[int], MultimodalInputs | None]:
+    """The rendered conversation's token ids, media placeholders expanded, and its media."""
+    messages = template_messages(req.messages)
+    rendered = state.chat_template.render(messages, tools=tool_dicts, options=options)
+    ids = state.tokenizer.encode_chat(rendered.segments)
+    if not media:
+        return ids, None
+    assert state.media is not None, "media parts are refused without a vision tower"
+    return expand_media(ids, media, state.media, state.tokenizer)
 
 
 async def _grammar(

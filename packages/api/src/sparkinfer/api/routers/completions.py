@@ -33,6 +33,7 @@ from sparkinfer.api.streaming import sse_data, sse_response
 from sparkinfer.api.usage import make_usage
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
+from starlette.concurrency import run_in_threadpool
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
@@ -70,6 +71,11 @@ def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
     """Append `more`'s entries to `lp`."""
     for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         getattr(lp, name).extend(getattr(more, name))
+
+
+def _echo_texts(body: CompletionRequest, state: ServerState, prompts: list[list[int]]) -> list[str]:
+    """Each prompt's text as echoed back ("" without `echo`)."""
+    return [state.tokenizer.decode(p) if body.echo else "" for p in prompts]
 
 
 def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[int]]:
@@ -115,10 +121,13 @@ async def create_completion(
     """Encode and check the prompts, queue n choices of each, then stream them or answer whole."""
     state.check_model(body.model)
     rid = f"cmpl-{request_id(request)}"
-    prompts = _encode_prompts(body, state)
+    # Tokenizing (and echoing) a long prompt takes the CPU for up to seconds (a 1 MB prompt); on
+    # a worker thread, the event loop keeps streaming everyone else's tokens.
+    prompts = await run_in_threadpool(_encode_prompts, body, state)
     jobs = _jobs(body, state, prompts, rid)
     prompt_lens = [len(p) for p in prompts]
-    echoes = [state.tokenizer.decode(prompts[j.index // body.n]) if body.echo else "" for j in jobs]
+    texts = await run_in_threadpool(_echo_texts, body, state, prompts)
+    echoes = [texts[j.index // body.n] for j in jobs]
     choices = start_choices(state.engine, state.tokenizer, jobs)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if not body.stream:

@@ -20,6 +20,7 @@ from sparkinfer.api.schemas.common import Usage
 from sparkinfer.api.schemas.score import ScoreRequest, ScoreResponse
 from sparkinfer.model.chat_template import ChatOptions
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams, TokenLogprob
+from starlette.concurrency import run_in_threadpool
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
@@ -95,7 +96,8 @@ async def score(body: ScoreRequest, request: Request, state: State) -> Response 
     """
     state.check_model(body.model)
     rid = f"score-{request_id(request)}"
-    context, completion = _checked_ids(body, state)
+    # A long context takes the CPU for up to seconds to tokenize: off the event loop.
+    context, completion = await run_in_threadpool(_checked_ids, body, state)
     ids = context + completion
     logger.info("request %s: %d completion tokens after %d", rid, len(completion), len(context))
     num_top = body.top_logprobs or 0
