@@ -113,6 +113,7 @@ def test_stack_compares_torch_and_triton_steps(monkeypatch, tmp_path):
         ("torch reference", "prefill 20 tokens"),
         ("torch reference", "decode 2 x 30 context"),
         ("triton", "prefill 20 tokens"),
+        ("triton", "prefill 20 tokens, every row through the last layer"),
         ("triton", "decode 2 x 30 context"),
     ]
 

@@ -217,6 +217,9 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument(
+        "--skip-torch", action="store_true", help="Triton kernels only (the torch prefill is slow)"
+    )
     p = sub.add_parser(
         "step-costs",
         help="the 27B decode step's CUDA graph with each kind of small kernel stood in for: "

@@ -2,14 +2,16 @@
 
 The same model (random bf16 weights on the GPU) runs each step twice: with the plain-torch
 reference ops of `sparkinfer.kernels` (the CPU path, run on the GPU; cuBLAS linears) and with the
-Triton kernels the engine uses. Steps are timed eagerly, with no engine and no CUDA graphs, so the
-difference is the kernels': a prefill of one prompt and decode steps of 1 and 32 sequences at a
-4K context (the caches hold zeros; speed does not depend on their values).
+Triton kernels the engine uses (`--skip-torch`: the Triton kernels only). Steps are timed
+eagerly, with no engine and no CUDA graphs, so the difference is the kernels': a prefill of one
+prompt and decode steps of 1 and 32 sequences at a 4K context (the caches hold zeros; speed does
+not depend on their values).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 from dataclasses import asdict, dataclass
 
@@ -18,7 +20,7 @@ from sparkinfer.bench import roofline
 from sparkinfer.bench.engine import NUM_REAL_TOKENS, full_size_config, random_model, require_cuda
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
-from sparkinfer.bench.timing import time_cuda
+from sparkinfer.bench.timing import time_cuda_interleaved
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.layers import REFERENCE_OPS, triton_ops
@@ -82,24 +84,40 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
 
 
 def _measure(model, caches, steps, args: argparse.Namespace, device) -> list[StepRow]:
-    """Each step with the torch references, then with the Triton kernels."""
+    """Each step with the torch references (unless skipped), then with the Triton kernels.
+
+    Steps run as the engine runs them, the last layer's projection and MLP on the sampled rows
+    only; with the Triton kernels a prefill also runs with every row through the last layer,
+    the two interleaved.
+    """
     rows: list[StepRow] = []
-    for ops_name, ops in (("torch reference", REFERENCE_OPS), ("triton", triton_ops())):
+    kernels = [("triton", triton_ops())]
+    if not args.skip_torch:
+        kernels.insert(0, ("torch reference", REFERENCE_OPS))
+    for ops_name, ops in kernels:
         model.use_ops(ops)
         for name, new, context, num_seqs in steps:
             log(f"stack: {ops_name}: {name}")
             batch = cached_batch(new, context, num_seqs, caches, device)
             ids = torch.randint(0, NUM_REAL_TOKENS, (new * num_seqs,), device=device)
-
-            @torch.inference_mode()
-            def step(ids=ids, batch=batch) -> None:
-                hidden = model(ids, batch)
-                model.compute_logits(hidden[batch.logits_indices])
-
-            t = time_cuda(step, warmup=args.warmup, iters=args.iters)
-            tok_s = new * num_seqs / (t.median_ms / 1e3)
-            rows.append(StepRow(name, ops_name, t.median_ms, t.p90_ms, tok_s))
+            variants = {name: True}
+            if new > 1 and ops_name == "triton":
+                variants[f"{name}, every row through the last layer"] = False
+            fns = [
+                functools.partial(_step, model, ids, batch, rows_only)
+                for rows_only in variants.values()
+            ]
+            timings = time_cuda_interleaved(fns, warmup=args.warmup, iters=args.iters)
+            for label, t in zip(variants, timings, strict=True):
+                tok_s = new * num_seqs / (t.median_ms / 1e3)
+                rows.append(StepRow(label, ops_name, t.median_ms, t.p90_ms, tok_s))
     return rows
+
+
+@torch.inference_mode()
+def _step(model, ids: torch.Tensor, batch: ForwardBatch, logits_rows_only: bool) -> None:
+    hidden = model(ids, batch, logits_rows_only=logits_rows_only)
+    model.compute_logits(hidden if logits_rows_only else hidden[batch.logits_indices])
 
 
 def _table(rows: list[StepRow]) -> Table:
@@ -108,8 +126,17 @@ def _table(rows: list[StepRow]) -> Table:
         "27B layer stack: one forward step, torch reference ops vs Triton kernels",
         ["step", "ops", "median ms", "p90 ms", "tok/s", "speedup vs torch"],
         [
-            [r.step, r.ops, r.median_ms, r.p90_ms, r.tokens_per_s, torch_ms[r.step] / r.median_ms]
+            [r.step, r.ops, r.median_ms, r.p90_ms, r.tokens_per_s, _speedup(torch_ms, r)]
             for r in rows
         ],
-        ["eager: launch gaps are in both columns; the engine replays decode as CUDA graphs"],
+        [
+            "eager: launch gaps are in both columns; the engine replays decode as CUDA graphs",
+            "steps run the last layer's output projection and MLP on the sampled rows only, as "
+            "the engine does; `every row through the last layer` is the same prefill without "
+            "that, its calls alternating with the plain row's",
+        ],
     )
+
+
+def _speedup(torch_ms: dict[str, float], row: StepRow) -> float | str:
+    return torch_ms[row.step] / row.median_ms if row.step in torch_ms else "-"

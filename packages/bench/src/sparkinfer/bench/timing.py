@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,21 +22,37 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20) -> 
 
     On a CPU-only machine the calls are timed with perf_counter instead (for smoke tests only).
     """
+    return time_cuda_interleaved([fn], warmup=warmup, iters=iters)[0]
+
+
+def time_cuda_interleaved(
+    fns: Sequence[Callable[[], object]], *, warmup: int = 5, iters: int = 20
+) -> list[Timing]:
+    """`time_cuda` of several functions whose calls alternate (a, b, a, b, ...), so that a drift
+    of the GPU's clocks during the run falls on each of them alike; one Timing per function."""
     for _ in range(warmup):
-        fn()
-    times_ms = []
-    if torch.cuda.is_available():
-        for _ in range(iters):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
+        for fn in fns:
             fn()
-            end.record()
-            end.synchronize()
-            times_ms.append(start.elapsed_time(end))
-    else:
-        return time_cpu(fn, warmup=0, iters=iters)
-    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
+    times_ms: list[list[float]] = [[] for _ in fns]
+    for _ in range(iters):
+        for i, fn in enumerate(fns):
+            times_ms[i].append(_time_call_ms(fn))
+    return [Timing(float(np.median(t)), float(np.percentile(t, 90)), iters) for t in times_ms]
+
+
+def _time_call_ms(fn: Callable[[], object]) -> float:
+    """One call's time: CUDA events on a CUDA machine, else the host's wall clock."""
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def time_cpu(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20) -> Timing:
