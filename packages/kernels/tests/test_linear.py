@@ -261,6 +261,32 @@ def test_decode_config_takes_the_measured_one_row_tile_in_16_row_tiles():
     assert (unmeasured.BM, unmeasured.BN, unmeasured.SPLIT_K) == (16, 32, 1)  # 320 programs
 
 
+def test_decode_tiles_grow_with_the_batch_for_16_bit_weights():
+    tile = invariant.decode_tile_rows
+    bf16 = torch.bfloat16
+    assert [tile(m, bf16) for m in (1, 16, 17, 32, 33, 64, 256)] == [16, 16, 32, 32, 64, 64, 64]
+    assert {tile(m, torch.float32) for m in (1, 33, 256)} == {16}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("n", "k"),
+    [(16480, 5120), (14336, 5120), (34816, 5120), (5120, 17408), (5120, 6144), (248320, 5120)],
+)
+def test_decode_row_tiles_give_the_same_bits(n, k):
+    """The decode phase picks its row tile by batch size; that is batch-invariant only because
+    a row's bits do not depend on the tile's row count (the same K slices and MMA k-steps)."""
+    torch.manual_seed(16)
+    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    outs = [
+        skinny_gemm(x, w, decode_config(n, k, torch.bfloat16, rows))
+        for rows in invariant.DECODE_TILE_ROWS
+    ]
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
 def test_batch_invariant_sets_and_restores_the_phase():
     assert invariant.current_phase() is None
     with batch_invariant("decode"):

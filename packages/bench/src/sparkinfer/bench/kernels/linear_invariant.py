@@ -10,6 +10,7 @@ bit-identical when the same rows run inside a larger batch. Run alone:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -23,8 +24,10 @@ from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.linear import (
     TiledGemmConfig,
     batch_invariant,
+    decode_config,
     invariant_linear,
     linear,
+    skinny_gemm,
     tiled_gemm,
 )
 
@@ -60,11 +63,17 @@ def _is_row_invariant(fn, x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def _decode_rows(
-    device: torch.device, shapes: tuple[tuple[int, int], ...], warmup: int, iters: int
+    device: torch.device,
+    shapes: tuple[tuple[int, int], ...],
+    warmup: int,
+    iters: int,
+    tile_rows: tuple[int, ...] = (),
 ) -> list[Row]:
+    """`tile_rows`: also time the invariant config with these row tiles instead of DECODE_BM."""
     copy = copy_bandwidth(device)
     rows = []
-    for (n, k), m in itertools.product(shapes, DECODE_BATCHES):
+    batches = DECODE_BATCHES + ((64,) if tile_rows else ())
+    for (n, k), m in itertools.product(shapes, batches):
         operands = [
             (torch.randn(m, k, device=device, dtype=torch.bfloat16),
              torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02)
@@ -76,6 +85,9 @@ def _decode_rows(
             "fast": linear,
             "cublas": _cublas,
         }
+        for bm in tile_rows:
+            config = dataclasses.replace(decode_config(n, k), BM=bm)
+            impls[f"invariant BM={bm}"] = lambda x, w, c=config: skinny_gemm(x, w, c)
         times = {
             name: time_graph([lambda x=x, w=w, f=f: f(x, w) for x, w in operands],
                              warmup=warmup, iters=iters)
@@ -83,14 +95,18 @@ def _decode_rows(
         }  # fmt: skip
         w = operands[0][1]
         wide = torch.randn(max(m, 33), k, device=device, dtype=torch.bfloat16)
-        invariant = _is_row_invariant(impls["invariant"], wide, w)
+        invariant = {
+            name: _is_row_invariant(f, wide, w)
+            for name, f in impls.items()
+            if name.startswith("invariant")
+        }
         for name, t in times.items():
             rows.append({
                 "op": "decode linear", "impl": name, "shape": f"M={m} N={n} K={k}",
                 "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
                 "of_copy_bw": nbytes / (t.median_ms / 1e3) / copy,
                 "vs_fast": times["fast"].median_ms / t.median_ms,
-                "rows_invariant": invariant if name == "invariant" else None,
+                "rows_invariant": invariant.get(name),
             })  # fmt: skip
         del operands
     return rows
@@ -131,10 +147,16 @@ def _prefill_rows(
 
 
 def bench(
-    device: torch.device, *, warmup: int, iters: int, is_quick: bool, sweep: bool
+    device: torch.device,
+    *,
+    warmup: int,
+    iters: int,
+    is_quick: bool,
+    sweep: bool,
+    tile_rows: tuple[int, ...] = (),
 ) -> list[Row]:
     shapes = SHAPES[:2] if is_quick else SHAPES
-    rows = _decode_rows(device, shapes, warmup, iters)
+    rows = _decode_rows(device, shapes, warmup, iters, tile_rows)
     configs = SWEEP if sweep else ()
     return rows + _prefill_rows(
         device, shapes, configs, warmup, iters, roofline.measure_peaks(device).matmul_flop_s
@@ -151,10 +173,16 @@ def run(args: KernelBenchArgs) -> list[Row]:
 def main() -> None:
     parser = standalone_parser(__doc__, warmup=5, iters=20)
     parser.add_argument("--sweep", action="store_true", help="also time candidate prefill tiles")
+    parser.add_argument(
+        "--decode-tile-rows",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=(),
+        help="also time the decode config with these row tiles (e.g. 32,64), and 64 rows",
+    )
     cli = parser.parse_args()
     run_alone(
         lambda a: bench(a.device, warmup=a.warmup, iters=a.iters, is_quick=a.is_quick,
-                        sweep=cli.sweep),
+                        sweep=cli.sweep, tile_rows=cli.decode_tile_rows),
         cli, __doc__,
     )  # fmt: skip
 

@@ -4,8 +4,11 @@ cuBLAS, and the measured dispatch table, choose a kernel by row count, so a row'
 the batch it shares. Inside `batch_invariant(phase)` every CUDA `linear` instead runs a kernel
 whose configuration depends only on the phase and the weight's shape:
 
-- "decode": the skinny GEMM in 16-row tiles whatever M is, with the columns and K slices the
-  shape table measured best for one row (split-K slices are summed in a fixed order).
+- "decode": the skinny GEMM with the columns and K slices the shape table measured best for one
+  row (split-K slices are summed in a fixed order), in row tiles of 16, 32 or 64 by M for 16-bit
+  weights (16 for fp32). A row's bits do not depend on its tile's row count: every tile sums a
+  row's products over the same K slices, BK steps and MMA k-steps (GPU test
+  `test_decode_row_tiles_give_the_same_bits`); a larger tile only reads the weight fewer times.
 - "prefill": the tiled GEMM with one fixed tile per dtype, no split-K.
 
 A request's rows always run in the same phase (prompt rows in prefill forwards, generated rows in
@@ -29,7 +32,11 @@ from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 
 Phase = Literal["decode", "prefill"]
 
-DECODE_BM = 16
+DECODE_BM = 16  # rows of a decode tile for one to 16 rows, and for fp32 at any M
+# Row tiles for 16-bit decode batches: the smallest holding M rows, the last beyond. On the H200
+# at the 27B shapes, tiles of 64 rows ran the decode projections of 64 rows 1.8x as fast as
+# 16-row ones (`sparkinfer.bench.kernels.linear_invariant --decode-tile-rows 32,64`).
+DECODE_TILE_ROWS = (16, 32, 64)
 # Measured on the H200 at Qwen3.8-27B's prefill shapes (M = 4096): 0.76-0.89x cuBLAS, the best of
 # the tiles swept by `sparkinfer.bench.kernels.linear_invariant --sweep` on most shapes.
 PREFILL_CONFIG = TiledGemmConfig()
@@ -57,24 +64,38 @@ def current_phase() -> Phase | None:
 
 
 @lru_cache(maxsize=256)
-def decode_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> SkinnyGemmConfig:
-    """The one skinny-GEMM config every decode batch uses for an [N, K] weight.
+def decode_config(
+    n: int, k: int, dtype: torch.dtype = torch.bfloat16, tile_rows: int = DECODE_BM
+) -> SkinnyGemmConfig:
+    """The skinny-GEMM config every decode batch uses for an [N, K] weight, in `tile_rows`-row
+    tiles (see `decode_tile_rows`; programs of one column block over several row tiles run side
+    by side and share its weight tiles in L2).
 
-    16-row tiles (programs of one column block over several 16-row tiles run side by side and
-    share its weight tiles in L2); columns and K slices as the table measured best for one row,
-    or, for shapes it lacks, the widest column block that still gives ~256 programs, no split.
+    Columns and K slices as the table measured best for one row, or, for shapes it lacks, the
+    widest column block that still gives ~256 programs, no split.
     """
     measured = decode_entry(n, k, dtype)
     if measured is not None:
-        return dataclasses.replace(measured, BM=DECODE_BM)
+        return dataclasses.replace(measured, BM=tile_rows)
     bn = next((b for b in (64, 32) if triton.cdiv(n, b) >= _TARGET_PROGRAMS * 3 // 4), 16)
-    return SkinnyGemmConfig(BM=DECODE_BM, BN=bn, BK=128, SPLIT_K=1, num_stages=4)
+    return SkinnyGemmConfig(BM=tile_rows, BN=bn, BK=128, SPLIT_K=1, num_stages=4)
+
+
+def decode_tile_rows(num_rows: int, dtype: torch.dtype) -> int:
+    """Rows of a decode tile for a batch of `num_rows`: the smallest of DECODE_TILE_ROWS holding
+    them (the largest beyond) for 16-bit inputs, DECODE_BM for fp32 (its tf32 MMAs were not
+    checked across tile sizes)."""
+    if dtype == torch.float32:
+        return DECODE_BM
+    return next((b for b in DECODE_TILE_ROWS if num_rows <= b), DECODE_TILE_ROWS[-1])
 
 
 def invariant_linear(x: torch.Tensor, weight: torch.Tensor, phase: Phase) -> torch.Tensor:
     """y = x @ weight.T whose rows do not depend on M: the kernel of `phase` for this shape."""
     if phase == "decode":
-        return skinny_gemm(x, weight, decode_config(weight.shape[0], weight.shape[1], x.dtype))
+        rows = decode_tile_rows(x.shape[0], x.dtype)
+        config = decode_config(weight.shape[0], weight.shape[1], x.dtype, rows)
+        return skinny_gemm(x, weight, config)
     return tiled_gemm(
         x, weight, PREFILL_CONFIG_FP32 if x.dtype == torch.float32 else PREFILL_CONFIG
     )
