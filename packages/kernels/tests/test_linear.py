@@ -236,11 +236,13 @@ def _rows_do_not_depend_on_the_batch(fn, x: torch.Tensor, w: torch.Tensor) -> No
         assert torch.equal(fn(x[start:stop], w), full[start:stop]), (start, stop)
 
 
-def test_tiled_gemm_rows_are_batch_invariant():
+@pytest.mark.parametrize("tma", [False, True])
+def test_tiled_gemm_rows_are_batch_invariant(tma, assert_close):
     torch.manual_seed(13)
     x, w = torch.randn(70, 96), torch.randn(48, 96)
-    config = TiledGemmConfig(BM=32, BN=16, BK=32, GROUP_M=2)
+    config = TiledGemmConfig(BM=32, BN=16, BK=32, GROUP_M=2, TMA=tma)
     _rows_do_not_depend_on_the_batch(lambda a, b: tiled_gemm(a, b, config), x, w)
+    assert_close(tiled_gemm(x, w, config), linear_ref(x, w))
 
 
 def test_decode_phase_rows_are_batch_invariant(assert_close):

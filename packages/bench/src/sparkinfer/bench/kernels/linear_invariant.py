@@ -43,7 +43,8 @@ SHAPES: tuple[tuple[int, int], ...] = (
 DECODE_BATCHES: tuple[int, ...] = (1, 8, 32)
 PREFILL_ROWS = 4096
 SWEEP = tuple(
-    TiledGemmConfig(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s)
+    TiledGemmConfig(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s, TMA=tma)
+    for tma in (False, True)
     for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
                              (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128, 128, 128, 8, 3),
                              (64, 256, 64, 4, 4))
@@ -123,6 +124,7 @@ def _prefill_rows(
         impls: dict[str, Any] = {"cublas": _cublas}
         for cfg in configs:
             name = f"tiled {cfg.BM}x{cfg.BN}x{cfg.BK} w{cfg.num_warps} s{cfg.num_stages}"
+            name += " tma" if cfg.TMA else ""
             impls[name] = lambda a, b, c=cfg: tiled_gemm(a, b, c)
         with batch_invariant("prefill"):
             impls["invariant"] = linear  # the tile the engine uses

@@ -9,7 +9,8 @@ whose configuration depends only on the phase and the weight's shape:
   weights (16 for fp32). A row's bits do not depend on its tile's row count: every tile sums a
   row's products over the same K slices, BK steps and MMA k-steps (GPU test
   `test_decode_row_tiles_give_the_same_bits`); a larger tile only reads the weight fewer times.
-- "prefill": the tiled GEMM with one fixed tile per dtype, no split-K.
+- "prefill": the tiled GEMM with one fixed tile per dtype (tensor descriptors for 16-bit
+  operands on Hopper), no split-K.
 
 A request's rows always run in the same phase (prompt rows in prefill forwards, generated rows in
 decode forwards), so its logits do not depend on what else is scheduled with it.
@@ -37,9 +38,11 @@ DECODE_BM = 16  # rows of a decode tile for one to 16 rows, and for fp32 at any 
 # at the 27B shapes, tiles of 64 rows ran the decode projections of 64 rows 1.8x as fast as
 # 16-row ones (`sparkinfer.bench.kernels.linear_invariant --decode-tile-rows 32,64`).
 DECODE_TILE_ROWS = (16, 32, 64)
-# Measured on the H200 at Qwen3.8-27B's prefill shapes (M = 4096): 0.76-0.89x cuBLAS, the best of
-# the tiles swept by `sparkinfer.bench.kernels.linear_invariant --sweep` on most shapes.
-PREFILL_CONFIG = TiledGemmConfig()
+# Measured on the H200 at Qwen3.8-27B's prefill shapes (M = 4096), the best over the model's
+# projections of the tiles swept by `sparkinfer.bench.kernels.linear_invariant --sweep`: the
+# descriptor tile on 4 warps took 313 ms for a 4K prompt's projections, the pointer tile on 8
+# (the earlier choice) 329-337 and cuBLAS 277 (docs/benchmarks.md).
+PREFILL_CONFIG = TiledGemmConfig(num_warps=4, TMA=True)
 PREFILL_CONFIG_FP32 = TiledGemmConfig(BK=32)  # the same pipeline in shared memory
 _TARGET_PROGRAMS = 256  # about two waves over the H200's 132 multiprocessors
 
