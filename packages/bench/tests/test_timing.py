@@ -1,0 +1,21 @@
+"""Timing helpers on the CPU (wall clock where no CUDA device is present)."""
+
+from __future__ import annotations
+
+from sparkinfer.bench.timing import time_cuda, time_cuda_interleaved
+
+
+def test_interleaved_calls_alternate_and_time_each_function():
+    calls: list[str] = []
+    timings = time_cuda_interleaved(
+        [lambda: calls.append("a"), lambda: calls.append("b")], warmup=1, iters=3
+    )
+    assert calls == ["a", "b"] * 4  # one warm-up round, then three timed ones
+    assert [t.num_iters for t in timings] == [3, 3]
+    assert all(t.median_ms >= 0 and t.p90_ms >= t.median_ms for t in timings)
+
+
+def test_time_cuda_is_one_function_interleaved_alone():
+    calls: list[int] = []
+    timing = time_cuda(lambda: calls.append(1), warmup=2, iters=5)
+    assert len(calls) == 7 and timing.num_iters == 5
