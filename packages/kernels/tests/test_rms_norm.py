@@ -52,6 +52,15 @@ def test_rms_norm_per_head_on_strided_view(assert_close):
     assert_close(rms_norm(q, w, EPS)[0], rms_norm_ref(q, w, EPS)[0])
 
 
+@pytest.mark.parametrize("shape", [(0, 64), (0, 4, 16)])
+def test_norms_take_zero_rows(shape):
+    """A step whose chunks sample no row hands the last layer's norms empty inputs."""
+    x, w = torch.randn(shape), torch.randn(shape[-1])
+    y, res = rms_norm(x, w, EPS, residual=torch.randn(shape))
+    assert y.shape == res.shape == shape
+    assert gated_rms_norm(x, torch.randn(shape), w, EPS).shape == shape
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_ref_matches_transformers(dtype):
     torch.manual_seed(3)
