@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from sparkinfer.api.grammar import (
 )
 from sparkinfer.api.media import expand_media, template_messages
 from sparkinfer.api.sampling import check_context
-from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice
+from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_tools
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
 from sparkinfer.multimodal import ProcessedMedia
@@ -103,7 +104,9 @@ async def prepare_chat(
     tool_dicts = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     # Rendering and tokenizing a long conversation takes the CPU for up to seconds (a 1 MB
     # prompt); on a worker thread, the event loop keeps streaming everyone else's tokens.
-    ids, multimodal = await run_in_threadpool(_prompt_ids, req, state, tool_dicts, options, media)
+    ids, multimodal = await run_in_threadpool(
+        chat_prompt_ids, state, req.messages, tool_dicts, options, media
+    )
     check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
@@ -113,16 +116,18 @@ async def prepare_chat(
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
 
-def _prompt_ids(
-    req: ChatCompletionRequest,
+def chat_prompt_ids(
     state: ServerState,
+    messages: Sequence[ChatMessage],
     tool_dicts: list[dict[str, Any]] | None,
     options: ChatOptions,
-    media: list[ProcessedMedia] | None,
+    media: Sequence[ProcessedMedia] | None,
 ) -> tuple[list[int], MultimodalInputs | None]:
-    """The rendered conversation's token ids, media placeholders expanded, and its media."""
-    messages = template_messages(req.messages)
-    rendered = state.chat_template.render(messages, tools=tool_dicts, options=options)
+    """The rendered conversation's token ids, media placeholders expanded, and its media (the
+    CPU work of a chat prompt: run it on a worker thread)."""
+    rendered = state.chat_template.render(
+        template_messages(messages), tools=tool_dicts, options=options
+    )
     ids = state.tokenizer.encode_chat(rendered.segments)
     if not media:
         return ids, None

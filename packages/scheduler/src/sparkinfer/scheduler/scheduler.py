@@ -157,8 +157,8 @@ class Scheduler:
         already ran it (the engine does, on the client's thread): the check is one pass over the
         prompt in Python, about a millisecond per 32K tokens, that would otherwise delay the step.
         `prefix_digests`: the prompt's `prompt_digests` when the caller computed them (the engine
-        does, on the same thread: about half a millisecond per 32K tokens); else the first step
-        that looks the prompt up in the prefix cache computes them.
+        does, on the thread that calls its add_request: about half a millisecond per 32K
+        tokens); else the first step that looks the prompt up in the prefix cache computes them.
         """
         if request_id in self._requests:
             raise InvalidRequest(f"request_id {request_id!r} is already running: use a new id")

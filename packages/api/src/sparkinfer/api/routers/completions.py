@@ -73,13 +73,11 @@ def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
         getattr(lp, name).extend(getattr(more, name))
 
 
-def _echo_texts(body: CompletionRequest, state: ServerState, prompts: list[list[int]]) -> list[str]:
-    """Each prompt's text as echoed back ("" without `echo`)."""
-    return [state.tokenizer.decode(p) if body.echo else "" for p in prompts]
-
-
-def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[int]]:
-    """Each prompt as token ids, checked against the vocabulary and the context window."""
+def _encode_prompts(
+    body: CompletionRequest, state: ServerState
+) -> tuple[list[list[int]], list[str]]:
+    """Each prompt as token ids, checked against the vocabulary and the context window, and its
+    text as echoed back ("" without `echo`)."""
     prompts = body.prompts()
     encoded: list[list[int]] = []
     for i, prompt in enumerate(prompts):
@@ -93,7 +91,7 @@ def _encode_prompts(body: CompletionRequest, state: ServerState) -> list[list[in
         check_prompt_ids(ids, param, state.model_vocab_size)
         check_context(len(ids), body.max_tokens, state.max_model_len, prompt_param=param)
         encoded.append(ids)
-    return encoded
+    return encoded, [state.tokenizer.decode(p) if body.echo else "" for p in encoded]
 
 
 def _jobs(
@@ -123,10 +121,9 @@ async def create_completion(
     rid = f"cmpl-{request_id(request)}"
     # Tokenizing (and echoing) a long prompt takes the CPU for up to seconds (a 1 MB prompt); on
     # a worker thread, the event loop keeps streaming everyone else's tokens.
-    prompts = await run_in_threadpool(_encode_prompts, body, state)
+    prompts, texts = await run_in_threadpool(_encode_prompts, body, state)
     jobs = _jobs(body, state, prompts, rid)
     prompt_lens = [len(p) for p in prompts]
-    texts = await run_in_threadpool(_echo_texts, body, state, prompts)
     echoes = [texts[j.index // body.n] for j in jobs]
     choices = start_choices(state.engine, state.tokenizer, jobs)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
