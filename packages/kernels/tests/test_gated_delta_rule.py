@@ -30,7 +30,8 @@ H, HV, K, V = 2, 4, 16, 16
 
 
 def make_inputs(T: int, *, seed: int, dtype: torch.dtype = torch.float32, num_slots: int = 4):
-    """Random q, k, v [T, *, *], gates a, b [T, HV], A_log, dt_bias [HV] and a state pool."""
+    """Random q, k, v [T, *, *], gates a, b [T, HV], A_log, dt_bias [HV] and a state pool
+    [num_slots, HV, V, K] (each head's S stored transposed)."""
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
@@ -44,7 +45,7 @@ def make_inputs(T: int, *, seed: int, dtype: torch.dtype = torch.float32, num_sl
         "b": randn(T, HV).to(dtype),
         "A_log": torch.rand(HV, generator=gen) * 2.0,
         "dt_bias": randn(HV),
-        "state": randn(num_slots, HV, K, V) * 0.1,
+        "state": randn(num_slots, HV, V, K) * 0.1,
     }
 
 
@@ -76,7 +77,7 @@ def test_ref_matches_transformers_chunk_and_recurrent():
     torch.testing.assert_close(g, hf_g)
     torch.testing.assert_close(beta, x["b"].sigmoid())
 
-    init = x["state"][1].clone()
+    init = x["state"][1].transpose(-1, -2).clone()  # transformers' S is [K, V]
     state = x["state"].clone()
     o = chunk_gated_delta_rule_ref(
         x["q"], x["k"], x["v"], g, beta, state,
@@ -90,7 +91,7 @@ def test_ref_matches_transformers_chunk_and_recurrent():
             *args, initial_state=init[None], output_final_state=True, use_qk_l2norm_in_kernel=True
         )
         torch.testing.assert_close(o, hf_o[0], atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(state[1], hf_state[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(state[1].mT, hf_state[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(state[0], x["state"][0])
 
 
@@ -106,11 +107,11 @@ def test_ref_recurrent_matches_transformers_decode():
         hf_o, hf_state = hf.torch_recurrent_gated_delta_rule(
             x["q"][None, i : i + 1], x["k"][None, i : i + 1], x["v"][None, i : i + 1],
             g[None, i : i + 1], beta[None, i : i + 1],
-            initial_state=x["state"][slot][None], output_final_state=True,
+            initial_state=x["state"][slot].mT[None], output_final_state=True,
             use_qk_l2norm_in_kernel=True,
         )  # fmt: skip
         torch.testing.assert_close(o[i], hf_o[0, 0], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(state[slot], hf_state[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(state[slot].mT, hf_state[0], atol=1e-5, rtol=1e-5)
     assert o[1].abs().max() == 0
     torch.testing.assert_close(state[1], x["state"][1])
     torch.testing.assert_close(state[3], x["state"][3])
@@ -310,7 +311,7 @@ def test_chunk_launch_choices(launch, monkeypatch, assert_close):
     wide = make_inputs(sum(lengths), seed=15)
     x["q"], x["k"] = torch.cat([x["q"], wide["q"]], 2), torch.cat([x["k"], wide["k"]], 2)
     x["v"] = torch.cat([x["v"], wide["v"], x["v"] * 0.5, wide["v"]], 2)
-    x["state"] = torch.randn(3, HV, 2 * K, 4 * V) * 0.1
+    x["state"] = torch.randn(3, HV, 4 * V, 2 * K) * 0.1
     o, state = run_chunk(chunk_gated_delta_rule, x, lengths, slots, has_init)
     o_ref, state_ref = run_chunk(chunk_gated_delta_rule_ref, x, lengths, slots, has_init)
     assert_close(o, o_ref)
@@ -368,7 +369,36 @@ def test_recurrent_batch(dtype, assert_close):
     assert torch.equal(state[1], x["state"][1]) and torch.equal(state[3], x["state"][3])
 
 
-@pytest.mark.parametrize("num_seqs", [5, 9], ids=["in-kernel-norm", "norm-launched-after"])
+@pytest.mark.parametrize("num_seqs", [3, 9], ids=["whole-heads", "v-tiles"])
+def test_recurrent_key_and_value_dims_differ(num_seqs, assert_close):
+    # K = 32, V = 64: the pool's [V, K] heads are read and written the right way round, by whole
+    # heads (with the norm, few rows) and by V tiles (more rows), and hand over to the prefill.
+    x = make_inputs(num_seqs, seed=24, num_slots=num_seqs + 1)
+    wide = make_inputs(num_seqs, seed=25, num_slots=num_seqs + 1)
+    x["q"], x["k"] = torch.cat([x["q"], wide["q"]], 2), torch.cat([x["k"], wide["k"]], 2)
+    x["v"] = torch.cat([x["v"], wide["v"], x["v"] * 0.5, wide["v"]], 2)
+    x["state"] = torch.randn(num_seqs + 1, HV, 4 * V, 2 * K) * 0.1
+    slots = list(range(num_seqs, 0, -1))
+    z, weight = torch.randn(num_seqs, HV, 4 * V), torch.rand(4 * V) + 0.5
+    norm = {"norm_gate": z, "norm_weight": weight, "norm_eps": 1e-6}
+    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
+    state, state_ref = x["state"].clone(), x["state"].clone()
+    slots_t = torch.tensor(slots)
+    o = fused_recurrent_gated_delta_rule(*args, state, state_slots=slots_t, **norm)
+    o_ref = fused_recurrent_gated_delta_rule_ref(*args, state_ref, state_slots=slots_t, **norm)
+    assert_close(o, o_ref)
+    assert_close(state, state_ref)
+    step = {n: t for n, t in x.items() if n != "state"} | {"state": state}
+    o, state = run_chunk(chunk_gated_delta_rule, step, [1] * num_seqs, slots, [True] * num_seqs)
+    step["state"] = state_ref
+    o_ref, state_ref = run_chunk(
+        chunk_gated_delta_rule_ref, step, [1] * num_seqs, slots, [True] * num_seqs
+    )
+    assert_close(o, o_ref)
+    assert_close(state, state_ref)
+
+
+@pytest.mark.parametrize("num_seqs", [3, 9], ids=["in-kernel-norm", "norm-launched-after"])
 def test_recurrent_early_state_gives_the_same_bits(num_seqs):
     """States read before the dependent-launch wait: the same outputs and states."""
     x = make_inputs(num_seqs, seed=23, dtype=torch.bfloat16, num_slots=num_seqs + 2)
@@ -388,7 +418,7 @@ def test_recurrent_early_state_gives_the_same_bits(num_seqs):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("weight_dtype", ["input", "fp32"])
-@pytest.mark.parametrize("num_seqs", [5, 9], ids=["in-kernel", "launched-after"])
+@pytest.mark.parametrize("num_seqs", [3, 9], ids=["in-kernel", "launched-after"])
 def test_recurrent_fused_gated_norm_equals_the_norm_after(
     dtype, weight_dtype, num_seqs, assert_close
 ):
@@ -554,7 +584,7 @@ def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
     o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, s_ref)
     assert_close(o, o_ref)
     assert_close(s, s_ref, torch.float32)
-    # The gated norm fused in (whole heads per program up to 8 rows) or launched after.
+    # The gated norm fused in (whole heads per program, few rows) or launched after.
     z, weight = randn(num_seqs, nhv, dk), randn(dk) * 0.1 + 1.0
     s_fused = state.clone()
     args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))

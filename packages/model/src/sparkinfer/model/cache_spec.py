@@ -74,7 +74,8 @@ class LinearStateCache:
     """State pool of one GDN layer, one row per slot.
 
     conv: [num_slots, conv_len, conv_dim] in the model dtype (oldest input first).
-    recurrent: [num_slots, num_v_heads, k_head_dim, v_head_dim] fp32 (HF layout: S is K x V).
+    recurrent: [num_slots, num_v_heads, v_head_dim, k_head_dim] fp32: each head's S (K x V in
+        transformers) stored transposed, so a decode program's block of V rows is contiguous.
     """
 
     conv: torch.Tensor
@@ -113,7 +114,7 @@ def allocate_caches(
         s.layer_idx: LinearStateCache(
             conv=torch.zeros(num_slots, s.conv_len, s.conv_dim, dtype=s.conv_dtype, device=device),
             recurrent=torch.zeros(
-                (num_slots, s.num_v_heads, s.k_head_dim, s.v_head_dim),
+                (num_slots, s.num_v_heads, s.v_head_dim, s.k_head_dim),
                 dtype=s.state_dtype,
                 device=device,
             ),

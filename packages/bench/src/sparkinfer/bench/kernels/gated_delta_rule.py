@@ -292,12 +292,12 @@ def _decode_norm_times(
     return times
 
 
-# (V tile, warps) of the recurrent decode above NORM_IN_KERNEL_MAX_SEQS sequences.
+# (V tile, warps) of the recurrent decode's programs that hold part of a head.
 DECODE_TUNE_TILES = tuple(
     (bv, w) for bv in (16, 32, 64, 128) for w in (1, 2, 4, 8) if bv * HEAD_DIM // (32 * w) <= 128
 )
 DECODE_TUNE_BATCHES = (16, 24, 32, 64)
-# Warps of the whole-head program that holds the gated norm, at 1 .. NORM_IN_KERNEL_MAX_SEQS.
+# Warps of the whole-head program that holds the gated norm, at 1 .. NORM_TUNE_BATCHES[-1].
 NORM_TUNE_WARPS = (2, 4, 8, 16)
 NORM_TUNE_BATCHES = (1, 2, 4, 8)
 
@@ -320,24 +320,32 @@ def tune_decode(device: str = "cuda", batches: tuple[int, ...] = DECODE_TUNE_BAT
 
 
 def _tune_norm_warps(device: str) -> None:
-    variants = [{"NORM_NUM_WARPS": w} for w in NORM_TUNE_WARPS]
-    _sweep_decode(device, NORM_TUNE_BATCHES, variants, "norm in kernel, warps={NORM_NUM_WARPS}")
+    """The whole-head program with the norm inside, by warps, against V tiles with the norm
+    launched after (NORM_IN_KERNEL_MAX_SEQS 0), at the small batches."""
+    most = NORM_TUNE_BATCHES[-1]
+    variants: list[dict[str, Any]] = [
+        {"NORM_IN_KERNEL_MAX_SEQS": most, "NORM_NUM_WARPS": (w,) * most} for w in NORM_TUNE_WARPS
+    ]
+    variants += [
+        {"NORM_IN_KERNEL_MAX_SEQS": 0, "V_TILE": bv, "NUM_WARPS": w}
+        for bv, w in DECODE_TUNE_TILES
+        if bv <= 64
+    ]
+    _sweep_decode(device, NORM_TUNE_BATCHES, variants)
 
 
 def _tune_large_tiles(device: str, batches: tuple[int, ...]) -> None:
-    variants = [{"BV_LARGE_BATCH": bv, "NUM_WARPS": w} for bv, w in DECODE_TUNE_TILES]
-    _sweep_decode(device, batches, variants, "BV={BV_LARGE_BATCH} warps={NUM_WARPS}")
+    variants: list[dict[str, Any]] = [{"V_TILE": bv, "NUM_WARPS": w} for bv, w in DECODE_TUNE_TILES]
+    _sweep_decode(device, batches, variants)
 
 
-def _sweep_decode(
-    device: str, batches: tuple[int, ...], variants: list[dict[str, int]], label: str
-) -> None:
+def _sweep_decode(device: str, batches: tuple[int, ...], variants: list[dict[str, Any]]) -> None:
     """For each batch, time the recurrent decode with the gated norm (early state read, as the
     model runs it) with each variant's values set on the `recurrent` module, restored after; print
     each beside its share of the copy rate and its largest difference from the defaults' output."""
     from sparkinfer.kernels.gated_delta_rule import recurrent
 
-    defaults = {name: getattr(recurrent, name) for name in variants[0]}
+    defaults = {name: getattr(recurrent, name) for variant in variants for name in variant}
     for batch in batches:
         layers, slots = _decode_layers(batch, device)
         states = [x["state"].clone() for x in layers]
@@ -352,8 +360,10 @@ def _sweep_decode(
                 diff = (out.float() - expected.float()).abs()
                 calls = [partial(_decode_op, x, slots, True, True) for x in layers]
                 t = time_graph(calls, warmup=3, iters=20)
-                mark = " (default)" if variant == defaults else ""
-                print(f"B={batch} {label.format(**variant)}{mark}: {t.median_ms * 1e3:.2f} us, "
+                is_default = all(defaults[name] == value for name, value in variant.items())
+                label = ", ".join(f"{name}={value}" for name, value in variant.items())
+                mark = " (default)" if is_default else ""
+                print(f"B={batch} {label}{mark}: {t.median_ms * 1e3:.2f} us, "
                       f"{roof_ms / t.median_ms:.3f} of copy, max diff {diff.max().item():.2e}",
                       flush=True)  # fmt: skip
             finally:

@@ -34,8 +34,9 @@ def check_qkv(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, row
 
 
 def check_state_pool(op: str, state: torch.Tensor, v: torch.Tensor, head_k: int) -> None:
-    """state is the fp32 contiguous [num_slots, HV, K, V] pool matching v [rows, HV, V]."""
+    """state is the fp32 contiguous [num_slots, HV, V, K] pool (each head's S [K, V] stored
+    transposed) matching v [rows, HV, V]."""
     check_dtype(op, "state", state, (torch.float32,))
-    check_ndim(op, "state", state, 4, "[num_slots, HV, K, V]")
-    check_shape(op, "state", state, (state.shape[0], v.shape[1], head_k, v.shape[2]))
+    check_ndim(op, "state", state, 4, "[num_slots, HV, V, K]")
+    check_shape(op, "state", state, (state.shape[0], v.shape[1], v.shape[2], head_k))
     check_contiguous(op, "state", state)

@@ -118,12 +118,13 @@ def _chunk_state_kernel(
     o_v = tl.arange(0, BV)
     m_v = i_v * BV + o_v < V
     o_c = tl.arange(0, BT)
-    p_state = state + (slot * HV + i_hv) * K * V + i_v * BV
+    # The pool holds S transposed ([V, K]): S[k, v] sits at v * K + k of the head.
+    p_state = state + (slot * HV + i_hv) * K * V + i_v * BV * K
     b_h0 = tl.zeros([BKH, BV], dtype=tl.float32)
     b_h1 = tl.zeros([BKH, BV], dtype=tl.float32)
     if tl.load(has_initial_state + i_n) != 0:
-        b_h0 = _load_tile(p_state, K, V, o_v, m_v, BKH)
-        b_h1 = _load_tile(p_state + BKH * V, K - BKH, V, o_v, m_v, BKH)
+        b_h0 = _load_tile(p_state, K, 1, o_v * K, m_v, BKH)
+        b_h1 = _load_tile(p_state + BKH, K - BKH, 1, o_v * K, m_v, BKH)
 
     for i_t in range(tl.cdiv(eos - bos, BT)):
         t0 = bos + i_t * BT
@@ -154,8 +155,8 @@ def _chunk_state_kernel(
         b_scale = tl.exp(b_g_last)
         b_h0 = tl.dot(b_k0, b_vd, b_h0 * b_scale, input_precision=P)
         b_h1 = tl.dot(b_k1, b_vd, b_h1 * b_scale, input_precision=P)
-    _store_tile(p_state, K, V, o_v, m_v, b_h0)
-    _store_tile(p_state + BKH * V, K - BKH, V, o_v, m_v, b_h1)
+    _store_tile(p_state, K, 1, o_v * K, m_v, b_h0)
+    _store_tile(p_state + BKH, K - BKH, 1, o_v * K, m_v, b_h1)
 
 
 @triton.jit
@@ -312,7 +313,8 @@ def chunk_gated_delta_rule(
         v: [T, HV, V] values; value head j reads key head j // (HV // H).
         g: [T, HV] fp32 log-decay (g <= 0).
         beta: [T, HV] write strength in (0, 1).
-        state: [num_slots, HV, K, V] fp32 contiguous state pool, updated in place.
+        state: [num_slots, HV, V, K] fp32 contiguous state pool (each head's S stored transposed),
+            updated in place.
         cu_seqlens: [B + 1] int32 sequence starts in the packed T dimension.
         state_slots: [B] int64 row of ``state`` per sequence; -1 is a padding row (state untouched,
             output zero).

@@ -1,12 +1,13 @@
 """Recurrent gated-delta-rule decode: one token per sequence, state updated in place in its slot.
 
-One program per (V block, sequence x value head) reads its [K, BV] tile of the fp32 state once and
-writes it once; the l2norm of q and k, the gates and beta are fused in. Given the gated RMSNorm
+One program per (V block, sequence x value head) reads its [BV, K] tile of the fp32 state once and
+writes it once (the pool stores each head's S transposed, [V, K], so the tile is one contiguous
+block); the l2norm of q and k, the gates and beta are fused in. Given the gated RMSNorm
 that follows in the model (its gate and weight), batches of up to NORM_IN_KERNEL_MAX_SEQS
 sequences run one program per value head's whole V that normalises its output before the store,
 which saves the norm's launch; larger batches launch the norm after, where whole heads per program
 ran slower on the H200 (the GDN kernel record in docs/benchmarks.md times both at 1-32
-sequences). Inside `batch_invariant` every batch size takes the large batches' path.
+sequences). Inside `batch_invariant` every batch size takes V tiles and the norm after.
 
 With `early_state` a program reads its state tile before it waits on the kernel before it
 (dependent launch): the read overlaps that kernel's tail. In the 27B decode step on an H200 this,
@@ -37,13 +38,15 @@ from sparkinfer.kernels.rms_norm.fused import (
     rounds_weight_product,
 )
 
-# V tile below / from LARGE_BATCH sequences and the warps of either, with the gated norm launched
-# after; tuned on an H200 at B=16-64 with the early state read (HV=48, K=V=128): 32 columns and
-# 2 warps ran 6-8% faster there than 64 and 4 (`--tune-decode`, docs/benchmarks.md).
-BV_SMALL_BATCH, BV_LARGE_BATCH, LARGE_BATCH = 32, 32, 8
-NUM_WARPS = 2
-NORM_IN_KERNEL_MAX_SEQS = 8  # the gated norm runs in the kernel up to this many sequences
-NORM_NUM_WARPS = 4  # with the gated norm fused: one program holds a whole [K, V] state
+# The V tile and warps of a program that holds a [V_TILE, K] block of a head, the gated norm
+# launched after; tuned on an H200 with the early state read (HV=48, K=V=128, `--tune-decode`,
+# docs/benchmarks.md): 16 rows on one warp led at 8-64 sequences (0.85 of the copy rate at 32).
+V_TILE = 16
+NUM_WARPS = 1
+NORM_IN_KERNEL_MAX_SEQS = 4  # the gated norm runs in the kernel up to this many sequences
+# Warps of the program that holds a whole [V, K] head and the norm, by sequences (1, 2, 3, 4;
+# the last entry beyond).
+NORM_NUM_WARPS = (8, 8, 4, 4)
 
 
 @triton.jit
@@ -60,12 +63,12 @@ def _fused_recurrent_kernel(
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    o_kv = o_k[:, None] * V + o_v[None, :]
+    m_vk = m_v[:, None] & m_k[None, :]
+    o_vk = o_v[:, None] * K + o_k[None, :]  # the pool holds S transposed: this tile is contiguous
     if EARLY_STATE:  # the caller vouches the kernel before writes neither slots nor states
         slot = tl.load(state_slots + i_n).to(tl.int64)
-        # [BK, BV] fp32; a padding row (slot -1) reads slot 0 and never uses it
-        b_h = tl.load(state + (tl.maximum(slot, 0) * HV + i_hv) * K * V + o_kv, mask=m_kv,
+        # [BV, BK] fp32 (S^T); a padding row (slot -1) reads slot 0 and never uses it
+        b_h = tl.load(state + (tl.maximum(slot, 0) * HV + i_hv) * K * V + o_vk, mask=m_vk,
                       other=0.0)  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     p_o = o + (i_n * HV + i_hv) * V + o_v
@@ -74,9 +77,9 @@ def _fused_recurrent_kernel(
     if slot < 0:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(o.dtype.element_ty), mask=m_v)
         return
-    p_state = state + (slot * HV + i_hv) * K * V + o_kv
+    p_state = state + (slot * HV + i_hv) * K * V + o_vk
     if not EARLY_STATE:
-        b_h = tl.load(p_state, mask=m_kv, other=0.0)  # [BK, BV] fp32
+        b_h = tl.load(p_state, mask=m_vk, other=0.0)  # [BV, BK] fp32 (S^T)
     b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
     b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
     b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
@@ -92,10 +95,10 @@ def _fused_recurrent_kernel(
     )
     # Decay, read the memory, write the delta, read out: the order of the reference.
     b_h *= tl.exp(b_g)
-    b_delta = (b_v - tl.sum(b_h * b_k[:, None], 0)) * b_beta
-    b_h += b_k[:, None] * b_delta[None, :]
-    b_o = tl.sum(b_h * b_q[:, None], 0)
-    tl.store(p_state, b_h, mask=m_kv)
+    b_delta = (b_v - tl.sum(b_h * b_k[None, :], 1)) * b_beta
+    b_h += b_delta[:, None] * b_k[None, :]
+    b_o = tl.sum(b_h * b_q[None, :], 1)
+    tl.store(p_state, b_h, mask=m_vk)
     if GATED_NORM:  # BV == V: the whole head, normed from its output rounded as stored
         b_z = tl.load(norm_gate + i_n * stride_gb + i_hv * V + o_v, mask=m_v, other=0.0)
         b_w = tl.load(norm_weight + o_v, mask=m_v, other=0.0).to(tl.float32)
@@ -142,7 +145,8 @@ def fused_recurrent_gated_delta_rule(
         b: [B, HV] raw write-strength projection; beta = sigmoid(b).
         A_log: [HV] log decay rate.
         dt_bias: [HV] decay bias.
-        state: [num_slots, HV, K, V] fp32 contiguous state pool, row ``state_slots[i]`` updated.
+        state: [num_slots, HV, V, K] fp32 contiguous state pool (each head's S stored transposed),
+            row ``state_slots[i]`` updated.
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) inside the kernel.
@@ -170,20 +174,20 @@ def fused_recurrent_gated_delta_rule(
     num_v_heads, head_v = v.shape[1:]
     scale = head_k**-0.5 if scale is None else scale
     # Inside batch_invariant one tiling serves every batch size, so a row's bits never depend
-    # on how many others share the step: the large batches' V tile, the norm launched after.
+    # on how many others share the step: V tiles, the norm launched after.
     is_invariant = current_phase() is not None
     o = torch.empty(num_seqs, num_v_heads, head_v, dtype=v.dtype, device=v.device)
     if num_seqs == 0:
         return o
     BK = triton.next_power_of_2(head_k)
-    is_large = is_invariant or num_seqs >= LARGE_BATCH
-    BV = min(triton.next_power_of_2(head_v), BV_LARGE_BATCH if is_large else BV_SMALL_BATCH)
+    BV, num_warps = min(triton.next_power_of_2(head_v), V_TILE), NUM_WARPS
     gate, weight, in_kernel = o, o, False  # placeholders the kernel reads only with the norm
     if norm_gate is not None and norm_weight is not None:
         in_kernel = not is_invariant and num_seqs <= NORM_IN_KERNEL_MAX_SEQS
         gate, weight = norm_gate, norm_weight
-    if in_kernel:
-        BV = triton.next_power_of_2(head_v)  # whole heads: the norm reduces over V
+    if in_kernel:  # whole heads: the norm reduces over V
+        BV = triton.next_power_of_2(head_v)
+        num_warps = NORM_NUM_WARPS[min(num_seqs, len(NORM_NUM_WARPS)) - 1]
     pdl = dependent_launch(q)
     _fused_recurrent_kernel[(triton.cdiv(head_v, BV), num_seqs * num_v_heads)](
         q, k, v, a, b, A_log, dt_bias, state, state_slots, o, gate, weight,
@@ -193,7 +197,7 @@ def fused_recurrent_gated_delta_rule(
         USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl, GATED_NORM=in_kernel,
         ROUND_PRODUCT=in_kernel and rounds_weight_product(weight, v),
         EARLY_STATE=early_state,
-        num_warps=NORM_NUM_WARPS if in_kernel else NUM_WARPS, launch_pdl=pdl,
+        num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     if norm_gate is not None and norm_weight is not None and not in_kernel:
         return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)

@@ -94,7 +94,8 @@ def chunk_gated_delta_rule_ref(
         v: [T, HV, V] values; value head j reads key head j // (HV // H).
         g: [T, HV] fp32 log-decay (g <= 0).
         beta: [T, HV] write strength in (0, 1).
-        state: [num_slots, HV, K, V] fp32 state pool, updated in place.
+        state: [num_slots, HV, V, K] fp32 state pool, each head's S [K, V] stored transposed;
+            updated in place.
         cu_seqlens: [B + 1] int32 sequence starts in the packed T dimension.
         state_slots: [B] int64 row of ``state`` per sequence; -1 is a padding row (state untouched,
             output zero).
@@ -116,12 +117,13 @@ def chunk_gated_delta_rule_ref(
         qs, ks = _prepare_qk(q[bos:eos], k[bos:eos], num_v_heads, scale, use_qk_l2norm)
         vs, gs, betas = v[bos:eos].float(), g[bos:eos].float(), beta[bos:eos].float()
         if bool(has_initial_state[i]):
-            S = state[slot].float().clone()
+            S = state[slot].float().transpose(-1, -2).clone()
         else:
-            S = torch.zeros(state.shape[1:], dtype=torch.float32, device=state.device)
+            shape = (num_v_heads, q.shape[2], v.shape[2])
+            S = torch.zeros(shape, dtype=torch.float32, device=state.device)
         for t in range(eos - bos):
             S, o[bos + t] = _delta_rule_step(S, qs[t], ks[t], vs[t], gs[t], betas[t])
-        state[slot] = S
+        state[slot] = S.transpose(-1, -2)
     return o.to(v.dtype)
 
 
@@ -153,7 +155,8 @@ def fused_recurrent_gated_delta_rule_ref(
         b: [B, HV] raw write-strength projection; beta = sigmoid(b).
         A_log: [HV] log decay rate.
         dt_bias: [HV] decay bias.
-        state: [num_slots, HV, K, V] fp32 state pool, row ``state_slots[i]`` updated in place.
+        state: [num_slots, HV, V, K] fp32 state pool, each head's S [K, V] stored transposed; row
+            ``state_slots[i]`` updated in place.
         state_slots: [B] int64 slot per sequence; -1 is a padding row (skipped, output zero).
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
@@ -176,8 +179,9 @@ def fused_recurrent_gated_delta_rule_ref(
     for i, slot in enumerate(state_slots.tolist()):
         if slot < 0:
             continue
-        S, o[i] = _delta_rule_step(state[slot].float(), qs[i], ks[i], v[i].float(), g[i], beta[i])
-        state[slot] = S
+        S = state[slot].float().transpose(-1, -2)
+        S, o[i] = _delta_rule_step(S, qs[i], ks[i], v[i].float(), g[i], beta[i])
+        state[slot] = S.transpose(-1, -2)
     if norm_gate is not None and norm_weight is not None:
         return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
     return o.to(v.dtype)

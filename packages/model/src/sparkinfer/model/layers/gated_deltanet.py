@@ -7,7 +7,7 @@ the conv, gating and recurrent kernels read strided rows, the gated norm strided
 Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and k are
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
-applies that norm (inside its kernel up to 8 sequences, which saves a launch per layer).
+applies that norm (inside its kernel up to 4 sequences, which saves a launch per layer).
 """
 
 from __future__ import annotations
