@@ -223,7 +223,8 @@ def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device:
     launches" runs the plain op then `gated_rms_norm`; "copy, same bytes" copies the state's
     size between distinct buffers (the traffic of a state read and written, what the size alone
     allows). Each is a CUDA-graph replay over one state per layer of the model (48), with
-    dependent launch on, as in the decode graphs, so the states are not in L2.
+    dependent launch on and the states read before the wait on the kernel ahead (`early_state`),
+    as in the model's decode graphs; the states are not in L2.
     """
     from sparkinfer.kernels.dependent_launch import set_dependent_launch
 
@@ -271,13 +272,13 @@ def _decode_norm_times(
     layers, slots = _decode_layers(batch, device)
 
     def two_launches(x: dict[str, torch.Tensor]) -> torch.Tensor:
-        return gated_rms_norm(_decode_op(x, slots, False), x["z"], x["w"], 1e-6)
+        return gated_rms_norm(_decode_op(x, slots, False, True), x["z"], x["w"], 1e-6)
 
     def timed(fn: Callable[[dict[str, torch.Tensor]], object]) -> tuple[float, float]:
         t = time_graph([partial(fn, x) for x in layers], warmup=warmup, iters=iters)
         return t.median_ms, t.p90_ms
 
-    fused = partial(_decode_op, slots=slots, norm=True)
+    fused = partial(_decode_op, slots=slots, norm=True, early_state=True)
     times = {"fast": timed(fused), "two launches": timed(two_launches)}
     state_bytes = 2 * layers[0]["state"].numel() * layers[0]["state"].element_size()
     copies = same_bytes_copies(state_bytes, NUM_GDN_LAYERS, torch.device(device))
