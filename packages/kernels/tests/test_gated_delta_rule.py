@@ -584,11 +584,17 @@ def test_recurrent_real_shapes_gpu(num_seqs, assert_close):
     o_ref = run_decode(fused_recurrent_gated_delta_rule_ref, x, slots, s_ref)
     assert_close(o, o_ref)
     assert_close(s, s_ref, torch.float32)
+    # The early state read takes smaller V tiles: the same bits.
+    s_early = state.clone()
+    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
+    slots_t = torch.tensor(slots, device="cuda")
+    o_early = fused_recurrent_gated_delta_rule(
+        *args, s_early, state_slots=slots_t, early_state=True
+    )
+    assert torch.equal(o_early, o) and torch.equal(s_early, s)
     # The gated norm fused in (whole heads per program, few rows) or launched after.
     z, weight = randn(num_seqs, nhv, dk), randn(dk) * 0.1 + 1.0
     s_fused = state.clone()
-    args = tuple(x[n] for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias"))
-    slots_t = torch.tensor(slots, device="cuda")
     fused = fused_recurrent_gated_delta_rule(
         *args, s_fused, state_slots=slots_t, norm_gate=z, norm_weight=weight, norm_eps=1e-6
     )

@@ -328,7 +328,7 @@ def _tune_norm_warps(device: str) -> None:
         {"NORM_IN_KERNEL_MAX_SEQS": most, "NORM_NUM_WARPS": (w,) * most} for w in NORM_TUNE_WARPS
     ]
     variants += [
-        {"NORM_IN_KERNEL_MAX_SEQS": 0, "V_TILE": bv, "NUM_WARPS": w}
+        {"NORM_IN_KERNEL_MAX_SEQS": 0, "EARLY_STATE_V_TILE": bv, "NUM_WARPS": w}
         for bv, w in DECODE_TUNE_TILES
         if bv <= 64
     ]
@@ -336,7 +336,9 @@ def _tune_norm_warps(device: str) -> None:
 
 
 def _tune_large_tiles(device: str, batches: tuple[int, ...]) -> None:
-    variants: list[dict[str, Any]] = [{"V_TILE": bv, "NUM_WARPS": w} for bv, w in DECODE_TUNE_TILES]
+    variants: list[dict[str, Any]] = [
+        {"EARLY_STATE_V_TILE": bv, "NUM_WARPS": w} for bv, w in DECODE_TUNE_TILES
+    ]
     _sweep_decode(device, batches, variants)
 
 

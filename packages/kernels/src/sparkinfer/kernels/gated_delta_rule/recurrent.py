@@ -39,9 +39,11 @@ from sparkinfer.kernels.rms_norm.fused import (
 )
 
 # The V tile and warps of a program that holds a [V_TILE, K] block of a head, the gated norm
-# launched after; tuned on an H200 with the early state read (HV=48, K=V=128, `--tune-decode`,
-# docs/benchmarks.md): 16 rows on one warp led at 8-64 sequences (0.85 of the copy rate at 32).
-V_TILE = 16
+# launched after; tuned on an H200 (HV=48, K=V=128, docs/benchmarks.md). With the early state
+# read, as the model decodes, 16 rows on one warp led at 8-64 sequences (0.85 of the copy rate at
+# 32 over 48 layers' states, `--tune-decode`): small programs start their reads while the kernel
+# ahead still runs. A launch on its own ran fastest on 32 rows and one warp (0.82 at 32).
+V_TILE, EARLY_STATE_V_TILE = 32, 16
 NUM_WARPS = 1
 NORM_IN_KERNEL_MAX_SEQS = 4  # the gated norm runs in the kernel up to this many sequences
 # Warps of the program that holds a whole [V, K] head and the norm, by sequences (1, 2, 3, 4;
@@ -157,7 +159,8 @@ def fused_recurrent_gated_delta_rule(
         norm_eps: the gated norm's variance epsilon.
         early_state: read the slots and states before waiting on the kernel launched just
             before this one (dependent launch), so the reads overlap its tail. Pass True only
-            when that kernel writes neither (the model's causal conv update, for one).
+            when that kernel writes neither (the model's causal conv update, for one). V tiles
+            are then EARLY_STATE_V_TILE rows; the bits are the same either way.
 
     Returns:
         o: [B, HV, V] in v.dtype.
@@ -180,7 +183,8 @@ def fused_recurrent_gated_delta_rule(
     if num_seqs == 0:
         return o
     BK = triton.next_power_of_2(head_k)
-    BV, num_warps = min(triton.next_power_of_2(head_v), V_TILE), NUM_WARPS
+    BV = min(triton.next_power_of_2(head_v), EARLY_STATE_V_TILE if early_state else V_TILE)
+    num_warps = NUM_WARPS
     gate, weight, in_kernel = o, o, False  # placeholders the kernel reads only with the norm
     if norm_gate is not None and norm_weight is not None:
         in_kernel = not is_invariant and num_seqs <= NORM_IN_KERNEL_MAX_SEQS
