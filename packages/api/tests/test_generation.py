@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import pytest
+from sparkinfer.api import engine_client
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.generation import ChoiceJob, merge, start_choices
 from sparkinfer.model.tokenizer import Tokenizer
@@ -43,7 +45,8 @@ def test_closing_unread_choices_aborts_them(num_choices: int) -> None:
 
     async def run() -> list[str]:
         engine = RecordingEngine()
-        choices = start_choices(EngineClient(engine), Tokenizer.embedded(), _jobs(num_choices))
+        client = EngineClient(engine)  # pyright: ignore[reportArgumentType]
+        choices = await start_choices(client, Tokenizer.embedded(), _jobs(num_choices))
         async with contextlib.aclosing(choices):
             pass
         return engine.aborted
@@ -54,7 +57,8 @@ def test_closing_unread_choices_aborts_them(num_choices: int) -> None:
 def test_finished_choices_are_not_aborted() -> None:
     async def run() -> list[str]:
         engine = RecordingEngine()
-        choices = start_choices(EngineClient(engine), Tokenizer.embedded(), _jobs(1))
+        client = EngineClient(engine)  # pyright: ignore[reportArgumentType]
+        choices = await start_choices(client, Tokenizer.embedded(), _jobs(1))
         done = RequestOutput("req-0", (5,), 2, 1, finish_reason=FinishReason.LENGTH)
         engine.callbacks["req-0"](done)
         async with contextlib.aclosing(choices):
@@ -63,6 +67,45 @@ def test_finished_choices_are_not_aborted() -> None:
         return engine.aborted
 
     assert asyncio.run(run()) == []
+
+
+class BlockingEngine(RecordingEngine):
+    """Blocks in add_request until released, as a long prompt's checks and hashes would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def add_request(
+        self, request_id: str, prompt: Sequence[int], params: SamplingParams, **kw: Any
+    ) -> None:
+        self.entered.set()
+        self.release.wait(30)
+        super().add_request(request_id, prompt, params, **kw)
+
+
+def test_a_request_cancelled_while_a_worker_queues_it_is_aborted(monkeypatch) -> None:
+    """The client leaves while its long prompts are being queued on a worker thread: once the
+    worker has queued them, the engine aborts every one."""
+    monkeypatch.setattr(engine_client, "INLINE_SUBMIT_TOKENS", 0)
+    engine = BlockingEngine()
+    client = EngineClient(engine)  # pyright: ignore[reportArgumentType]
+
+    async def run() -> None:
+        jobs = [(f"req-{i}", [1, 2], SamplingParams(max_tokens=4), None) for i in range(2)]
+        task = asyncio.ensure_future(client.submit_all(jobs))
+        await asyncio.get_running_loop().run_in_executor(None, engine.entered.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        engine.release.set()
+        for _ in range(500):  # the worker finishes, then its done-callback runs on this loop
+            if len(engine.aborted) == 2:
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert sorted(engine.aborted) == ["req-0", "req-1"]
 
 
 @pytest.mark.parametrize("num_sources", [1, 2])

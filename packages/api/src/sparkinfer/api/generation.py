@@ -128,13 +128,15 @@ class Choices:
             self.client.abort_all(self.streams)
 
 
-def start_choices(client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]) -> Choices:
+async def start_choices(
+    client: EngineClient, tokenizer: Tokenizer, jobs: Sequence[ChoiceJob]
+) -> Choices:
     """Queue every choice now (errors such as QueueFull surface before any response starts).
 
     The caller reads `events` inside `contextlib.aclosing(choices)`, so that whatever it leaves
     unread, even before the first event, is aborted in the engine.
     """
-    streams = client.submit_all(
+    streams = await client.submit_all(
         [(j.request_id, j.prompt_token_ids, j.params, j.multimodal) for j in jobs]
     )
     results = [ChoiceResult() for _ in jobs]

@@ -79,7 +79,7 @@ async def create_chat_completion(
     prep = await prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
-    choices = start_choices(state.engine, state.tokenizer, jobs)
+    choices = await start_choices(state.engine, state.tokenizer, jobs)
     num_prompt = len(prep.prompt_token_ids)
     logger.info(
         "request %s: %d prompt tokens (%d media parts), %d choices",

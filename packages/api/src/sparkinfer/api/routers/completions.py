@@ -125,7 +125,7 @@ async def create_completion(
     jobs = _jobs(body, state, prompts, rid)
     prompt_lens = [len(p) for p in prompts]
     echoes = [texts[j.index // body.n] for j in jobs]
-    choices = start_choices(state.engine, state.tokenizer, jobs)
+    choices = await start_choices(state.engine, state.tokenizer, jobs)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if not body.stream:
         async with contextlib.aclosing(choices):

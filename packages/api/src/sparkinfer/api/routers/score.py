@@ -70,7 +70,7 @@ async def _prompt_logprobs(
 ) -> tuple[tuple[TokenLogprob, ...], RequestOutput]:
     """Run `ids` as a prompt; its prompt logprobs and the final output."""
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=num_top)
-    stream = state.engine.submit(engine_id, ids, params)
+    stream = await state.engine.submit(engine_id, ids, params)
     entries: tuple[TokenLogprob, ...] = ()
     try:
         async for out in stream:
