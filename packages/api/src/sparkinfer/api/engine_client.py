@@ -21,7 +21,7 @@ from sparkinfer.scheduler.request import (
 logger = logging.getLogger("sparkinfer.api")
 
 # A request's prompts up to this many tokens in all are queued from the event loop; longer ones
-# from a worker thread (the engine's checks and prefix hashes take about 0.2 ms per 4K tokens).
+# from a worker thread (the engine's checks and prefix hashes grow with the prompt).
 INLINE_SUBMIT_TOKENS = 4096
 
 
@@ -118,8 +118,8 @@ class EngineClient:
         """Submit several requests; if one is refused, abort the ones already queued.
 
         The engine checks each prompt and hashes its blocks for the prefix cache as it queues
-        it, about 1.5 ms per 32K tokens: prompts of over INLINE_SUBMIT_TOKENS tokens in all are
-        queued from a worker thread, so the event loop keeps serving everyone else meanwhile.
+        it, in time linear in its length: prompts of over INLINE_SUBMIT_TOKENS tokens in all
+        are queued from a worker thread, so the event loop keeps serving everyone else.
         """
         loop = asyncio.get_running_loop()
         if sum(len(prompt) for _, prompt, _, _ in jobs) <= INLINE_SUBMIT_TOKENS:
