@@ -42,7 +42,8 @@ from sparkinfer.kernels.rms_norm.fused import (
 # launched after; tuned on an H200 (HV=48, K=V=128, docs/benchmarks.md). With the early state
 # read, as the model decodes, 16 rows on one warp led at 8-64 sequences (0.85 of the copy rate at
 # 32 over 48 layers' states, `--tune-decode`): small programs start their reads while the kernel
-# ahead still runs. A launch on its own ran fastest on 32 rows and one warp (0.82 at 32).
+# ahead still runs. A launch on its own ran slower on 16 rows (0.74-0.76 at 32 in the kernel
+# records) and takes 32 rows on one warp (0.80 there).
 V_TILE, EARLY_STATE_V_TILE = 32, 16
 NUM_WARPS = 1
 NORM_IN_KERNEL_MAX_SEQS = 4  # the gated norm runs in the kernel up to this many sequences
