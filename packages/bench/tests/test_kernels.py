@@ -157,3 +157,23 @@ def test_same_bytes_copies_move_half_the_traffic_each_way_between_distinct_buffe
     assert {out.numel() * out.element_size() for out in outputs} == {40}
     assert all(torch.equal(out, torch.ones_like(out)) for out in outputs)
     assert len({out.data_ptr() for out in outputs}) == 3
+
+
+def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
+    """Each projection beside its weight padded to 128 and 256 output columns, where its width
+    is not already a multiple; FLOPs counted as the unpadded product's."""
+    from sparkinfer.bench import roofline
+
+    prefill_linear = importlib.import_module("sparkinfer.bench.kernels.prefill_linear")
+    monkeypatch.setattr(prefill_linear, "PREFILL_ROWS", 8)
+    monkeypatch.setattr(prefill_linear, "SHAPES", ((200, 16), (256, 16), (248320, 16)))
+    monkeypatch.setattr(roofline, "measure_peaks", lambda device: roofline.Peaks(1.0, 1e12))
+    rows = prefill_linear.bench(torch.device("cpu"), warmup=0, iters=2, is_quick=False)
+    assert [(r["shape"], r["impl"]) for r in rows] == [
+        ("M=8 N=200 K=16", "cublas"),
+        ("M=8 N=200 K=16", "cublas, N padded to 128s"),
+        ("M=8 N=200 K=16", "cublas, N padded to 256s"),
+        ("M=8 N=256 K=16", "cublas"),
+    ]
+    padded = prefill_linear._padded(torch.ones(200, 16), 128)
+    assert padded.shape == (256, 16) and padded[200:].abs().sum() == 0

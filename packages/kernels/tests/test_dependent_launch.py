@@ -99,3 +99,67 @@ def test_early_state_reads_give_the_waiting_bits_in_a_decode_graph():
 
     for got, expected in zip(run(True), run(False), strict=True):
         assert torch.equal(got, expected)
+
+
+@pytest.mark.gpu
+def test_decode_attention_prefetch_gives_the_waiting_bits_in_a_decode_graph():
+    """Each step writes the newest token's K and V (a dependent launch) just before decode
+    attention, one CUDA graph replayed over steps whose contexts grow: the L2 prefetch of the
+    first tiles ahead of the wait (`DecodeConfig.prefetch_tiles`) gives the bits of the plan
+    without it, the newest keys included."""
+    import dataclasses
+
+    from sparkinfer.kernels.paged_attention import write_kv_cache
+    from sparkinfer.kernels.paged_attention.decode import default_decode_config, launch_decode
+
+    dl.set_dependent_launch(True)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    heads, hkv, d, block_size, batch = 24, 4, 256, 64, 6
+    lens = torch.tensor([1, 63, 64, 65, 4095, 20000], device="cuda", dtype=torch.int32)
+    max_blocks = 20000 // block_size + 4
+    num_blocks = batch * max_blocks
+    tables = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
+    tables = tables.view(batch, max_blocks)
+    cache0 = torch.randn(2, num_blocks, block_size, hkv, d, device="cuda", generator=gen,
+                         dtype=torch.bfloat16)  # fmt: skip
+    q = torch.randn(batch, heads, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    gate = torch.randn_like(q)
+    steps = [torch.randn(2, batch, hkv, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+             for _ in range(4)]  # fmt: skip
+
+    def run(prefetch_tiles: int) -> list[torch.Tensor]:
+        k_cache, v_cache = cache0.clone().unbind(0)
+        context_lens, new_kv = lens.clone(), torch.empty_like(steps[0])
+        slots = torch.empty(batch, device="cuda", dtype=torch.int64)
+        config = dataclasses.replace(default_decode_config(q, hkv), prefetch_tiles=prefetch_tiles)
+
+        def step() -> torch.Tensor:
+            write_kv_cache(new_kv[0], new_kv[1], k_cache, v_cache, slots)
+            return launch_decode(q, k_cache, v_cache, context_lens, tables, d**-0.5, gate, config)
+
+        def stage(i: int) -> None:  # the step's inputs: the newest position of every sequence
+            pos = (lens + i - 1).long()
+            slots.copy_(tables.gather(1, (pos // block_size)[:, None])[:, 0] * block_size
+                        + pos % block_size)  # fmt: skip
+            context_lens.copy_(lens + i)
+            new_kv.copy_(steps[i])
+
+        stage(0)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            step()  # compiles; it writes step 0's keys, as the first replay does again
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        outs = []
+        for i in range(len(steps)):
+            stage(i)
+            graph.replay()
+            outs.append(out.clone())
+        torch.cuda.synchronize()
+        return outs
+
+    for got, expected in zip(run(2), run(0), strict=True):
+        assert torch.equal(got, expected)

@@ -32,7 +32,11 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill,
 )
-from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
+from sparkinfer.kernels.paged_attention.decode import (
+    DecodeConfig,
+    default_decode_config,
+    launch_decode,
+)
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
     default_prefill_config,
@@ -308,6 +312,38 @@ def tune(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+PREFETCH_SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (32, 4096))
+
+
+def tune_prefetch(device: torch.device, tiles: tuple[int, ...] = (0, 1, 2, 4), rounds: int = 3):
+    """Print the default decode plan's time with each count of L2-prefetched tiles, the variants
+    timed in turn for `rounds` rounds (medians of the rounds), and whether each variant's output
+    has the bits of the first."""
+    copy = copy_bandwidth(device)
+    for batch, context in PREFETCH_SHAPES:
+        xs = _decode_inputs(batch, context, device)
+        base = default_decode_config(xs[0]["q"], HKV)
+        configs = [dataclasses.replace(base, prefetch_tiles=n) for n in tiles]
+        outs = [_decode_call(xs[0], cfg)() for cfg in configs]
+        same = [torch.equal(out, outs[0]) for out in outs]
+        times: list[list[float]] = [[] for _ in configs]
+        for _ in range(rounds):
+            for i, cfg in enumerate(configs):
+                t = time_graph([_decode_call(x, cfg) for x in xs], warmup=3, iters=20)
+                times[i].append(t.median_ms)
+        kv_bytes = batch * context * HKV * D * 4
+        for n, ts, is_same in zip(tiles, times, same, strict=True):
+            ms = sorted(ts)[len(ts) // 2]
+            print(
+                f"decode B={batch} ctx={context} splits<={base.MAX_SPLITS} prefetch_tiles={n}: "
+                f"{ms * 1e3:.2f} us, {kv_bytes / (ms / 1e3) / copy:.4f} of copy, rounds "
+                f"{', '.join(f'{t * 1e3:.2f}' for t in ts)}, same bits {is_same}",
+                flush=True,
+            )
+        del xs, outs
+        torch.cuda.empty_cache()
+
+
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
     lengths = (2048,) if is_quick else PREFILL_LENGTHS
     contexts = (4096,) if is_quick else DECODE_CONTEXTS
@@ -324,7 +360,12 @@ def run(args: KernelBenchArgs) -> list[Row]:
 def main() -> None:
     parser = standalone_parser(__doc__, warmup=3, iters=10)
     parser.add_argument("--tune", action="store_true", help="print candidate tile timings")
+    parser.add_argument("--tune-prefetch", action="store_true",
+                        help="print decode times by L2-prefetched tiles")  # fmt: skip
     cli = parser.parse_args()
+    if cli.tune_prefetch:
+        tune_prefetch(torch.device("cuda"))
+        return
     if cli.tune:
         tune(torch.device("cuda"))
         return

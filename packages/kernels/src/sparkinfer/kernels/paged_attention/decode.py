@@ -49,6 +49,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
+    is_interpreting,
     num_multiprocessors,
     tma_device_error,
 )
@@ -83,6 +84,13 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 2
     use_tma: bool = False  # K and V tiles through tensor descriptors where the layout allows
+    # BN-key tiles of K and V at each split's start pulled into L2 before the dependent-launch
+    # wait (CUDA only; a hint, the same bits)
+    prefetch_tiles: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prefetch_tiles < 0:
+            raise ValueError(f"DecodeConfig.prefetch_tiles is {self.prefetch_tiles}; expected >= 0")
 
 
 @triton.jit
@@ -96,17 +104,63 @@ def _split_plan(ctx_len, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLI
 
 
 @triton.jit
+def _prefetch_l2(p, m):
+    """Ask L2 for the 128-byte line at each pointer where m != 0 (int32); nothing is loaded."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+        "=r,l,r", [p, m], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _prefetch_split(
+    p_k, p_v, p_ctx, p_bt, i_b, i_kvh, i_s, num_blocks,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
+    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
+    MAX_SPLITS: tl.constexpr, PREFETCH_TILES: tl.constexpr, LINE: tl.constexpr,
+    NUM_LINES: tl.constexpr,
+):  # fmt: skip
+    """Pull the split's first PREFETCH_TILES K and V tiles into L2 ahead of the loads.
+
+    Runs before the dependent-launch wait, while the kernel before may still write: the length
+    and block ids read here (around L1) only aim the prefetch, clamped inside the caches, and
+    L2 holds no stale copy of a line that kernel writes, so the results never depend on them.
+    """
+    ctx_len = tl.load(p_ctx + i_b, cache_modifier=".cg")
+    num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
+    o_n = i_s * split_len + tl.arange(0, PREFETCH_TILES * BN)  # key positions
+    m_n = (o_n < ctx_len) & (i_s < num_splits)
+    b_blk = tl.load(p_bt + i_b * stride_btb + o_n // BLOCK_SIZE, mask=m_n, other=0,
+                    cache_modifier=".cg")  # fmt: skip
+    b_blk = tl.minimum(tl.maximum(b_blk, 0), num_blocks - 1).to(tl.int64)
+    o_l = tl.arange(0, NUM_LINES) * LINE  # the rows' 128-byte lines, in elements
+    m = (m_n[:, None] & (o_l < D)[None, :]).to(tl.int32)
+    o_row = (o_n % BLOCK_SIZE).to(tl.int64)
+    o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
+    _prefetch_l2(p_k + o_k[:, None] + o_l[None, :], m)
+    o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
+    _prefetch_l2(p_v + o_v[:, None] + o_l[None, :], m)
+
+
+@triton.jit
 def _decode_split_kernel(
     p_q, p_k, p_v, desc_k, desc_v, p_ctx, p_bt, p_part_o, p_part_ml,
-    qk_scale,
+    qk_scale, num_blocks,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
     TMA: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    PREFETCH_TILES: tl.constexpr, LINE: tl.constexpr, NUM_LINES: tl.constexpr,
 ):  # fmt: skip
-    wait_for_prior_kernels(USE_PDL)
     i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    if PREFETCH_TILES > 0:
+        _prefetch_split(
+            p_k, p_v, p_ctx, p_bt, i_b, i_kvh, i_s, num_blocks,
+            stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
+            BLOCK_SIZE, D, BN, MIN_SPLIT_LEN, MAX_SPLITS, PREFETCH_TILES, LINE, NUM_LINES,
+        )  # fmt: skip
+    wait_for_prior_kernels(USE_PDL)
     ctx_len = tl.load(p_ctx + i_b)
     num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
     if i_s >= num_splits or ctx_len <= 0:
@@ -174,12 +228,16 @@ def _decode_merge_kernel(
     Every split's partial is one load of a [MAX_SPLITS, DC] tile, reduced by a fixed tree: the
     sum depends on the split plan alone, never on the launch order or the batch.
     """
-    wait_for_prior_kernels(USE_PDL)
     i_b, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
     o_d = tl.program_id(2) * DC + tl.arange(0, DC)
     m_d = o_d < D
+    # Read before the wait: the split kernel, the one ahead, writes neither the lengths nor the
+    # gate, and every kernel before it has finished once this one launches.
     ctx_len = tl.load(p_ctx + i_b)
+    if HAS_GATE:
+        b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
+    wait_for_prior_kernels(USE_PDL)
     p_o += i_b * stride_ob + i_h * stride_oh + o_d
     if ctx_len <= 0:
         tl.store(p_o, tl.zeros((DC,), dtype=tl.float32).to(p_o.dtype.element_ty), mask=m_d)
@@ -195,7 +253,6 @@ def _decode_merge_kernel(
     b_w = tl.exp2(b_ms - tl.max(b_ms, axis=0)) * b_ls
     b_acc = tl.sum((b_w / tl.sum(b_w, axis=0))[:, None] * b_parts, axis=0)
     if HAS_GATE:
-        b_g = tl.load(p_gate + i_b * stride_gb + i_h * stride_gh + o_d, mask=m_d, other=0.0)
         b_acc = b_acc * tl.sigmoid(b_g.to(tl.float32))
     tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
 
@@ -282,14 +339,18 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
         desc_k, desc_v = (TensorDescriptor(c, [rows, hkv * d], [c.stride(1), 1], [config.BN, d])
                           for c in (k_cache, v_cache))  # fmt: skip
     pdl = dependent_launch(q)
+    line = max(1, 128 // q.element_size())  # elements of a 128-byte line
+    # The inline prefetch needs the compiler: none under the interpreter (nor off CUDA).
+    prefetch_tiles = config.prefetch_tiles if q.is_cuda and not is_interpreting() else 0
     _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
         q, k_cache, v_cache, desc_k, desc_v, context_lens, block_tables, part_o, part_ml,
-        scale * LOG2E,
+        scale * LOG2E, k_cache.shape[0],
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0),
         GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
+        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl, PREFETCH_TILES=prefetch_tiles,
+        LINE=line, NUM_LINES=triton.next_power_of_2(triton.cdiv(d, line)),
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     g = gate if gate is not None else q

@@ -1,0 +1,71 @@
+"""cuBLAS on a prompt's projections at Qwen3.8-27B shapes (M = 4096 rows, bf16).
+
+Each projection as the model runs it (`F.linear`, the weight [N, K]) beside the same product with
+the weight padded by zero rows to a multiple of 128 and of 256 output columns (what a padded fused
+parameter would run; the extra columns cost their FLOPs, counted as the unpadded product's), timed
+interleaved, as a fraction of this run's matmul peak. Run alone:
+``python -m sparkinfer.bench.kernels.prefill_linear``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sparkinfer.bench import roofline
+from sparkinfer.bench.kernels import KernelBenchArgs
+from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
+from sparkinfer.bench.kernels.linear_invariant import PREFILL_ROWS, SHAPES
+from sparkinfer.bench.timing import time_cuda_interleaved
+
+PAD_MULTIPLES = (128, 256)
+
+Row = dict[str, Any]
+
+
+def _padded(w: torch.Tensor, multiple: int) -> torch.Tensor:
+    rows = -(-w.shape[0] // multiple) * multiple
+    return torch.cat([w, w.new_zeros(rows - w.shape[0], w.shape[1])])
+
+
+def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
+    peak = roofline.measure_peaks(device).matmul_flop_s
+    rows = []
+    shapes = [s for s in SHAPES if s[0] < 100_000]  # the lm_head runs on one row of a prompt
+    for n, k in shapes[:1] if is_quick else shapes:
+        x = torch.randn(PREFILL_ROWS, k, device=device, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
+        weights = {"cublas": w}
+        for multiple in PAD_MULTIPLES:
+            if n % multiple:
+                weights[f"cublas, N padded to {multiple}s"] = _padded(w, multiple)
+        names = list(weights)
+        calls = [lambda w=weights[name]: F.linear(x, w) for name in names]
+        times = dict(zip(names, time_cuda_interleaved(calls, warmup=warmup, iters=iters),
+                         strict=True))  # fmt: skip
+        flops = 2 * PREFILL_ROWS * n * k
+        for name, t in times.items():
+            rows.append({
+                "op": "prefill linear", "impl": name, "shape": f"M={PREFILL_ROWS} N={n} K={k}",
+                "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+                "TFLOP/s": flops / (t.median_ms / 1e3) / 1e12,
+                "of_matmul_peak": flops / (t.median_ms / 1e3) / peak,
+                "vs_cublas": times["cublas"].median_ms / t.median_ms,
+            })  # fmt: skip
+        del x, w, weights
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run(args: KernelBenchArgs) -> list[Row]:
+    """`sparkinfer-bench kernels` entry point."""
+    return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
+
+
+def main() -> None:
+    run_alone(run, standalone_parser(__doc__, warmup=5, iters=30).parse_args(), __doc__)
+
+
+if __name__ == "__main__":
+    main()
