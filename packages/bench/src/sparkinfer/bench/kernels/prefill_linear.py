@@ -41,7 +41,7 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
             if n % multiple:
                 weights[f"cublas, N padded to {multiple}s"] = _padded(w, multiple)
         names = list(weights)
-        calls = [lambda w=weights[name]: F.linear(x, w) for name in names]
+        calls = [lambda a=x, w=weights[name]: F.linear(a, w) for name in names]
         times = dict(zip(names, time_cuda_interleaved(calls, warmup=warmup, iters=iters),
                          strict=True))  # fmt: skip
         flops = 2 * PREFILL_ROWS * n * k
