@@ -512,20 +512,6 @@ def test_decode_config_keeps_the_fixed_plan_in_batch_invariant_mode():
     assert num_multiprocessors(q.device) == 8
 
 
-def test_decode_config_rejects_a_negative_prefetch():
-    with pytest.raises(ValueError, match="prefetch_tiles is -1"):
-        DecodeConfig(prefetch_tiles=-1)
-
-
-def test_decode_prefetch_is_off_under_the_interpreter(assert_close):
-    """The L2 prefetch is inline PTX: the interpreter runs the plan without it, same results."""
-    b = _paged_batch([1, 1], [40, 99], seed=17)
-    config = dataclasses.replace(default_decode_config(b["q"], 2), prefetch_tiles=2)
-    out = launch_decode(b["q"], b["k_cache"], b["v_cache"], b["context_lens"],
-                        b["block_tables"], 0.3, b["gate"], config)  # fmt: skip
-    _check(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]), assert_close)
-
-
 @pytest.mark.parametrize(
     ("num_seqs", "expected"),
     [(1, 64), (2, 32), (4, 16), (8, 8), (16, 4), (24, 2), (32, 2), (64, 1), (256, 1)],
@@ -738,10 +724,8 @@ def compile_for_hopper() -> None:
         plan = {"D": 256, "BD": 256, "BN": 64, "MIN_SPLIT_LEN": 64, "MAX_SPLITS": max_splits,
                 "USE_PDL": True}  # fmt: skip
         split = {**plan, "GROUP": 6, "BG": 16, "BLOCK_SIZE": 64, "TMA": True,
-                 "DOT_DTYPE": tl.bfloat16, "LINE": 64, "NUM_LINES": 4}  # fmt: skip
-        for prefetch_tiles in (0, 2):
-            compile_one(decode._decode_split_kernel, 64,
-                        {**split, "PREFETCH_TILES": prefetch_tiles}, 4)  # fmt: skip
+                 "DOT_DTYPE": tl.bfloat16}  # fmt: skip
+        compile_one(decode._decode_split_kernel, 64, split, 4)
         merge = {**plan, "DC": merge_columns(256, max_splits), "HAS_GATE": True}
         compile_one(decode._decode_merge_kernel, 64, merge, 4)
 

@@ -36,6 +36,8 @@ from sparkinfer.kernels.paged_attention.decode import (
     DecodeConfig,
     default_decode_config,
     launch_decode,
+    launch_decode_merge,
+    launch_decode_splits,
 )
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
@@ -312,36 +314,62 @@ def tune(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-PREFETCH_SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (32, 4096))
+SPLIT_COST_SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (32, 4096))
 
 
-def tune_prefetch(device: torch.device, tiles: tuple[int, ...] = (0, 1, 2, 4), rounds: int = 3):
-    """Print the default decode plan's time with each count of L2-prefetched tiles, the variants
-    timed in turn for `rounds` rounds (medians of the rounds), and whether each variant's output
-    has the bits of the first."""
+def _variants(base: DecodeConfig) -> dict[str, DecodeConfig]:
+    """The default plan beside half and twice its splits, three stages and eight warps."""
+    out = {"default": base}
+    for factor, name in ((0.5, "half the splits"), (2, "twice the splits")):
+        splits = int(base.MAX_SPLITS * factor)
+        if 1 <= splits <= 128:
+            out[name] = dataclasses.replace(base, MAX_SPLITS=splits)
+    out["3 stages"] = dataclasses.replace(base, num_stages=3)
+    out["8 warps"] = dataclasses.replace(base, num_warps=8)
+    return out
+
+
+def split_costs(device: torch.device, rounds: int = 3) -> None:
+    """Print where a decode call's time goes: the default plan whole, its split pass alone, its
+    merge pass alone (on the split pass's partials), a copy of the same bytes, and variants of
+    the plan; each timed in turn for `rounds` rounds (the median of the rounds' medians)."""
     copy = copy_bandwidth(device)
-    for batch, context in PREFETCH_SHAPES:
+    for batch, context in SPLIT_COST_SHAPES:
         xs = _decode_inputs(batch, context, device)
         base = default_decode_config(xs[0]["q"], HKV)
-        configs = [dataclasses.replace(base, prefetch_tiles=n) for n in tiles]
-        outs = [_decode_call(xs[0], cfg)() for cfg in configs]
-        same = [torch.equal(out, outs[0]) for out in outs]
-        times: list[list[float]] = [[] for _ in configs]
-        for _ in range(rounds):
-            for i, cfg in enumerate(configs):
-                t = time_graph([_decode_call(x, cfg) for x in xs], warmup=3, iters=20)
-                times[i].append(t.median_ms)
         kv_bytes = batch * context * HKV * D * 4
-        for n, ts, is_same in zip(tiles, times, same, strict=True):
+        expected = _decode_call(xs[0], base)()
+        calls = {f"whole, {name}": [_decode_call(x, cfg) for x in xs]
+                 for name, cfg in _variants(base).items()}  # fmt: skip
+        calls["split pass alone"] = [_split_pass(x, base) for x in xs]
+        calls["merge pass alone"] = [_merge_pass(x, base) for x in xs]
+        calls[COPY_PEER] = same_bytes_copies(kv_bytes, len(xs), device)
+        same = {name: torch.equal(_decode_call(xs[0], cfg)(), expected)
+                for name, cfg in _variants(base).items()}  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fns in calls.items():
+                times[name].append(time_graph(fns, warmup=3, iters=20).median_ms)
+        print(f"decode B={batch} ctx={context} (default: {base})", flush=True)
+        for name, ts in times.items():
             ms = sorted(ts)[len(ts) // 2]
-            print(
-                f"decode B={batch} ctx={context} splits<={base.MAX_SPLITS} prefetch_tiles={n}: "
-                f"{ms * 1e3:.2f} us, {kv_bytes / (ms / 1e3) / copy:.4f} of copy, rounds "
-                f"{', '.join(f'{t * 1e3:.2f}' for t in ts)}, same bits {is_same}",
-                flush=True,
-            )
-        del xs, outs
+            bits = f", same bits {same[name[7:]]}" if name.startswith("whole, ") else ""
+            print(f"  {name}: {ms * 1e3:.2f} us, {kv_bytes / (ms / 1e3) / copy:.4f} of copy"
+                  f"{bits}", flush=True)  # fmt: skip
+        del xs, calls
         torch.cuda.empty_cache()
+
+
+def _split_pass(x: dict[str, torch.Tensor], config: DecodeConfig):
+    return lambda: launch_decode_splits(x["q"], x["k_cache"], x["v_cache"], x["context_lens"],
+                                        x["block_tables"], SCALE, config)  # fmt: skip
+
+
+def _merge_pass(x: dict[str, torch.Tensor], config: DecodeConfig):
+    parts = launch_decode_splits(x["q"], x["k_cache"], x["v_cache"], x["context_lens"],
+                                 x["block_tables"], SCALE, config)  # fmt: skip
+    o = torch.empty_like(x["q"])
+    return lambda: launch_decode_merge(parts, x["context_lens"], x["gate"], o, config)
 
 
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
@@ -360,11 +388,12 @@ def run(args: KernelBenchArgs) -> list[Row]:
 def main() -> None:
     parser = standalone_parser(__doc__, warmup=3, iters=10)
     parser.add_argument("--tune", action="store_true", help="print candidate tile timings")
-    parser.add_argument("--tune-prefetch", action="store_true",
-                        help="print decode times by L2-prefetched tiles")  # fmt: skip
+    parser.add_argument(
+        "--split-costs", action="store_true", help="print a decode call's passes timed apart"
+    )
     cli = parser.parse_args()
-    if cli.tune_prefetch:
-        tune_prefetch(torch.device("cuda"))
+    if cli.split_costs:
+        split_costs(torch.device("cuda"))
         return
     if cli.tune:
         tune(torch.device("cuda"))

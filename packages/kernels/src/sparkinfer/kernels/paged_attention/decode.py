@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -49,7 +50,6 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
-    is_interpreting,
     num_multiprocessors,
     tma_device_error,
 )
@@ -84,13 +84,6 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 2
     use_tma: bool = False  # K and V tiles through tensor descriptors where the layout allows
-    # BN-key tiles of K and V at each split's start pulled into L2 before the dependent-launch
-    # wait (CUDA only; a hint, the same bits)
-    prefetch_tiles: int = 0
-
-    def __post_init__(self) -> None:
-        if self.prefetch_tiles < 0:
-            raise ValueError(f"DecodeConfig.prefetch_tiles is {self.prefetch_tiles}; expected >= 0")
 
 
 @triton.jit
@@ -104,63 +97,17 @@ def _split_plan(ctx_len, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLI
 
 
 @triton.jit
-def _prefetch_l2(p, m):
-    """Ask L2 for the 128-byte line at each pointer where m != 0 (int32); nothing is loaded."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-        "=r,l,r", [p, m], dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
-
-
-@triton.jit
-def _prefetch_split(
-    p_k, p_v, p_ctx, p_bt, i_b, i_kvh, i_s, num_blocks,
-    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
-    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
-    MAX_SPLITS: tl.constexpr, PREFETCH_TILES: tl.constexpr, LINE: tl.constexpr,
-    NUM_LINES: tl.constexpr,
-):  # fmt: skip
-    """Pull the split's first PREFETCH_TILES K and V tiles into L2 ahead of the loads.
-
-    Runs before the dependent-launch wait, while the kernel before may still write: the length
-    and block ids read here (around L1) only aim the prefetch, clamped inside the caches, and
-    L2 holds no stale copy of a line that kernel writes, so the results never depend on them.
-    """
-    ctx_len = tl.load(p_ctx + i_b, cache_modifier=".cg")
-    num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
-    o_n = i_s * split_len + tl.arange(0, PREFETCH_TILES * BN)  # key positions
-    m_n = (o_n < ctx_len) & (i_s < num_splits)
-    b_blk = tl.load(p_bt + i_b * stride_btb + o_n // BLOCK_SIZE, mask=m_n, other=0,
-                    cache_modifier=".cg")  # fmt: skip
-    b_blk = tl.minimum(tl.maximum(b_blk, 0), num_blocks - 1).to(tl.int64)
-    o_l = tl.arange(0, NUM_LINES) * LINE  # the rows' 128-byte lines, in elements
-    m = (m_n[:, None] & (o_l < D)[None, :]).to(tl.int32)
-    o_row = (o_n % BLOCK_SIZE).to(tl.int64)
-    o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
-    _prefetch_l2(p_k + o_k[:, None] + o_l[None, :], m)
-    o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
-    _prefetch_l2(p_v + o_v[:, None] + o_l[None, :], m)
-
-
-@triton.jit
 def _decode_split_kernel(
     p_q, p_k, p_v, desc_k, desc_v, p_ctx, p_bt, p_part_o, p_part_ml,
-    qk_scale, num_blocks,
+    qk_scale,
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
     TMA: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
-    PREFETCH_TILES: tl.constexpr, LINE: tl.constexpr, NUM_LINES: tl.constexpr,
 ):  # fmt: skip
-    i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    if PREFETCH_TILES > 0:
-        _prefetch_split(
-            p_k, p_v, p_ctx, p_bt, i_b, i_kvh, i_s, num_blocks,
-            stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_btb,
-            BLOCK_SIZE, D, BN, MIN_SPLIT_LEN, MAX_SPLITS, PREFETCH_TILES, LINE, NUM_LINES,
-        )  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
+    i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
     ctx_len = tl.load(p_ctx + i_b)
     num_splits, split_len = _split_plan(ctx_len, BN, MIN_SPLIT_LEN, MAX_SPLITS)
     if i_s >= num_splits or ctx_len <= 0:
@@ -321,11 +268,34 @@ def launch_decode(
 
 
 def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config) -> torch.Tensor:
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if q.shape[0] == 0:
+        return o
+    parts = launch_decode_splits(q, k_cache, v_cache, context_lens, block_tables, scale, config)
+    launch_decode_merge(parts, context_lens, gate, o, config)
+    return o
+
+
+class SplitPartials(NamedTuple):
+    """Pass 1's output: o [B, H, MAX_SPLITS, BD] normalised, ml [B, H, MAX_SPLITS, 2] (max, sum),
+    both fp32."""
+
+    o: torch.Tensor
+    ml: torch.Tensor
+
+
+def launch_decode_splits(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    config: DecodeConfig,
+) -> SplitPartials:
+    """Pass 1 alone, unchecked (`launch_decode` checks): every split's partial output."""
     num_seqs, num_heads, d = q.shape
     hkv, bd = k_cache.shape[2], triton.next_power_of_2(d)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if num_seqs == 0:
-        return o
     part_o = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, bd), dtype=torch.float32,
                          device=q.device)  # fmt: skip
     part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
@@ -339,30 +309,39 @@ def _launch(q, k_cache, v_cache, context_lens, block_tables, scale, gate, config
         desc_k, desc_v = (TensorDescriptor(c, [rows, hkv * d], [c.stride(1), 1], [config.BN, d])
                           for c in (k_cache, v_cache))  # fmt: skip
     pdl = dependent_launch(q)
-    line = max(1, 128 // q.element_size())  # elements of a 128-byte line
-    # The inline prefetch needs the compiler: none under the interpreter (nor off CUDA).
-    prefetch_tiles = config.prefetch_tiles if q.is_cuda and not is_interpreting() else 0
     _decode_split_kernel[(num_seqs, hkv, config.MAX_SPLITS)](
         q, k_cache, v_cache, desc_k, desc_v, context_lens, block_tables, part_o, part_ml,
-        scale * LOG2E, k_cache.shape[0],
+        scale * LOG2E,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0),
         GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl, PREFETCH_TILES=prefetch_tiles,
-        LINE=line, NUM_LINES=triton.next_power_of_2(triton.cdiv(d, line)),
+        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
-    g = gate if gate is not None else q
+    return SplitPartials(part_o, part_ml)
+
+
+def launch_decode_merge(
+    parts: SplitPartials,
+    context_lens: torch.Tensor,
+    gate: torch.Tensor | None,
+    o: torch.Tensor,
+    config: DecodeConfig,
+) -> None:
+    """Pass 2 alone, unchecked: o [B, H, D] (written) from pass 1's partials of the same config."""
+    num_seqs, num_heads, d = o.shape
+    bd = parts.o.shape[-1]
+    g = gate if gate is not None else o
     dc = merge_columns(bd, config.MAX_SPLITS)
+    pdl = dependent_launch(o)
     _decode_merge_kernel[(num_seqs, num_heads, bd // dc)](
-        part_o, part_ml, context_lens, g, o,
+        parts.o, parts.ml, context_lens, g, o,
         g.stride(0), g.stride(1), o.stride(0), o.stride(1),
         D=d, BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN,
         MAX_SPLITS=config.MAX_SPLITS, DC=dc, HAS_GATE=gate is not None, USE_PDL=pdl,
         num_warps=4, launch_pdl=pdl,
     )  # fmt: skip
-    return o
 
 
 def paged_attention_decode(
