@@ -68,18 +68,10 @@ def _ms(fn: Callable[[], object], warmup: int, iters: int) -> tuple[float, float
 
 
 def _graph_ms(fn: Callable[[], object], warmup: int, iters: int) -> tuple[float, float]:
-    """Median/p90 of CUDA-graph replays of fn: device time without Python launch overhead, as the
-    runner's captured decode step sees it."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return _ms(graph.replay, warmup, iters)
+    """Median/p90 of CUDA-graph replays of fn (`time_graph`): device time without Python launch
+    overhead, as the runner's captured decode step sees it."""
+    t = time_graph([fn], warmup=warmup, iters=iters)
+    return t.median_ms, t.p90_ms
 
 
 def _prefill_roofline_ms(num_tokens: int) -> float:
