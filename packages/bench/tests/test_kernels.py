@@ -7,6 +7,7 @@ import torch
 from sparkinfer.bench.__main__ import main
 from sparkinfer.bench.kernels import KernelBenchArgs, KernelSkipped, bench, discover, load
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
+from sparkinfer.bench.timing import Timing
 
 
 def _fast(args):
@@ -168,6 +169,13 @@ def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
     monkeypatch.setattr(prefill_linear, "PREFILL_ROWS", 8)
     monkeypatch.setattr(prefill_linear, "SHAPES", ((200, 16), (256, 16), (248320, 16)))
     monkeypatch.setattr(roofline, "measure_peaks", lambda device: roofline.Peaks(1.0, 1e12))
+    outputs = []
+
+    def run_once(calls, *, warmup, iters):
+        outputs.extend(call() for call in calls)
+        return Timing(1.0, 1.0, iters)
+
+    monkeypatch.setattr(prefill_linear, "time_graph", run_once)
     rows = prefill_linear.bench(torch.device("cpu"), warmup=0, iters=2, is_quick=False)
     assert [(r["shape"], r["impl"]) for r in rows] == [
         ("M=8 N=200 K=16", "cublas"),
@@ -175,5 +183,6 @@ def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
         ("M=8 N=200 K=16", "cublas, N padded to 256s"),
         ("M=8 N=256 K=16", "cublas"),
     ]
+    assert [tuple(o.shape) for o in outputs] == [(8, 200), (8, 256), (8, 256), (8, 256)]
     padded = prefill_linear._padded(torch.ones(200, 16), 128)
     assert padded.shape == (256, 16) and padded[200:].abs().sum() == 0

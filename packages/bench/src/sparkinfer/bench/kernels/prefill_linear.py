@@ -2,8 +2,9 @@
 
 Each projection as the model runs it (`F.linear`, the weight [N, K]) beside the same product with
 the weight padded by zero rows to a multiple of 128 and of 256 output columns (what a padded fused
-parameter would run; the extra columns cost their FLOPs, counted as the unpadded product's), timed
-interleaved, as a fraction of this run's matmul peak. Run alone:
+parameter would run; the extra columns cost their FLOPs, counted as the unpadded product's),
+replayed from CUDA graphs (`time_graph`: device time, without the host's launch), as a fraction
+of this run's matmul peak. Run alone:
 ``python -m sparkinfer.bench.kernels.prefill_linear``.
 """
 
@@ -16,8 +17,8 @@ import torch.nn.functional as F
 from sparkinfer.bench import roofline
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
+from sparkinfer.bench.kernels._graph_timing import time_graph
 from sparkinfer.bench.kernels.linear_invariant import PREFILL_ROWS, SHAPES
-from sparkinfer.bench.timing import time_cuda_interleaved
 
 PAD_MULTIPLES = (128, 256)
 
@@ -40,10 +41,10 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
         for multiple in PAD_MULTIPLES:
             if n % multiple:
                 weights[f"cublas, N padded to {multiple}s"] = _padded(w, multiple)
-        names = list(weights)
-        calls = [lambda a=x, w=weights[name]: F.linear(a, w) for name in names]
-        times = dict(zip(names, time_cuda_interleaved(calls, warmup=warmup, iters=iters),
-                         strict=True))  # fmt: skip
+        times = {
+            name: time_graph([lambda a=x, w=w: F.linear(a, w)], warmup=warmup, iters=iters)
+            for name, w in weights.items()
+        }
         flops = 2 * PREFILL_ROWS * n * k
         for name, t in times.items():
             rows.append({
