@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -339,8 +340,10 @@ def split_costs(device: torch.device, rounds: int = 3) -> None:
         base = default_decode_config(xs[0]["q"], HKV)
         kv_bytes = batch * context * HKV * D * 4
         expected = _decode_call(xs[0], base)()
-        calls = {f"whole, {name}": [_decode_call(x, cfg) for x in xs]
-                 for name, cfg in _variants(base).items()}  # fmt: skip
+        calls: dict[str, list[Callable[[], object]]] = {
+            f"whole, {name}": [_decode_call(x, cfg) for x in xs]
+            for name, cfg in _variants(base).items()
+        }
         calls["split pass alone"] = [_split_pass(x, base) for x in xs]
         calls["merge pass alone"] = [_merge_pass(x, base) for x in xs]
         calls[COPY_PEER] = same_bytes_copies(kv_bytes, len(xs), device)
