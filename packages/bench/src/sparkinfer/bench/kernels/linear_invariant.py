@@ -20,7 +20,7 @@ from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.bench.kernels.linear import HIDDEN, INTERMEDIATE, Q_WIDTH
-from sparkinfer.bench.timing import time_cuda
+from sparkinfer.bench.timing import Timing, time_cuda
 from sparkinfer.kernels.linear import (
     TiledGemmConfig,
     batch_invariant,
@@ -120,7 +120,6 @@ def _prefill_rows(
     for n, k in shapes:
         x = torch.randn(PREFILL_ROWS, k, device=device, dtype=torch.bfloat16)
         w = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
-        flops = 2 * PREFILL_ROWS * n * k
         impls: dict[str, Any] = {"cublas": _cublas}
         for cfg in configs:
             name = f"tiled {cfg.BM}x{cfg.BN}x{cfg.BK} w{cfg.num_warps} s{cfg.num_stages}"
@@ -137,15 +136,25 @@ def _prefill_rows(
                     print(f"skip {name}: {type(e).__name__}", flush=True)
             invariant = _is_row_invariant(lambda a, b: linear(a, b), x[:1000], w)
         for name, t in times.items():
-            rows.append({
-                "op": "prefill linear", "impl": name, "shape": f"M={PREFILL_ROWS} N={n} K={k}",
-                "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "TFLOP/s": flops / (t.median_ms / 1e3) / 1e12,
-                "of_matmul_peak": flops / (t.median_ms / 1e3) / matmul_peak,
-                "vs_cublas": times["cublas"].median_ms / t.median_ms,
-                "rows_invariant": invariant if name == "invariant" else None,
-            })  # fmt: skip
+            row = prefill_row(name, (PREFILL_ROWS, n, k), t, times["cublas"], matmul_peak)
+            rows.append(row | {"rows_invariant": invariant if name == "invariant" else None})
     return rows
+
+
+def prefill_row(
+    impl: str, shape: tuple[int, int, int], t: Timing, cublas: Timing, matmul_peak: float
+) -> Row:
+    """One table row of an (m, n, k) product: TFLOP/s, the share of the matmul peak (FLOP/s) and
+    the speed against cuBLAS's time."""
+    m, n, k = shape
+    flops = 2 * m * n * k
+    return {
+        "op": "prefill linear", "impl": impl, "shape": f"M={m} N={n} K={k}",
+        "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
+        "TFLOP/s": flops / (t.median_ms / 1e3) / 1e12,
+        "of_matmul_peak": flops / (t.median_ms / 1e3) / matmul_peak,
+        "vs_cublas": cublas.median_ms / t.median_ms,
+    }  # fmt: skip
 
 
 def bench(

@@ -18,7 +18,7 @@ from sparkinfer.bench import roofline
 from sparkinfer.bench.kernels import KernelBenchArgs
 from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.kernels._graph_timing import time_graph
-from sparkinfer.bench.kernels.linear_invariant import PREFILL_ROWS, SHAPES
+from sparkinfer.bench.kernels.linear_invariant import PREFILL_ROWS, SHAPES, prefill_row
 
 PAD_MULTIPLES = (128, 256)
 
@@ -45,15 +45,8 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
             name: time_graph([lambda a=x, w=w: F.linear(a, w)], warmup=warmup, iters=iters)
             for name, w in weights.items()
         }
-        flops = 2 * PREFILL_ROWS * n * k
-        for name, t in times.items():
-            rows.append({
-                "op": "prefill linear", "impl": name, "shape": f"M={PREFILL_ROWS} N={n} K={k}",
-                "dtype": "bf16", "median_ms": t.median_ms, "p90_ms": t.p90_ms,
-                "TFLOP/s": flops / (t.median_ms / 1e3) / 1e12,
-                "of_matmul_peak": flops / (t.median_ms / 1e3) / peak,
-                "vs_cublas": times["cublas"].median_ms / t.median_ms,
-            })  # fmt: skip
+        shape = (PREFILL_ROWS, n, k)
+        rows += [prefill_row(name, shape, t, times["cublas"], peak) for name, t in times.items()]
         del x, w, weights
         torch.cuda.empty_cache()
     return rows
