@@ -329,7 +329,10 @@ def launch_decode_merge(
     o: torch.Tensor,
     config: DecodeConfig,
 ) -> None:
-    """Pass 2 alone, unchecked: o [B, H, D] (written) from pass 1's partials of the same config."""
+    """Pass 2 alone, unchecked: o [B, H, D] (written) from pass 1's partials of the same config.
+
+    Under dependent launch it reads context_lens and gate before waiting on the kernel launched
+    just before it, so that kernel must write neither (pass 1 does not)."""
     num_seqs, num_heads, d = o.shape
     bd = parts.o.shape[-1]
     g = gate if gate is not None else o
