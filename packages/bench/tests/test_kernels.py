@@ -186,3 +186,14 @@ def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
     assert [tuple(o.shape) for o in outputs] == [(8, 200), (8, 256), (8, 256), (8, 256)]
     padded = prefill_linear._padded(torch.ones(200, 16), 128)
     assert padded.shape == (256, 16) and padded[200:].abs().sum() == 0
+
+
+def test_decode_split_costs_variants_keep_splits_a_power_of_two_up_to_128():
+    from sparkinfer.bench.kernels._decode_split_costs import _variants
+    from sparkinfer.kernels.paged_attention.decode import DecodeConfig
+
+    plans = {name: c.MAX_SPLITS for name, c in _variants(DecodeConfig(MAX_SPLITS=64)).items()}
+    assert plans == {"default": 64, "half the splits": 32, "twice the splits": 128,
+                     "3 stages": 64, "8 warps": 64}  # fmt: skip
+    assert "half the splits" not in _variants(DecodeConfig(MAX_SPLITS=1))
+    assert "twice the splits" not in _variants(DecodeConfig(MAX_SPLITS=128))

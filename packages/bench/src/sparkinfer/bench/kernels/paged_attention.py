@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,13 +32,7 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_decode_ref,
     paged_attention_prefill,
 )
-from sparkinfer.kernels.paged_attention.decode import (
-    DecodeConfig,
-    default_decode_config,
-    launch_decode,
-    launch_decode_merge,
-    launch_decode_splits,
-)
+from sparkinfer.kernels.paged_attention.decode import DecodeConfig, launch_decode
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
     default_prefill_config,
@@ -315,66 +308,6 @@ def tune(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-SPLIT_COST_SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (32, 4096))
-
-
-def _variants(base: DecodeConfig) -> dict[str, DecodeConfig]:
-    """The default plan beside half and twice its splits, three stages and eight warps."""
-    out = {"default": base}
-    for factor, name in ((0.5, "half the splits"), (2, "twice the splits")):
-        splits = int(base.MAX_SPLITS * factor)
-        if 1 <= splits <= 128:
-            out[name] = dataclasses.replace(base, MAX_SPLITS=splits)
-    out["3 stages"] = dataclasses.replace(base, num_stages=3)
-    out["8 warps"] = dataclasses.replace(base, num_warps=8)
-    return out
-
-
-def split_costs(device: torch.device, rounds: int = 3) -> None:
-    """Print where a decode call's time goes: the default plan whole, its split pass alone, its
-    merge pass alone (on the split pass's partials), a copy of the same bytes, and variants of
-    the plan; each timed in turn for `rounds` rounds (the median of the rounds' medians)."""
-    copy = copy_bandwidth(device)
-    for batch, context in SPLIT_COST_SHAPES:
-        xs = _decode_inputs(batch, context, device)
-        base = default_decode_config(xs[0]["q"], HKV)
-        kv_bytes = batch * context * HKV * D * 4
-        expected = _decode_call(xs[0], base)()
-        calls: dict[str, list[Callable[[], object]]] = {
-            f"whole, {name}": [_decode_call(x, cfg) for x in xs]
-            for name, cfg in _variants(base).items()
-        }
-        calls["split pass alone"] = [_split_pass(x, base) for x in xs]
-        calls["merge pass alone"] = [_merge_pass(x, base) for x in xs]
-        calls[COPY_PEER] = same_bytes_copies(kv_bytes, len(xs), device)
-        same = {name: torch.equal(_decode_call(xs[0], cfg)(), expected)
-                for name, cfg in _variants(base).items()}  # fmt: skip
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(rounds):
-            for name, fns in calls.items():
-                times[name].append(time_graph(fns, warmup=3, iters=20).median_ms)
-        print(f"decode B={batch} ctx={context} (default: {base})", flush=True)
-        for name, ts in times.items():
-            ms = sorted(ts)[len(ts) // 2]
-            bits = f", same bits {same[name[7:]]}" if name.startswith("whole, ") else ""
-            print(f"  {name}: {ms * 1e3:.2f} us, {kv_bytes / (ms / 1e3) / copy:.4f} of copy"
-                  f"{bits}", flush=True)  # fmt: skip
-        del xs, calls
-        torch.cuda.empty_cache()
-
-
-def _split_pass(x: dict[str, torch.Tensor], config: DecodeConfig):
-    return lambda: launch_decode_splits(x["q"], x["k_cache"], x["v_cache"], x["context_lens"],
-                                        x["block_tables"], SCALE, config)  # fmt: skip
-
-
-def _merge_pass(x: dict[str, torch.Tensor], config: DecodeConfig):
-    parts = launch_decode_splits(x["q"], x["k_cache"], x["v_cache"], x["context_lens"],
-                                 x["block_tables"], SCALE, config)  # fmt: skip
-    o = torch.empty_like(x["q"])
-    return lambda: launch_decode_merge(parts, x["context_lens"], x["gate"], o, config)
-
-
 def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> list[Row]:
     lengths = (2048,) if is_quick else PREFILL_LENGTHS
     contexts = (4096,) if is_quick else DECODE_CONTEXTS
@@ -396,6 +329,8 @@ def main() -> None:
     )
     cli = parser.parse_args()
     if cli.split_costs:
+        from sparkinfer.bench.kernels._decode_split_costs import split_costs
+
         split_costs(torch.device("cuda"))
         return
     if cli.tune:
