@@ -19,3 +19,14 @@ def test_time_cuda_is_one_function_interleaved_alone():
     calls: list[int] = []
     timing = time_cuda(lambda: calls.append(1), warmup=2, iters=5)
     assert len(calls) == 7 and timing.num_iters == 5
+
+
+def test_back_to_back_times_each_interval_of_calls_per_call():
+    import torch
+    from sparkinfer.bench.timing import time_back_to_back
+
+    calls: list[int] = []
+    timing = time_back_to_back(torch.device("cpu"), lambda: calls.append(1), warmup=2, iters=3,
+                               calls=4)  # fmt: skip
+    assert len(calls) == 2 + 3 * 4 and timing.num_iters == 3
+    assert 0 <= timing.median_ms <= timing.p90_ms

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from sparkinfer.bench.timing import time_on
+from sparkinfer.bench.timing import time_back_to_back
 from sparkinfer.model.config import TextConfig, VisionConfig
 
 
@@ -114,7 +114,8 @@ def vision_flops(cfg: VisionConfig, grid_thw: Sequence[tuple[int, int, int]]) ->
 
 
 def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int = 8192) -> Peaks:
-    """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (medians of 20 runs).
+    """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (`time_back_to_back`:
+    medians over intervals of ten calls each, no host dispatch inside them).
 
     On a CPU device the same figures come from host wall time (smoke runs only).
     """
@@ -127,12 +128,12 @@ def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int =
 def _copy_rate(device: torch.device, mib: int) -> float:
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    seconds = time_on(device, lambda: dst.copy_(src), iters=20).median_ms / 1e3
+    seconds = time_back_to_back(device, lambda: dst.copy_(src)).median_ms / 1e3
     return 2 * mib * 2**20 / seconds  # bytes read plus bytes written
 
 
 def _matmul_rate(device: torch.device, n: int) -> float:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    seconds = time_on(device, lambda: torch.matmul(a, b), iters=20).median_ms / 1e3
+    seconds = time_back_to_back(device, lambda: torch.matmul(a, b)).median_ms / 1e3
     return 2 * n**3 / seconds

@@ -74,3 +74,41 @@ def time_on(
     if device.type == "cuda":
         return time_cuda(fn, warmup=warmup, iters=iters)
     return time_cpu(fn, warmup=warmup, iters=iters)
+
+
+def time_back_to_back(
+    device: torch.device,
+    fn: Callable[[], object],
+    *,
+    warmup: int = 3,
+    iters: int = 10,
+    calls: int = 10,
+) -> Timing:
+    """Per-call time of `calls` calls launched back to back, median and p90 over `iters` intervals:
+    the device-ceiling measurements. On CUDA one untimed call runs ahead of each interval, so the
+    GPU is busy while the host launches the timed ones and no host dispatch lands inside it (one
+    call timed alone on an idle GPU also counts the host's launch). On the CPU: wall clock."""
+    for _ in range(warmup):
+        fn()
+    interval_ms = _cuda_interval_ms if device.type == "cuda" else _wall_interval_ms
+    times_ms = [interval_ms(fn, calls) / calls for _ in range(iters)]
+    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
+
+
+def _cuda_interval_ms(fn: Callable[[], object], calls: int) -> float:
+    fn()  # the GPU runs this while the host launches the timed calls
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _wall_interval_ms(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) * 1e3

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from sparkinfer.bench.timing import Timing, time_cuda
+from sparkinfer.bench.timing import Timing, time_back_to_back
 
 L2_FLUSH_BYTES = 256 * 2**20  # several times the H200's 50 MiB L2
 
@@ -100,8 +100,9 @@ def copy_bandwidth(device: torch.device, *, mib: int = 1024) -> float:
     """Device-to-device copy bytes/s (read + write): the roofline of memory-bound ops."""
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    # Timed eagerly: a copy captured in a graph becomes a memcpy node, which is slower.
-    t = time_cuda(lambda: dst.copy_(src), warmup=3, iters=20)
+    # Timed eagerly, back to back: a copy captured in a graph becomes a memcpy node, which is
+    # slower, and one copy timed alone on an idle GPU also counts the host's launch.
+    t = time_back_to_back(device, lambda: dst.copy_(src))
     return 2 * src.numel() / (t.median_ms / 1e3)
 
 
