@@ -28,7 +28,7 @@ def rotation_copies(bytes_per_call: int, *, max_copies: int = 32) -> int:
 # A replay runs at least this long (its calls repeated up to MAX_REPEATS times): the gap between
 # two graphs on the GPU then adds a few per mille. Timed one replay at a time, the graph's host
 # launch (about 10 us on an H200) landed inside each timed interval: a rotation of one or two
-# calls (a decode call over 128 MiB or more) read up to 5 us slower per call.
+# calls (a decode call over 128 MiB or more) read 5-10 us slower per call.
 MIN_REPLAY_MS = 0.5
 MAX_REPEATS = 128
 
