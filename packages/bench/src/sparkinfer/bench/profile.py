@@ -63,6 +63,25 @@ class KernelTotal:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """The GPU idle for `us` between the end of kernel `after` and the start of `before`."""
+
+    us: float
+    after: str
+    before: str
+
+
+@dataclass(frozen=True)
+class Idle:
+    """From the first kernel's start to the last one's end: the span, the time no kernel ran in
+    it, and its longest gaps."""
+
+    span_ms: float
+    idle_ms: float
+    gaps: tuple[Gap, ...]
+
+
+@dataclass(frozen=True)
 class Window:
     """Kernels recorded over `steps` engine steps that took `wall_ms` together."""
 
@@ -71,6 +90,7 @@ class Window:
     wall_ms: float
     kernels: tuple[KernelTotal, ...]
     replay_ms: float | None = None  # median CUDA-graph replay, inputs staged (decode windows)
+    idle: Idle | None = None  # the GPU's idle time between the window's first and last kernel
 
     @property
     def gpu_ms_per_step(self) -> float:
@@ -96,15 +116,33 @@ def summarise(kernels: list[tuple[str, float]]) -> tuple[KernelTotal, ...]:
     return tuple(sorted(rows, key=lambda r: -r.total_us))
 
 
-def kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float]]:
-    """(name, device time us) of every kernel the profiler recorded."""
+def kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float, float]]:
+    """(name, start us, device time us) of every kernel the profiler recorded."""
     from torch.autograd import DeviceType  # pyright: ignore[reportPrivateImportUsage]
 
     return [
-        (evt.name, evt.time_range.elapsed_us())
+        (evt.name, evt.time_range.start, evt.time_range.elapsed_us())
         for evt in prof.events() or ()
         if evt.device_type == DeviceType.CUDA
     ]
+
+
+def idle(events: list[tuple[str, float, float]], *, top: int) -> Idle:
+    """Where no kernel ran between the first kernel's start and the last one's end, and the
+    `top` longest such gaps with the kernels on either side (overlapping kernels count once)."""
+    ordered = sorted(events, key=lambda e: e[1])
+    if not ordered:
+        return Idle(0.0, 0.0, ())
+    gaps: list[Gap] = []
+    end, last = ordered[0][1] + ordered[0][2], ordered[0][0]
+    for name, start, us in ordered[1:]:
+        if start > end:
+            gaps.append(Gap(start - end, last, name))
+        if start + us >= end:
+            end, last = start + us, name
+    span_us = end - ordered[0][1]
+    longest = tuple(sorted(gaps, key=lambda g: -g.us)[:top])
+    return Idle(span_us / 1e3, sum(g.us for g in gaps) / 1e3, longest)
 
 
 def _tokens(tracker: OutputTracker) -> dict[str, list[float]]:
@@ -212,7 +250,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         f"decode {batch} x {context}",
         steps,
         (t1 - t0) * 1e3,
-        summarise(kernel_events(prof)),
+        summarise([(name, us) for name, _, us in kernel_events(prof)]),
         float(np.median(replay_ms)) if replay_ms else None,
     )
 
@@ -233,7 +271,9 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
         t1 = time.perf_counter()
     if tracker.errors:
         raise DeviceError(f"profile: the prefill failed: {tracker.errors}")
-    return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, summarise(kernel_events(prof)))
+    events = kernel_events(prof)
+    kernels = summarise([(name, us) for name, _, us in events])
+    return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, kernels, idle=idle(events, top=8))
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
@@ -252,6 +292,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         ),
         max_num_batched_tokens=args.max_batched_tokens,
         dependent_launch=args.dependent_launch,
+        tune_gemms=args.tune_gemms,
         deterministic=args.deterministic,
     )
     log("profile: starting the engine (caches, CUDA graphs)")
@@ -299,6 +340,8 @@ def tables(windows: list[Window], *, top: int) -> list[Table]:
                 "kernel ms/step",
                 "GPU busy",
                 "kernels/step",
+                "kernel span ms",
+                "idle in span ms",
             ],
             [
                 [
@@ -309,6 +352,8 @@ def tables(windows: list[Window], *, top: int) -> list[Table]:
                     w.gpu_ms_per_step,
                     w.gpu_ms_per_step / w.wall_ms_per_step,
                     w.kernels_per_step,
+                    w.idle.span_ms if w.idle else None,
+                    w.idle.idle_ms if w.idle else None,
                 ]
                 for w in windows
             ],
@@ -316,6 +361,8 @@ def tables(windows: list[Window], *, top: int) -> list[Table]:
                 "GPU busy = kernel time / wall time; below 1 the GPU waits on the host or on gaps",
                 "graph replay (decode): median time of one staged replay; wall - replay is the "
                 "host's time between steps, replay - kernel the gaps between the graph's kernels",
+                "kernel span (prefill): first kernel's start to the last one's end; idle in span: "
+                "the part of it no kernel ran (the host behind, or waiting on the GPU)",
             ],
         )
     ]
@@ -357,4 +404,12 @@ def tables(windows: list[Window], *, top: int) -> list[Table]:
                 ],
             )
         )
+        if w.idle and w.idle.gaps:
+            out.append(
+                Table(
+                    f"{w.scenario}: the longest idle gaps",
+                    ["gap us", "after kernel", "before kernel"],
+                    [[g.us, g.after[:60], g.before[:60]] for g in w.idle.gaps],
+                )
+            )
     return out
