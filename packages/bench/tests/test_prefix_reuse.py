@@ -51,7 +51,6 @@ def test_the_prefix_engine_holds_one_sequence_and_the_cache():
     args = argparse.Namespace(
         concurrency=(1, 32), prefill_lengths=(4096,), context=4096, new_tokens=128,
         max_batched_tokens=8192, enforce_eager=False, overlap_steps=True, dependent_launch=True,
-        tune_gemms=True,
         deterministic=False, prefix_reuse=32022, prefix_cache_snapshots=0, prefill_graph_tokens=512,
     )  # fmt: skip
     config = engine._prefix_scheduler_config(args)

@@ -4,12 +4,7 @@ import inspect
 
 import pytest
 import torch
-from sparkinfer.kernels.activation import (
-    sigmoid_gate,
-    sigmoid_gate_ref,
-    silu_and_mul,
-    silu_and_mul_ref,
-)
+from sparkinfer.kernels.activation import silu_and_mul, silu_and_mul_ref
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
 BF16_TOL = {"atol": 3e-2, "rtol": 2e-2}
@@ -54,29 +49,3 @@ def test_silu_and_mul_real_shapes_on_gpu(rows):
     x = torch.randn(rows, 2 * 17408, device="cuda", dtype=torch.bfloat16)
     y = silu_and_mul(x)
     torch.testing.assert_close(y.float(), silu_and_mul_ref(x.float()), atol=2e-2, rtol=1e-2)
-
-
-def test_sigmoid_gate_signature_matches_reference():
-    assert inspect.signature(sigmoid_gate) == inspect.signature(sigmoid_gate_ref)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("tokens", "heads", "head_dim"), [(1, 1, 8), (17, 3, 64), (33, 2, 40)])
-def test_sigmoid_gate_matches_ref_on_strided_views(dtype, tokens, heads, head_dim, assert_close):
-    torch.manual_seed(tokens * heads + head_dim)
-    x = torch.randn(heads, tokens, head_dim, dtype=dtype).transpose(0, 1)  # [T, H, D], heads slow
-    both = torch.randn(tokens, heads, 2 * head_dim, dtype=dtype) * 3
-    gate = both[..., head_dim:]  # per-head halves, as the attention layer's q/gate split
-    y, y_ref = sigmoid_gate(x, gate), sigmoid_gate_ref(x.float(), gate.float())
-    assert y.shape == (tokens, heads, head_dim) and y.is_contiguous() and y.dtype == dtype
-    if dtype == torch.bfloat16:
-        torch.testing.assert_close(y.float(), y_ref, **BF16_TOL)
-    else:
-        assert_close(y, y_ref)
-
-
-def test_sigmoid_gate_rejects_bad_inputs():
-    with pytest.raises(ValueError, match=r"expected \[T, H, D\]"):
-        sigmoid_gate(torch.randn(2, 8), torch.randn(2, 8))
-    with pytest.raises(ValueError, match="expected x's"):
-        sigmoid_gate(torch.randn(2, 1, 8), torch.randn(2, 2, 8))

@@ -170,7 +170,6 @@ def _scheduler_config(
         prefill_graph_tokens=settings.prefill_graph_tokens,
         overlap_steps=settings.overlap_steps,
         dependent_launch=settings.dependent_launch,
-        tune_gemms=settings.tune_gemms,
         deterministic=settings.deterministic,
         eos_token_ids=tuple(dict.fromkeys(eos)),
         prefix_cache_snapshots=settings.prefix_cache_snapshots,

@@ -63,11 +63,6 @@ class Settings(BaseSettings):
         description="Launch each Triton kernel while the one before it finishes (programmatic "
         "dependent launch, Hopper and later; outputs are the same either way)",
     )
-    tune_gemms: bool = Field(
-        True,
-        description="At start-up, time cuBLAS's candidate algorithms for prompt-sized matmuls "
-        "and run the fastest (a few seconds on CUDA; outputs are the same either way)",
-    )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype (auto: the checkpoint's)"
     )

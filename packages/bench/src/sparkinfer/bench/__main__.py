@@ -134,15 +134,6 @@ def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _tune_gemms_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-tune-gemms",
-        dest="tune_gemms",
-        action="store_false",
-        help="prompt GEMMs run cuBLAS's first-ranked algorithm (price the start-up tuning)",
-    )
-
-
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     """The modes that run the model or kernels in this process: offline, tables, stack,
     step-costs, profile, vision, kernels."""
@@ -195,7 +186,6 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
         help="read each step's samples before scheduling the next (price the overlap)",
     )
     _dependent_launch_flag(p)
-    _tune_gemms_flag(p)
     p.add_argument(
         "--deterministic",
         action="store_true",
@@ -254,7 +244,6 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     _dependent_launch_flag(p)
-    _tune_gemms_flag(p)
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )

@@ -285,7 +285,6 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         prefill_graph_tokens=args.prefill_graph_tokens,
         overlap_steps=args.overlap_steps,
         dependent_launch=args.dependent_launch,
-        tune_gemms=args.tune_gemms,
         deterministic=args.deterministic,
         prefix_cache_snapshots=args.prefix_cache_snapshots,
     )

@@ -43,10 +43,6 @@ class SchedulerConfig:
     dependent_launch: launch the Triton kernels of a step as programmatic dependents (Hopper and
         later; `kernels.dependent_launch`), so each one's launch overlaps the tail of the kernel
         before it. Outputs are the same either way.
-    tune_gemms: at start-up on CUDA, time cuBLAS's candidate algorithms for the model's linear
-        layers at prompt-sized row counts and run the fastest (`kernels.linear.TunedGemms`; a
-        few seconds). Only candidates with F.linear's exact output are kept, so outputs are the
-        same either way.
     deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards
         with fixed-shape matmuls (fixed-tile Triton GEMMs on CUDA, row-blocked on CPU), and a
         prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
@@ -72,7 +68,6 @@ class SchedulerConfig:
     prefill_graph_tokens: int = 512
     overlap_steps: bool = True
     dependent_launch: bool = True
-    tune_gemms: bool = True
     deterministic: bool = False
     eos_token_ids: tuple[int, ...] = ()
     seed: int = 0

@@ -35,7 +35,6 @@ from sparkinfer.model.cache_spec import CacheSpec, ModelCaches, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._gemm_tuning import tune_prompt_gemms
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
@@ -111,7 +110,6 @@ class Runner:
         self._is_cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._is_cuda else None
         set_dependent_launch(config.dependent_launch)
-        self.tuned_gemms = tune_prompt_gemms(model, config, self.device)  # before the profile
         spec: CacheSpec = model.cache_spec()
         self.vocab_size, activation_bytes = self._profile(spec)
         self.plan = plan_cache(

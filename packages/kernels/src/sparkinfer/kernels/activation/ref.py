@@ -1,4 +1,4 @@
-"""Plain-torch activations: the specifications of the fused kernels."""
+"""Plain-torch SwiGLU activation: the specification of the fused kernel."""
 
 from __future__ import annotations
 
@@ -17,16 +17,3 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
     """
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
-
-
-def sigmoid_gate_ref(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """x * sigmoid(gate), computed in fp32.
-
-    Args:
-        x: [T, H, D] (bf16, fp16 or fp32), any token/head strides, unit last stride.
-        gate: [T, H, D] like x.
-
-    Returns:
-        y: [T, H, D] contiguous in x.dtype.
-    """
-    return (x.float() * torch.sigmoid(gate.float())).to(x.dtype).contiguous()

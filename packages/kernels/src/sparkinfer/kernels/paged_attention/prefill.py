@@ -14,7 +14,6 @@ tile loads) whenever the layout allows it; otherwise this pointer kernel runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +33,6 @@ from sparkinfer.kernels.paged_attention.checks import (
     check_heads,
     check_index,
 )
-from sparkinfer.kernels.paged_attention.dense_prefill import dense_causal_prefill, use_dense_prefill
 from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, tma_layout_error
 
 LOG2E = 1.4426950408889634
@@ -356,8 +354,6 @@ def paged_attention_prefill(
     scale: float,
     gate: torch.Tensor | None = None,
     index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
-    cu_seqlens_cpu: Sequence[int] | None = None,
-    cached_lens_cpu: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Causal attention of a packed batch of new tokens over a paged KV cache.
 
@@ -379,18 +375,10 @@ def paged_attention_prefill(
             tensor (e.g. every layer of a forward): the query-tile map derived from cu_seqlens is
             built by the first call, stored there and reused by the others (keyed by tile size,
             checked against cu_seqlens and T). Rewriting cu_seqlens in place needs a fresh dict.
-        cu_seqlens_cpu / cached_lens_cpu: optional host copies of cu_seqlens and cached_lens;
-            with them a step of fresh prompts runs on cuDNN (`dense_prefill`).
 
     Returns:
         o: [T, H, D] contiguous in q.dtype (softmax and accumulation in fp32).
     """
-    if use_dense_prefill(q, k_cache, cu_seqlens_cpu, cached_lens_cpu):
-        assert cu_seqlens_cpu is not None  # checked by use_dense_prefill
-        return dense_causal_prefill(
-            q, k_cache, v_cache, cu_seqlens_cpu=cu_seqlens_cpu, block_tables=block_tables,
-            scale=scale, gate=gate,
-        )  # fmt: skip
     config = default_prefill_config(q, k_cache.shape[2])
     return launch_prefill(
         q, k_cache, v_cache, cu_seqlens, cached_lens, block_tables, scale, gate, config,

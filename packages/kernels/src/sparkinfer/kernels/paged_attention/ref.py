@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 
@@ -66,8 +64,6 @@ def paged_attention_prefill_ref(
     scale: float,
     gate: torch.Tensor | None = None,
     index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
-    cu_seqlens_cpu: Sequence[int] | None = None,
-    cached_lens_cpu: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Causal attention of a packed batch of new tokens over a paged KV cache.
 
@@ -84,8 +80,6 @@ def paged_attention_prefill_ref(
         scale: softmax scale, usually D ** -0.5.
         gate: optional [T, H, D]; the output is multiplied by sigmoid(gate).
         index_cache: unused here (the fast op keeps its query-tile map there between calls).
-        cu_seqlens_cpu / cached_lens_cpu: unused here (host copies with which the fast op may
-            run a step of fresh prompts on cuDNN).
 
     Returns:
         o: [T, H, D] in q.dtype (softmax and accumulation in fp32).

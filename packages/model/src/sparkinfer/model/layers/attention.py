@@ -100,8 +100,6 @@ class GatedAttention(nn.Module):
                 scale=self.scale,
                 gate=gate,
                 index_cache=batch.index_cache,
-                cu_seqlens_cpu=batch.cu_seqlens_cpu,
-                cached_lens_cpu=batch.cached_lens_cpu,
             )
         o = o.reshape(num_tokens, -1)
         return self.o_proj(o if output_rows is None else o[output_rows])
