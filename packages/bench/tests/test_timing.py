@@ -30,3 +30,13 @@ def test_back_to_back_times_each_interval_of_calls_per_call():
                                calls=4)  # fmt: skip
     assert len(calls) == 2 + 3 * 4 and timing.num_iters == 3
     assert 0 <= timing.median_ms <= timing.p90_ms
+
+
+def test_time_at_power_cap_times_each_call_on_the_cpu():
+    import torch
+    from sparkinfer.bench.timing import time_at_power_cap
+
+    calls: list[int] = []
+    timing = time_at_power_cap(torch.device("cpu"), lambda: calls.append(1), iters=5)
+    assert len(calls) == 5 and timing.num_iters == 5
+    assert 0 <= timing.median_ms <= timing.p90_ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,3 +113,28 @@ def _wall_interval_ms(fn: Callable[[], object], calls: int) -> float:
     for _ in range(calls):
         fn()
     return (time.perf_counter() - t0) * 1e3
+
+
+def time_at_power_cap(
+    device: torch.device, fn: Callable[[], object], *, warm_s: float = 0.4, iters: int = 30
+) -> Timing:
+    """Per-call time of `iters` calls launched back to back after `warm_s` seconds of the same
+    calls: the GPU's sustained speed. A burst of a few milliseconds runs at full clock; under
+    seconds of dense matmuls an H200 sits at its 700 W cap and clocked 1245-1650 MHz instead of
+    1980 (docs/benchmarks.md), as a prompt's forward does. On the CPU: wall clock, no warm-up."""
+    if device.type != "cuda":
+        return time_back_to_back(device, fn, warmup=0, iters=iters, calls=1)
+    start = time.perf_counter()
+    while time.perf_counter() - start < warm_s:
+        for _ in range(4):
+            fn()
+        torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    fn()  # the GPU runs this while the host launches the timed calls
+    events[0].record()
+    for end in events[1:]:
+        fn()
+        end.record()
+    events[-1].synchronize()
+    times_ms = [a.elapsed_time(b) for a, b in itertools.pairwise(events)]
+    return Timing(float(np.median(times_ms)), float(np.percentile(times_ms, 90)), iters)
