@@ -15,6 +15,9 @@ def test_kernel_names_fall_into_their_ops():
     assert profile.category("_decode_merge_kernel") == "attention decode"
     assert profile.category("_prefill_kernel") == "attention prefill"
     assert profile.category("_prefill_tma_kernel") == "attention prefill"
+    assert profile.category("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16") == (
+        "attention prefill"
+    )
     assert profile.category("_chunk_solve_kernel") == "GDN chunk prefill"
     assert profile.category("_gated_rms_norm_kernel") == "RMSNorm (plain, gated)"
     assert profile.category("void at::native::vectorized_elementwise_kernel<4>") == (

@@ -28,6 +28,7 @@ from sparkinfer.bench.tracker import OutputTracker
 
 # First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
 CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("attention prefill", r"_prefill_(tma_)?kernel|sdpa|fmha|flash_fprop|flash_fwd"),
     ("linear (Triton skinny GEMM)", r"_skinny_gemm"),
     ("linear (Triton tiled GEMM)", r"_tiled_gemm"),
     ("linear (cuBLAS)", r"gemm|xmma|cutlass|nvjet|sm90_|sm80_|cublas"),
@@ -35,7 +36,6 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("GDN recurrent decode", r"_fused_recurrent"),
     ("GDN gating", r"_gdn_gating"),
     ("causal conv1d", r"conv1d|_conv_state"),
-    ("attention prefill", r"_prefill_(tma_)?kernel"),
     ("attention decode", r"_decode_(split|merge)"),
     ("KV cache write", r"_write_kv_cache"),
     ("q/k norm + rotary + KV write", r"_qk_norm_rotary"),
