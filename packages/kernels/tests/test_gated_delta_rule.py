@@ -164,28 +164,6 @@ def test_chunk_strided_inputs_and_options(assert_close):
     assert_close(state, state_ref)
 
 
-def test_chunk_fused_gated_norm_equals_the_norm_after():
-    # The model's case: bf16 with a bf16 weight (its product rounded). z is a strided view of
-    # the packed projection; a padding row stays zero.
-    dtype, weight_dtype = torch.bfloat16, "input"
-    lengths, slots, has_init = [70, 1], [1, -1], [True, False]
-    num_tokens = sum(lengths)
-    x = make_inputs(num_tokens, seed=23, dtype=dtype, num_slots=3)
-    packed = torch.randn(num_tokens, HV * V + 24, generator=torch.Generator().manual_seed(5))
-    z = packed.to(dtype)[:, 8 : 8 + HV * V].view(num_tokens, HV, V)
-    weight = torch.rand(V, generator=torch.Generator().manual_seed(6)) + 0.5
-    weight = weight.to(dtype if weight_dtype == "input" else torch.float32)
-    norm = {"norm_gate": z, "norm_weight": weight, "norm_eps": 1e-5}
-    o, state = run_chunk(chunk_gated_delta_rule, x, lengths, slots, has_init, **norm)
-    plain, state_plain = run_chunk(chunk_gated_delta_rule, x, lengths, slots, has_init)
-    assert torch.equal(o, gated_rms_norm(plain, z, weight, 1e-5))
-    assert torch.equal(state, state_plain)
-    o_ref, _ = run_chunk(chunk_gated_delta_rule_ref, x, lengths, slots, has_init, **norm)
-    # the interpreter truncates casts to bf16
-    torch.testing.assert_close(o.float(), o_ref.float(), atol=6e-2, rtol=6e-2)
-    assert o[70].abs().max() == 0
-
-
 def test_chunk_deterministic_and_batch_invariant():
     lengths = [70, 5, 130]
     x = make_inputs(sum(lengths), seed=12, dtype=torch.bfloat16, num_slots=3)
@@ -584,39 +562,6 @@ def test_chunk_real_shapes_gpu(lengths):
     o_ref = chunk_gated_delta_rule_ref(q, k, v, g, beta, s_ref, **kw)
     torch.testing.assert_close(o.float(), o_ref.float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(s, s_ref, atol=3e-2, rtol=3e-2)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("out_bv", [128, 64], ids=["in-kernel", "launched-after"])
-def test_chunk_fused_gated_norm_real_shapes_gpu(out_bv, monkeypatch):
-    monkeypatch.setattr(chunk, "LAUNCH", dataclasses.replace(chunk.LAUNCH, out_bv=out_bv))
-    gen = torch.Generator(device="cuda").manual_seed(52)
-    lengths, nh, nhv, dk = [1, 4000, 65], 16, 48, 128
-    T = sum(lengths)
-    q, k = (
-        torch.randn(T, nh, dk, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in "qk"
-    )
-    v = torch.randn(T, nhv, dk, device="cuda", generator=gen, dtype=torch.bfloat16)
-    packed = torch.randn(T, 2 * nhv * dk, device="cuda", generator=gen, dtype=torch.bfloat16)
-    z = packed[:, nhv * dk :].view(T, nhv, dk)  # a strided view, as the model's in_proj split
-    weight = torch.rand(dk, device="cuda", generator=gen).to(torch.bfloat16) + 0.5
-    g, beta = gdn_gating(
-        *(torch.randn(T, nhv, device="cuda", generator=gen) for _ in "ab"),
-        torch.rand(nhv, device="cuda") * 2.0,
-        torch.randn(nhv, device="cuda"),
-    )
-    state = torch.randn(len(lengths), nhv, dk, dk, device="cuda", generator=gen) * 0.1
-    kw: dict[str, Any] = {
-        "cu_seqlens": varlen(lengths, "cuda"),
-        "state_slots": torch.arange(len(lengths), device="cuda"),
-        "has_initial_state": torch.tensor([True, False, True], device="cuda"),
-    }
-    s_fused, s_plain = state.clone(), state.clone()
-    fused = chunk_gated_delta_rule(q, k, v, g, beta, s_fused, **kw, norm_gate=z,
-                                   norm_weight=weight, norm_eps=1e-6)  # fmt: skip
-    plain = chunk_gated_delta_rule(q, k, v, g, beta, s_plain, **kw)
-    assert torch.equal(fused, gated_rms_norm(plain, z, weight, 1e-6))
-    assert torch.equal(s_fused, s_plain)
 
 
 @pytest.mark.gpu

@@ -1,13 +1,7 @@
 """Input checks shared by the gated-delta-rule launchers (chunked prefill and recurrent decode)."""
 
 import torch
-from sparkinfer.kernels._triton import (
-    check_contiguous,
-    check_device,
-    check_dtype,
-    check_ndim,
-    check_shape,
-)
+from sparkinfer.kernels._triton import check_contiguous, check_dtype, check_ndim, check_shape
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -46,22 +40,3 @@ def check_state_pool(op: str, state: torch.Tensor, v: torch.Tensor, head_k: int)
     check_ndim(op, "state", state, 4, "[num_slots, HV, V, K]")
     check_shape(op, "state", state, (state.shape[0], v.shape[1], v.shape[2], head_k))
     check_contiguous(op, "state", state)
-
-
-def check_norm(
-    op: str, v: torch.Tensor, norm_gate: torch.Tensor | None, norm_weight: torch.Tensor | None
-) -> None:
-    """The gated norm's gate [rows, HV, V] (v's dtype, dense heads) and its weight [V]."""
-    if norm_gate is None or norm_weight is None:
-        raise ValueError(f"{op}: give norm_gate and norm_weight together, or neither")
-    check_dtype(op, "norm_gate", norm_gate, (v.dtype,))
-    check_shape(op, "norm_gate", norm_gate, tuple(v.shape))
-    if norm_gate.shape[0] and (norm_gate.stride(2) != 1 or norm_gate.stride(1) != v.shape[2]):
-        raise ValueError(
-            f"{op}: norm_gate needs dense heads (strides (*, {v.shape[2]}, 1)), got "
-            f"{norm_gate.stride()}: pass a view whose heads are contiguous"
-        )
-    check_dtype(op, "norm_weight", norm_weight, (v.dtype, torch.float32))
-    check_shape(op, "norm_weight", norm_weight, (v.shape[2],))
-    check_contiguous(op, "norm_weight", norm_weight)
-    check_device(op, {"v": v, "norm_gate": norm_gate, "norm_weight": norm_weight})

@@ -40,18 +40,8 @@ from sparkinfer.kernels.gated_delta_rule._chunk_solve import (
     _load_tile,
     _store_tile,
 )
-from sparkinfer.kernels.gated_delta_rule.checks import (
-    INPUT_DTYPES,
-    check_norm,
-    check_qkv,
-    check_state_pool,
-)
+from sparkinfer.kernels.gated_delta_rule.checks import INPUT_DTYPES, check_qkv, check_state_pool
 from sparkinfer.kernels.linear.invariant import current_phase
-from sparkinfer.kernels.rms_norm.fused import (
-    gated_norm_rows,
-    gated_rms_norm,
-    rounds_weight_product,
-)
 
 BT = 64  # chunk length
 BC = 16  # sub-block of the chunk for the triangular solve
@@ -210,11 +200,10 @@ def _qk_tile(p_q, p_k, p_h, n_q, n_k, o_v, m_v,
 @triton.jit
 def _chunk_output_kernel(
     q_hat, k_hat, v_new, h, g_cum, o, cu_seqlens, chunk_seq, chunk_pos, block_offsets,
-    state_slots, norm_gate, norm_weight, stride_zt, norm_eps,
+    state_slots,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, R: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, GATED_NORM: tl.constexpr,
-    ROUND_PRODUCT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):  # fmt: skip
     # Value heads of one chunk are neighbours in launch order, so they share q̂ and k̂ in L2.
     i_v, i_hv = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -261,12 +250,6 @@ def _chunk_output_kernel(
         b_s *= tl.exp(tl.where((o_c < n)[:, None], b_gi[:, None] - b_gj[None, :], 0.0))
         b_v = _load_tile(p_v + j * BT * HV * V, BT, HV * V, o_v, m_v, BT).to(DOT_DTYPE)
         b_o = tl.dot(b_s.to(DOT_DTYPE), b_v, b_o, input_precision=P)
-    if GATED_NORM:  # BV covers V: whole heads, normed from the output rounded as stored
-        b_z = _load_tile(norm_gate + t0 * stride_zt + i_hv * V, n, stride_zt, o_v, m_v, BT)
-        b_w = tl.load(norm_weight + o_v, mask=m_v, other=0.0).to(tl.float32)
-        b_o = b_o.to(o.dtype.element_ty).to(tl.float32)
-        b_o = gated_norm_rows(b_o, b_z.to(tl.float32), b_w[None, :], V, norm_eps,
-                              o.dtype.element_ty, ROUND_PRODUCT)  # fmt: skip
     _store_tile(p_o, n, HV * V, o_v, m_v, b_o)
 
 
@@ -321,9 +304,6 @@ def chunk_gated_delta_rule(
     scale: float | None = None,
     use_qk_l2norm: bool = True,
     index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
-    norm_gate: torch.Tensor | None = None,
-    norm_weight: torch.Tensor | None = None,
-    norm_eps: float = 1e-6,
 ) -> torch.Tensor:
     """Gated delta rule over a packed (varlen) prefill batch, chunked (64) in WY/UT form.
 
@@ -345,20 +325,12 @@ def chunk_gated_delta_rule(
             tensor (e.g. every layer of a forward): the chunk tables derived from cu_seqlens are
             built by the first call, stored there and reused by the others (keyed by tile sizes,
             checked against cu_seqlens and T). Rewriting cu_seqlens in place needs a fresh dict.
-        norm_gate: optional [T, HV, V] gate z (v's dtype; rows may be strided, heads dense): the
-            output is then the gated RMSNorm `gated_rms_norm(o, norm_gate, norm_weight,
-            norm_eps)` of the plain output, bit for bit, applied in the output kernel's epilogue
-            when its V tile covers a head (else launched after).
-        norm_weight: [V] the gated norm's weight; given together with norm_gate.
-        norm_eps: the gated norm's epsilon.
 
     Returns:
         o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.
     """
     op = "chunk_gated_delta_rule"
     _check_inputs(q, k, v, g, beta, state)
-    if norm_gate is not None or norm_weight is not None:
-        check_norm(op, v, norm_gate, norm_weight)
     check_varlen_batch(op, cu_seqlens, state_slots, has_initial_state)
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "state": state}
     tensors |= {"cu_seqlens": cu_seqlens, "state_slots": state_slots}
@@ -384,20 +356,14 @@ def chunk_gated_delta_rule(
         num_stages=launch.state_stages,
     )  # fmt: skip
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    bv_out = min(bv, launch.out_bv)
-    in_kernel = norm_gate is not None and bv_out >= head_v
-    gate, weight = (norm_gate, norm_weight) if in_kernel else (o, o)  # read only with the norm
-    assert gate is not None and weight is not None
     if q.shape[0] > 0:
+        bv_out = min(bv, launch.out_bv)
         _chunk_output_kernel[(triton.cdiv(head_v, bv_out), num_v_heads, chunk_seq.shape[0])](
             wy.q_hat, wy.k_hat, wy.u, h, wy.g_cum, o, cu_seqlens, chunk_seq, chunk_pos,
-            block_offsets, state_slots, gate, weight, gate.stride(0), norm_eps,
-            BK=min(bk, launch.out_bk), BV=bv_out, R=launch.out_chunks, **consts,
-            GATED_NORM=in_kernel, ROUND_PRODUCT=in_kernel and rounds_weight_product(weight, v),
-            num_warps=launch.out_warps, num_stages=launch.out_stages,
+            block_offsets, state_slots, BK=min(bk, launch.out_bk), BV=bv_out,
+            R=launch.out_chunks, **consts, num_warps=launch.out_warps,
+            num_stages=launch.out_stages,
         )  # fmt: skip
-    if norm_gate is not None and norm_weight is not None and not in_kernel:
-        return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     return o
 
 

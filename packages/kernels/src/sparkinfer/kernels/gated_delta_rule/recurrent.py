@@ -29,7 +29,7 @@ from sparkinfer.kernels._triton import (
     check_shape,
 )
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
-from sparkinfer.kernels.gated_delta_rule.checks import check_norm, check_qkv, check_state_pool
+from sparkinfer.kernels.gated_delta_rule.checks import check_qkv, check_state_pool
 from sparkinfer.kernels.gated_delta_rule.gating import _gates, check_gate_inputs
 from sparkinfer.kernels.linear.invariant import current_phase
 from sparkinfer.kernels.rms_norm.fused import (
@@ -173,7 +173,7 @@ def fused_recurrent_gated_delta_rule(
     tensors = {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log, "dt_bias": dt_bias}
     check_device(op, tensors | {"state": state, "state_slots": state_slots})
     if norm_gate is not None or norm_weight is not None:
-        check_norm(op, v, norm_gate, norm_weight)
+        _check_norm(op, v, norm_gate, norm_weight)
     num_seqs, num_heads, head_k = q.shape
     num_v_heads, head_v = v.shape[1:]
     scale = head_k**-0.5 if scale is None else scale
@@ -207,3 +207,21 @@ def fused_recurrent_gated_delta_rule(
     if norm_gate is not None and norm_weight is not None and not in_kernel:
         return gated_rms_norm(o, norm_gate, norm_weight, norm_eps)
     return o
+
+
+def _check_norm(
+    op: str, v: torch.Tensor, norm_gate: torch.Tensor | None, norm_weight: torch.Tensor | None
+) -> None:
+    if norm_gate is None or norm_weight is None:
+        raise ValueError(f"{op}: give norm_gate and norm_weight together, or neither")
+    check_dtype(op, "norm_gate", norm_gate, (v.dtype,))
+    check_shape(op, "norm_gate", norm_gate, tuple(v.shape))
+    if norm_gate.shape[0] and (norm_gate.stride(2) != 1 or norm_gate.stride(1) != v.shape[2]):
+        raise ValueError(
+            f"{op}: norm_gate needs dense heads (strides (*, {v.shape[2]}, 1)), got "
+            f"{norm_gate.stride()}: pass a view whose heads are contiguous"
+        )
+    check_dtype(op, "norm_weight", norm_weight, (v.dtype, torch.float32))
+    check_shape(op, "norm_weight", norm_weight, (v.shape[2],))
+    check_contiguous(op, "norm_weight", norm_weight)
+    check_device(op, {"v": v, "norm_gate": norm_gate, "norm_weight": norm_weight})

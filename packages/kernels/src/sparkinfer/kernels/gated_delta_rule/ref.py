@@ -85,9 +85,6 @@ def chunk_gated_delta_rule_ref(
     scale: float | None = None,
     use_qk_l2norm: bool = True,
     index_cache: dict[str, tuple[torch.Tensor, ...]] | None = None,
-    norm_gate: torch.Tensor | None = None,
-    norm_weight: torch.Tensor | None = None,
-    norm_eps: float = 1e-6,
 ) -> torch.Tensor:
     """Gated delta rule over a packed (varlen) prefill batch, one timestep at a time.
 
@@ -106,18 +103,10 @@ def chunk_gated_delta_rule_ref(
         scale: query scale; defaults to K ** -0.5.
         use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
         index_cache: unused here (the fast op keeps its chunk tables there between calls).
-        norm_gate: optional [T, HV, V] gate z: the output is then
-            `gated_rms_norm_ref(o, norm_gate, norm_weight, norm_eps)` of the plain output o.
-        norm_weight: [V] the gated norm's weight; given together with norm_gate.
-        norm_eps: the gated norm's epsilon.
 
     Returns:
         o: [T, HV, V] in v.dtype. Each sequence's final state is written to ``state[slot]``.
     """
-    if (norm_gate is None) != (norm_weight is None):
-        raise ValueError(
-            "chunk_gated_delta_rule: give norm_gate and norm_weight together, or neither"
-        )
     num_v_heads = v.shape[1]
     o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
     bounds = cu_seqlens.tolist()
@@ -135,8 +124,6 @@ def chunk_gated_delta_rule_ref(
         for t in range(eos - bos):
             S, o[bos + t] = _delta_rule_step(S, qs[t], ks[t], vs[t], gs[t], betas[t])
         state[slot] = S.transpose(-1, -2)
-    if norm_gate is not None and norm_weight is not None:
-        return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
     return o.to(v.dtype)
 
 

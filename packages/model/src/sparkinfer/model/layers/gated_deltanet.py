@@ -77,9 +77,8 @@ class GatedDeltaNet(nn.Module):
     def forward(
         self, x: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """x [T, hidden] (normed) -> [T, hidden], or [N, hidden] at output_rows (out_proj runs on
-        those rows only); updates the conv and recurrent state slots. The gated norm runs inside
-        the GDN kernel of either phase (its launcher falls back to the norm kernel after)."""
+        """x [T, hidden] (normed) -> [T, hidden], or [N, hidden] at output_rows (the gated norm
+        and out_proj run on those rows only); updates the conv and recurrent state slots."""
         num_tokens = x.shape[0]
         # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
         qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
@@ -119,8 +118,8 @@ class GatedDeltaNet(nn.Module):
                 state_slots=batch.state_slots,
                 has_initial_state=has_initial_state,
                 index_cache=batch.index_cache,
-                norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
             )  # fmt: skip
             if output_rows is not None:
-                o = o[output_rows]
+                o, z = o[output_rows], z[output_rows]
+            o = self.norm(o, z)  # [T or N, HV, V]
         return self.out_proj(o.reshape(-1, self.value_dim))
