@@ -88,3 +88,12 @@ def test_idle_counts_gaps_between_kernels_once_and_names_their_neighbours():
     assert tables[-1].rows == [[18.0, "c", "d"]]
     assert tables[0].rows[0][-2:] == [42.0 / 1e3, idle.idle_ms]
     assert profile.idle([], top=3) == profile.Idle(0.0, 0.0, ())
+
+
+def test_the_profile_engine_is_configured_from_the_cli_defaults():
+    from sparkinfer.bench.__main__ import build_parser
+
+    args = build_parser().parse_args(["profile", "--decode-batches", "1,32"])
+    config = profile.scheduler_config(args)
+    assert config.max_num_seqs == 32 and config.max_num_batched_tokens == 8192
+    assert config.max_model_len >= 4096 + 1 and config.dependent_launch

@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
 from sparkinfer.bench.tracker import OutputTracker
+
+if TYPE_CHECKING:
+    from sparkinfer.scheduler.config import SchedulerConfig
 
 # First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
 CATEGORIES: tuple[tuple[str, str], ...] = (
@@ -276,13 +280,11 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
     return Window(f"prefill {prompt_len}", 1, (t1 - t0) * 1e3, kernels, idle=idle(events, top=8))
 
 
-def run(args: argparse.Namespace, info: RunInfo) -> Report:
-    device = offline.require_cuda()
+def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    """Room for the widest decode batch at its context and for the longest prompt."""
     from sparkinfer.scheduler.config import SchedulerConfig
 
-    cfg = offline.full_size_config(args.num_layers)
-    model = offline.random_model(cfg, device, "profile")
-    sched = SchedulerConfig(
+    return SchedulerConfig(
         max_num_seqs=max(args.decode_batches),
         max_model_len=max(
             max(args.prefill_lengths) + 1,
@@ -292,9 +294,16 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         ),
         max_num_batched_tokens=args.max_batched_tokens,
         dependent_launch=args.dependent_launch,
-        tune_gemms=args.tune_gemms,
         deterministic=args.deterministic,
     )
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    device = offline.require_cuda()
+
+    cfg = offline.full_size_config(args.num_layers)
+    model = offline.random_model(cfg, device, "profile")
+    sched = scheduler_config(args)
     log("profile: starting the engine (caches, CUDA graphs)")
     windows: list[Window] = []
     with offline.started_engine(model, sched, device) as engine:
