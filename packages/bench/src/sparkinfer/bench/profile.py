@@ -131,6 +131,11 @@ def kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float, float]
     ]
 
 
+def kernel_times(prof: torch.profiler.profile) -> list[tuple[str, float]]:
+    """(name, device time us) of every kernel the profiler recorded."""
+    return [(name, us) for name, _, us in kernel_events(prof)]
+
+
 def idle(events: list[tuple[str, float, float]], *, top: int) -> Idle:
     """Where no kernel ran between the first kernel's start and the last one's end, and the
     `top` longest such gaps with the kernels on either side (overlapping kernels count once)."""
@@ -254,7 +259,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
         f"decode {batch} x {context}",
         steps,
         (t1 - t0) * 1e3,
-        summarise([(name, us) for name, _, us in kernel_events(prof)]),
+        summarise(kernel_times(prof)),
         float(np.median(replay_ms)) if replay_ms else None,
     )
 

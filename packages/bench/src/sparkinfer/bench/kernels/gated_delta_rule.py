@@ -153,7 +153,7 @@ def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5)
     """Print the device time of each kernel of one chunked prefill, ours and fla's, from
     torch.profiler over `reps` eager calls after a warm-up: where the two differ stage by stage
     (the eager call's host time, which dominates at 4K, is left out)."""
-    from sparkinfer.bench.profile import kernel_events, summarise
+    from sparkinfer.bench.profile import kernel_times, summarise
 
     for num_tokens in lengths:
         calls = _prefill_calls(num_tokens, "cuda")
@@ -167,7 +167,7 @@ def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5)
                 for _ in range(reps):
                     calls[impl]()
                 torch.cuda.synchronize()
-            totals = summarise(kernel_events(prof))
+            totals = summarise(kernel_times(prof))
             for k in totals:
                 print(f"T={num_tokens} {impl}: {k.total_us / reps:9.1f} us  {k.name[:90]}",
                       flush=True)  # fmt: skip
