@@ -1,7 +1,7 @@
 from types import SimpleNamespace
 
 import pytest
-from sparkinfer.bench import profile
+from sparkinfer.bench import idle_gaps, profile
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.tracker import OutputTracker
 
@@ -76,18 +76,13 @@ def test_waits_stop_at_the_first_failed_request():
         profile._wait(lambda: False, 600, "2 streams decoding", tracker)
 
 
-def test_idle_counts_gaps_between_kernels_once_and_names_their_neighbours():
-    events = [("b", 10.0, 5.0), ("a", 0.0, 4.0), ("c", 12.0, 10.0), ("d", 40.0, 2.0)]
-    idle = profile.idle(events, top=1)
-    assert idle.span_ms == 42.0 / 1e3
-    assert abs(idle.idle_ms - (6.0 + 18.0) / 1e3) < 1e-12  # c overlaps b: no gap between them
-    assert idle.gaps == (profile.Gap(18.0, "c", "d"),)
-    w = profile.Window("prefill 4096", 1, 0.05, profile.summarise([("a", 4.0)]), idle=idle)
+def test_prefill_windows_list_their_idle_gaps():
+    gaps = idle_gaps.Idle(0.042, 0.024, (idle_gaps.Gap(18.0, "c", "d"),))
+    w = profile.Window("prefill 4096", 1, 0.05, profile.summarise([("a", 4.0)]), idle=gaps)
     tables = profile.tables([w], top=5)
     assert tables[-1].title == "prefill 4096: the longest idle gaps"
     assert tables[-1].rows == [[18.0, "c", "d"]]
-    assert tables[0].rows[0][-2:] == [42.0 / 1e3, idle.idle_ms]
-    assert profile.idle([], top=3) == profile.Idle(0.0, 0.0, ())
+    assert tables[0].rows[0][-2:] == [0.042, 0.024]
 
 
 def test_the_profile_engine_is_configured_from_the_cli_defaults():

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from sparkinfer.bench import engine as offline
 from sparkinfer.bench.errors import DeviceError
+from sparkinfer.bench.idle_gaps import Idle, idle
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
 from sparkinfer.bench.tracker import OutputTracker
@@ -64,25 +65,6 @@ class KernelTotal:
     name: str
     calls: int
     total_us: float
-
-
-@dataclass(frozen=True)
-class Gap:
-    """The GPU idle for `us` between the end of kernel `after` and the start of `before`."""
-
-    us: float
-    after: str
-    before: str
-
-
-@dataclass(frozen=True)
-class Idle:
-    """From the first kernel's start to the last one's end: the span, the time no kernel ran in
-    it, and its longest gaps."""
-
-    span_ms: float
-    idle_ms: float
-    gaps: tuple[Gap, ...]
 
 
 @dataclass(frozen=True)
@@ -134,24 +116,6 @@ def kernel_events(prof: torch.profiler.profile) -> list[tuple[str, float, float]
 def kernel_times(prof: torch.profiler.profile) -> list[tuple[str, float]]:
     """(name, device time us) of every kernel the profiler recorded."""
     return [(name, us) for name, _, us in kernel_events(prof)]
-
-
-def idle(events: list[tuple[str, float, float]], *, top: int) -> Idle:
-    """Where no kernel ran between the first kernel's start and the last one's end, and the
-    `top` longest such gaps with the kernels on either side (overlapping kernels count once)."""
-    ordered = sorted(events, key=lambda e: e[1])
-    if not ordered:
-        return Idle(0.0, 0.0, ())
-    gaps: list[Gap] = []
-    end, last = ordered[0][1] + ordered[0][2], ordered[0][0]
-    for name, start, us in ordered[1:]:
-        if start > end:
-            gaps.append(Gap(start - end, last, name))
-        if start + us >= end:
-            end, last = start + us, name
-    span_us = end - ordered[0][1]
-    longest = tuple(sorted(gaps, key=lambda g: -g.us)[:top])
-    return Idle(span_us / 1e3, sum(g.us for g in gaps) / 1e3, longest)
 
 
 def _tokens(tracker: OutputTracker) -> dict[str, list[float]]:
