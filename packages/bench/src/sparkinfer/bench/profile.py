@@ -269,7 +269,6 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
-
     cfg = offline.full_size_config(args.num_layers)
     model = offline.random_model(cfg, device, "profile")
     sched = scheduler_config(args)

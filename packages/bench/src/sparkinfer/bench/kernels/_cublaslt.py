@@ -8,8 +8,6 @@ with A = w (K x N, ld K) and B = x (K x M, ld K): the layout torch uses for `F.l
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
 from dataclasses import dataclass
 from functools import cache
 
@@ -47,8 +45,6 @@ class LtAlgo:
     """One of the heuristic's algorithms: its opaque words and what it says of itself."""
 
     words: tuple[int, ...]
-    workspace_bytes: int
-    waves: float
     config: tuple[tuple[str, int], ...]
 
     @property
@@ -64,10 +60,7 @@ def _library() -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError:
             pass
-    for root in {os.path.dirname(torch.__file__) + "/..", os.path.dirname(torch.__file__) + "/lib"}:
-        for path in glob.glob(f"{root}/**/libcublasLt.so*", recursive=True):
-            return ctypes.CDLL(path)
-    raise LtError("libcublasLt was not found beside torch: install torch's CUDA build")
+    raise LtError(f"none of {_LIB_NAMES} loads: install torch's CUDA build")
 
 
 def _check(status: int, what: str) -> None:
@@ -90,7 +83,6 @@ class LtMatmul:
         if dtype not in _CUDA_TYPES:
             raise TypeError(f"cuBLASLt matmul takes bf16 or fp16, got {dtype}")
         lib, cuda_type = _library(), _CUDA_TYPES[dtype]
-        self.shape, self.dtype = (m, n, k), dtype
         self._desc = ctypes.c_void_p()
         _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self._desc), _COMPUTE_32F, _SCALE_32F),
                "cublasLtMatmulDescCreate")  # fmt: skip
@@ -163,4 +155,4 @@ def _algo(result: _HeuristicResult) -> LtAlgo:
         )
         if status == 0:
             config.append((name, value.value))
-    return LtAlgo(tuple(result.algo), result.workspace_size, result.waves_count, tuple(config))
+    return LtAlgo(tuple(result.algo), tuple(config))
