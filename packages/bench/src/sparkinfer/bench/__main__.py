@@ -148,6 +148,14 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
     p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
     p.add_argument(
+        "--prefill-idle-s",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="idle time before each timed prompt (0: back to back, the default); a prompt that "
+        "follows idle time starts below the power cap's average, one that follows another at it",
+    )
+    p.add_argument(
         "--prefix-reuse",
         type=int,
         default=0,

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import gc
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
@@ -169,11 +170,20 @@ def measure_decode(
 
 
 def measure_prefill(
-    engine, cfg: TextConfig, peaks: roofline.Peaks, *, prompt_len: int, iters: int, seed: int
+    engine,
+    cfg: TextConfig,
+    peaks: roofline.Peaks,
+    *,
+    prompt_len: int,
+    iters: int,
+    seed: int,
+    idle_s: float = 0.0,
 ) -> PrefillRow:
+    """TTFT of `iters` one-token requests of `prompt_len` tokens, each after `idle_s` seconds."""
     torch.cuda.reset_peak_memory_stats()
     ttfts = []
     for i in range(iters):
+        time.sleep(idle_s)
         t = _run(engine, _prompts(1, prompt_len, seed + i), 1, f"prefill{prompt_len}-{i}")
         ttfts.append(next(iter(t.events.values()))[0][0] - t.submitted_s)
     median = float(np.median(ttfts))
@@ -323,7 +333,10 @@ def _measure(
     prefill = []
     for n in args.prefill_lengths:
         log(f"offline: prefill {n} tokens x {args.iters}")
-        prefill.append(measure_prefill(engine, cfg, peaks, prompt_len=n, iters=args.iters, seed=n))
+        row = measure_prefill(
+            engine, cfg, peaks, prompt_len=n, iters=args.iters, seed=n, idle_s=args.prefill_idle_s
+        )
+        prefill.append(row)
     return decode, prefill
 
 

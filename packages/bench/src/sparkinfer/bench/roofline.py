@@ -12,16 +12,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from sparkinfer.bench.timing import time_back_to_back
+from sparkinfer.bench.timing import time_at_power_cap, time_back_to_back
 from sparkinfer.model.config import TextConfig, VisionConfig
 
 
 @dataclass(frozen=True)
 class Peaks:
-    """Measured device peaks: copy bandwidth (bytes read + written per second) and bf16 matmul."""
+    """Measured device peaks: copy bandwidth (bytes read + written per second) and bf16 matmul.
+
+    `matmul_flop_s` is the rate of a burst of matmuls; `capped_matmul_flop_s` the rate they keep
+    at the GPU's power cap (None where not measured: CPU devices, older records). A prompt's
+    forward runs at the cap from its first milliseconds, so its roofline takes the second.
+    """
 
     copy_bytes_s: float
     matmul_flop_s: float
+    capped_matmul_flop_s: float | None = None
+
+    @property
+    def prefill_matmul_flop_s(self) -> float:
+        """The matmul rate a prompt's forward can keep: at the power cap where measured."""
+        return self.capped_matmul_flop_s or self.matmul_flop_s
 
 
 def matmul_params(cfg: TextConfig) -> int:
@@ -84,7 +95,8 @@ def decode_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, batch: int, context:
 
 
 def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) -> float:
-    """Prompt tok/s at the matmul peak; causal attention sees (L + 1) / 2 keys on average.
+    """Prompt tok/s at the sustained matmul rate (`Peaks.prefill_matmul_flop_s`); causal
+    attention sees (L + 1) / 2 keys on average.
 
     Only the last prompt token goes through lm_head, so the head is left out per token.
     """
@@ -93,7 +105,7 @@ def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) ->
         + attention_flops_per_token(cfg, (prompt_len + 1) // 2)
         + gdn_flops_per_token(cfg)
     )
-    return peaks.matmul_flop_s / per_token
+    return peaks.prefill_matmul_flop_s / per_token
 
 
 def vision_flops(cfg: VisionConfig, grid_thw: Sequence[tuple[int, int, int]]) -> float:
@@ -115,11 +127,13 @@ def vision_flops(cfg: VisionConfig, grid_thw: Sequence[tuple[int, int, int]]) ->
 
 def measure_peaks(device: torch.device, *, copy_mib: int = 1024, matmul_n: int = 8192) -> Peaks:
     """Device-to-device copy bytes/s and `matmul_n`^3 bf16 matmul FLOP/s (`time_back_to_back`:
-    medians over intervals of ten calls each, no host dispatch inside them).
+    medians over intervals of ten calls each, no host dispatch inside them), and on CUDA the
+    matmul rate at the power cap (`time_at_power_cap`).
 
     On a CPU device the same figures come from host wall time (smoke runs only).
     """
-    peaks = Peaks(_copy_rate(device, copy_mib), _matmul_rate(device, matmul_n))
+    burst, capped = _matmul_rates(device, matmul_n)
+    peaks = Peaks(_copy_rate(device, copy_mib), burst, capped)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the buffers are gone: hand their memory back for the model
     return peaks
@@ -132,8 +146,16 @@ def _copy_rate(device: torch.device, mib: int) -> float:
     return 2 * mib * 2**20 / seconds  # bytes read plus bytes written
 
 
-def _matmul_rate(device: torch.device, n: int) -> float:
+def _matmul_rates(device: torch.device, n: int) -> tuple[float, float | None]:
+    """(burst, at the power cap) FLOP/s of an n^3 bf16 matmul; the second is None off CUDA."""
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    seconds = time_back_to_back(device, lambda: torch.matmul(a, b)).median_ms / 1e3
-    return 2 * n**3 / seconds
+    flops = 2 * n**3
+
+    def matmul() -> torch.Tensor:
+        return torch.matmul(a, b)
+
+    burst = flops / (time_back_to_back(device, matmul).median_ms / 1e3)
+    if device.type != "cuda":
+        return burst, None
+    return burst, flops / (time_at_power_cap(device, matmul).median_ms / 1e3)
