@@ -34,6 +34,7 @@ from sparkinfer.kernels.paged_attention.prefill import (
     default_prefill_config,
     is_heads_first,
     launch_prefill,
+    prefill_variant_lengths,
 )
 from sparkinfer.kernels.paged_attention.prefill_tma import tma_layout_error
 from transformers.models.qwen3_5.modeling_qwen3_5 import eager_attention_forward
@@ -351,6 +352,31 @@ def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only):
 def test_heads_first_grids_are_the_few_wave_ones_at_the_27b_shape(num_tokens, expected):
     """24 query heads, 128-row tiles, 132 SMs: up to 8 waves (a 4K prompt's 6) run head-first."""
     assert is_heads_first((-(-num_tokens // 128) + 1) * 24, 132) is expected
+
+
+def test_prefill_variant_lengths_are_the_shortest_step_of_each_config(monkeypatch):
+    def config(q: torch.Tensor, num_kv_heads: int) -> PrefillConfig:
+        n = q.shape[0]
+        return PrefillConfig(use_tma=True, kv_splits=4 if n < 10 else 1, heads_fastest=n < 100)
+
+    monkeypatch.setattr(prefill_module, "default_prefill_config", config)
+    assert prefill_variant_lengths(24, 4, 256, 300, torch.device("cpu")) == (1, 10, 100)
+    assert prefill_variant_lengths(24, 4, 256, 50, torch.device("cpu")) == (1, 10)
+
+
+@pytest.mark.gpu
+def test_prefill_variant_lengths_reach_every_config_of_27b_steps_on_gpu():
+    """Each config a step of up to 8192 rows takes at 27B shapes is the config of one length."""
+    device = torch.device("cuda")
+    lengths = prefill_variant_lengths(24, 4, 256, 8192, device)
+    probe = torch.empty(1, 24, 256, dtype=torch.bfloat16, device=device)
+
+    def config(n: int) -> PrefillConfig:
+        return default_prefill_config(probe.expand(n, -1, -1), 4)
+
+    configs = {config(n) for n in lengths}
+    assert len(configs) == len(lengths) and lengths[0] == 1
+    assert all(config(n) in configs for n in range(1, 8193))
 
 
 def test_prefill_tma_contiguous_q_matches_pointer_kernel(assert_close):

@@ -147,13 +147,17 @@ TINY_CONFIG = {
 
 
 def build_tiny_model(
-    seed: int = 0, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+    seed: int = 0,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    overrides: dict[str, object] | None = None,
 ) -> Qwen3_8ForCausalLM:
     """A 4-layer (3 GDN + 1 attention) model with random weights (fp32 on CPU by default; the
-    values are drawn on the CPU in fp32 whatever the device and dtype)."""
-    model = Qwen3_8ForCausalLM(
-        parse_model_config(TINY_CONFIG), device=device, dtype=dtype, num_real_tokens=250
-    )
+    values are drawn on the CPU in fp32 whatever the device and dtype); `overrides` replace
+    entries of TINY_CONFIG."""
+    config = parse_model_config({**TINY_CONFIG, **(overrides or {})})
+    model = Qwen3_8ForCausalLM(config, device=device, dtype=dtype, num_real_tokens=250)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

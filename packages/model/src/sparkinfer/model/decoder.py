@@ -224,6 +224,28 @@ class Qwen3_8ForCausalLM(nn.Module):
         )
         return CacheSpec(attention=attention, linear=linear)
 
+    def kernel_warmup_lengths(self, max_tokens: int) -> tuple[int, ...]:
+        """Lengths of one-sequence prompt chunks whose forwards, run once each, build every
+        kernel variant that steps of up to `max_tokens` tokens take, so that no request waits
+        on a build (about 1.5-2 s each on an H200).
+
+        Only the attention prefill kernel picks variants by a step's size
+        (`prefill_variant_lengths`); the other kernels build one for every size. Empty on the
+        reference ops or without full-attention layers.
+        """
+        text = self.config.text
+        if not self.ops.is_triton or not text.full_attention_layers:
+            return ()
+        from sparkinfer.kernels.paged_attention.prefill import prefill_variant_lengths
+
+        return prefill_variant_lengths(
+            text.num_attention_heads,
+            text.num_key_value_heads,
+            text.head_dim,
+            max_tokens,
+            self.lm_head.weight.device,
+        )
+
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids [T] int64 -> [T, hidden]; the caller merges vision features into these
         (`vision.merge_vision_embeddings` with the rows of `visual(pixel_values, grid_thw)`)."""

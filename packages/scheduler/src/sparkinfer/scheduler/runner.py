@@ -329,7 +329,11 @@ class Runner:
 
     @torch.inference_mode()
     def _profile(self, spec: CacheSpec) -> tuple[int, int]:
-        """Run the largest prefill once on scratch caches -> (vocab size, peak activation bytes)."""
+        """Run the largest prefill once on scratch caches -> (vocab size, peak activation bytes).
+
+        On CUDA the prompt chunks of `kernel_warmup_lengths` run next on the same caches, so
+        every size-dependent kernel variant is built before the first request, not in it.
+        """
         cfg = self.config
         num_tokens = min(cfg.max_num_batched_tokens, cfg.max_model_len) if self._is_cuda else 1
         num_blocks = -(-num_tokens // cfg.block_size)
@@ -352,9 +356,25 @@ class Runner:
             return vocab_size, 0
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device) - start
-        del scratch, hidden, batch
+        del hidden, batch
+        with self._on_stream(), self._numerics(is_decode=False):
+            self._warm_up_kernels(scratch, num_tokens)
+        del scratch
         torch.cuda.empty_cache()
         return vocab_size, peak
+
+    def _warm_up_kernels(self, scratch: ModelCaches, max_tokens: int) -> None:
+        """One forward of each of the model's `kernel_warmup_lengths` on the scratch caches."""
+        lengths = self.model.kernel_warmup_lengths(max_tokens)
+        logger.info("building kernel variants: prompt chunks of %s tokens", list(lengths))
+        num_blocks = -(-max_tokens // self.config.block_size)
+        for num_tokens in lengths:
+            batch = ForwardBatch.build(
+                [num_tokens], [0], [list(range(num_blocks))], [0],
+                caches=scratch, block_size=self.config.block_size, device=self.device,
+            )  # fmt: skip
+            self.model(torch.zeros(num_tokens, dtype=torch.int64, device=self.device), batch)
+        torch.cuda.synchronize(self.device)
 
     def _cache_budget(self, activation_bytes: int) -> int:
         if not self._is_cuda:

@@ -90,7 +90,7 @@ def _conv_rows_varlen(
         tl.store(p_y + r * C, b_y.to(p_y.dtype.element_ty), mask=m_c)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens", "num_seqs"])  # sizes of the step: one build for all
 def _causal_conv1d_kernel(
     x, weight, conv_state, y, cu_seqlens, state_slots, has_initial_state,
     num_tokens, num_seqs, C, stride_xt, stride_wc,

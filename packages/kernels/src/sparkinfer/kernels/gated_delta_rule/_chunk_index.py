@@ -19,7 +19,7 @@ BN = 256  # chunk rows per program
 BS = 32  # sequences per step of a program's loop
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "num_chunks"])  # sizes of the step: one build for all
 def _chunk_index_kernel(
     cu_seqlens, chunk_seq, chunk_pos, block_offsets, num_seqs, num_chunks,
     CHUNK_LEN: tl.constexpr, BLOCK_LEN: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,

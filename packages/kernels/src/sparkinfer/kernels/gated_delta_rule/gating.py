@@ -28,7 +28,7 @@ def _gates(b_a, b_b, b_a_log, b_dt_bias):
     return b_g, b_beta
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])  # sizes of the step: one build for all
 def _gdn_gating_kernel(
     a, b, A_log, dt_bias, g, beta, num_tokens, stride_at, stride_bt,
     HV: tl.constexpr, BT: tl.constexpr, BHV: tl.constexpr,

@@ -137,7 +137,7 @@ def _attend_tile(
     return b_acc, b_m_new, b_l
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_btb"])  # sizes of the step: one build for all
 def _prefill_kernel(
     p_q, p_k, p_v, p_gate, p_o,
     p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
@@ -226,6 +226,21 @@ def default_prefill_config(q: torch.Tensor, num_kv_heads: int) -> PrefillConfig:
     if current_phase() is not None:
         return config
     return dataclasses.replace(config, kv_splits=choose_kv_splits(num_programs, num_sms))
+
+
+def prefill_variant_lengths(
+    num_heads: int, num_kv_heads: int, head_dim: int, max_rows: int, device: torch.device
+) -> tuple[int, ...]:
+    """For each config `default_prefill_config` picks for steps of 1..max_rows new rows on
+    `device` in the current phase, the shortest such step: run once each, steps of these
+    lengths build every variant of the kernel (key splits, grid order, packed heads) that
+    steps up to max_rows rows take. The config depends on a step's row count alone."""
+    probe = torch.empty((1, num_heads, head_dim), dtype=torch.bfloat16, device=device)
+    shortest: dict[PrefillConfig, int] = {}
+    for num_rows in range(1, max_rows + 1):
+        config = default_prefill_config(probe.expand(num_rows, -1, -1), num_kv_heads)
+        shortest.setdefault(config, num_rows)
+    return tuple(sorted(shortest.values()))
 
 
 def is_heads_first(num_programs: int, num_sms: int) -> bool:

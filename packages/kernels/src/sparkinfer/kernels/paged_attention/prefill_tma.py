@@ -168,7 +168,7 @@ def _attend_rows(
     return b_acc, b_m, b_l, (n_hi > n_lo) | (i_s == KV_SPLITS - 1)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_btb"])  # sizes of the step: one build for all
 def _prefill_tma_kernel(
     desc_q, desc_k, desc_v, desc_g, desc_o, p_o, p_part_o, p_part_ml,
     p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
@@ -216,7 +216,7 @@ def _prefill_tma_kernel(
         tl.store(p_out, b_o, mask=(o_m < seq_len)[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_btb"])  # sizes of the step: one build for all
 def _prefill_tma_packed_kernel(
     desc_k, desc_v, p_q, p_g, p_o, p_part_o, p_part_ml,
     p_cu, p_cached, p_bt, p_tile_seq, p_cu_tiles,
