@@ -136,7 +136,7 @@ def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     """The modes that run the model or kernels in this process: offline, tables, stack,
-    step-costs, profile, vision, kernels."""
+    step-costs, profile, builds, vision, kernels."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -252,6 +252,12 @@ def _add_device_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     _dependent_launch_flag(p)
+    p = sub.add_parser(
+        "builds", help="Triton builds at engine start and in each shape's first requests (CUDA)"
+    )
+    p.add_argument("--num-layers", type=int, default=4, help="model depth (builds do not vary)")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--cold", action="store_true", help="start from an empty Triton build cache")
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )
@@ -484,6 +490,10 @@ def _local(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
         from sparkinfer.bench import profile
 
         return profile.run(args, info)
+    if args.mode == "builds":
+        from sparkinfer.bench import builds
+
+        return builds.run(args, info)
     if args.mode == "vision":
         from sparkinfer.bench import vision
 

@@ -60,10 +60,10 @@ def full_size_config(num_layers: int | None = None) -> ModelConfig:
     return ModelConfig(model_type="qwen3_5", architecture="Qwen3_5ForCausalLM", text=text)
 
 
-def require_cuda() -> torch.device:
+def require_cuda(mode: str = "offline") -> torch.device:
     if not torch.cuda.is_available():
         raise DeviceError(
-            "offline needs a CUDA device and torch.cuda.is_available() is False: run it on a GPU "
+            f"{mode} needs a CUDA device and torch.cuda.is_available() is False: run it on a GPU "
             "machine (the HTTP modes work anywhere)"
         )
     return torch.device("cuda", torch.cuda.current_device())
