@@ -10,6 +10,8 @@ def test_a_take_sums_the_builds_since_the_last_one():
     row = log.take("engine start", 9.0)
     assert row == builds.BuildRow("engine start", 9.0, 3, 1.75, "_a_kernel, _b_kernel")
     assert log.take("next", 0.5) == builds.BuildRow("next", 0.5, 0, 0.0, "")
+    log.builds = [(f"_k{i}_kernel", 0.0, 0.0) for i in range(6)]
+    assert log.take("many", 1.0).kernels == "6 kernels"
 
 
 def test_the_sweep_mixes_lengths_batches_and_chunked_prompts():

@@ -62,7 +62,8 @@ class BuildLog:
         builds, self.builds = self.builds, []
         seconds = sum((end or began) - began for _, began, end in builds)
         names = sorted({name for name, _, _ in builds})
-        return BuildRow(phase, wall_s, len(builds), seconds, ", ".join(names))
+        kernels = ", ".join(names) if len(names) <= 5 else f"{len(names)} kernels"
+        return BuildRow(phase, wall_s, len(builds), seconds, kernels)
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
