@@ -1,0 +1,196 @@
+"""The CLI's device modes, which run the model or kernels in this process: their flags and
+their dispatch (each mode's module is imported only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+from sparkinfer.bench.cli_args import int_list
+from sparkinfer.bench.provenance import RunInfo
+from sparkinfer.bench.report import Report
+from sparkinfer.scheduler.config import SchedulerConfig
+
+
+def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-dependent-launch",
+        dest="dependent_launch",
+        action="store_false",
+        help="launch each kernel after the one before it ends (price dependent launch; "
+        "profile: each kernel's own time)",
+    )
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The modes that run the model or kernels in this process: offline, tables, stack,
+    step-costs, profile, builds, vision, kernels."""
+    p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prefill-lengths", type=int_list, default=(4096, 262144))
+    p.add_argument(
+        "--num-layers", type=int, help="fewer layers than 64 (a quick look; not comparable)"
+    )
+    p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
+    p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
+    p.add_argument(
+        "--prefill-idle-s",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="idle time before each timed prompt (0: back to back, the default); a prompt that "
+        "follows idle time starts below the power cap's average, one that follows another at it",
+    )
+    p.add_argument(
+        "--prefix-reuse",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time sequential requests sharing a prefix of this many tokens, with the "
+        "prefix cache on (0: skip)",
+    )
+    p.add_argument(
+        "--join-under-load",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also time a prompt of this many tokens joining the widest concurrency's streams "
+        "less one, and the stall it puts on them (0: skip)",
+    )
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=SchedulerConfig.prefill_graph_tokens,
+        help="largest prompt-chunk forward the engine replays from a CUDA graph (0: none)",
+    )
+    p.add_argument(
+        "--prefix-cache-snapshots",
+        type=int,
+        default=0,
+        help="the engine's prefix cache for the decode and prefill rows (0: off, the default; "
+        "their prompts are distinct, so this prices its checkpoints)",
+    )
+    p.add_argument("--gate-goals", action="store_true", help="fail when a release goal is missed")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
+    p.add_argument(
+        "--no-overlap-steps",
+        dest="overlap_steps",
+        action="store_false",
+        help="read each step's samples before scheduling the next (price the overlap)",
+    )
+    _dependent_launch_flag(p)
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
+        "default fastest kernel per shape",
+    )
+    p = sub.add_parser(
+        "tables", help="engine decode at 27B shapes with each of several linear shape tables (CUDA)"
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        required=True,
+        help="NAME=PATH of a shape table JSON, or 'committed' (the package's); repeat, the first "
+        "is the baseline",
+    )
+    p.add_argument("--concurrency", type=int_list, default=(1, 8, 32))
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--reps", type=int, default=2, help="repetitions, tables interleaved")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p = sub.add_parser(
+        "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
+    )
+    p.add_argument("--prompt-len", type=int, default=4096, help="tokens of the prefill step")
+    p.add_argument("--context", type=int, default=4096, help="cached tokens of the decode steps")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument(
+        "--skip-torch", action="store_true", help="Triton kernels only (the torch prefill is slow)"
+    )
+    p = sub.add_parser(
+        "step-costs",
+        help="the 27B decode step's CUDA graph with each kind of small kernel stood in for: "
+        "each kind's cost in place (CUDA)",
+    )
+    p.add_argument("--context", type=int, default=4096, help="cached tokens of each sequence")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 8, 32))
+    p.add_argument("--reps", type=int, default=3, help="repetitions, variants interleaved")
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=30, help="timed replays per variant")
+    _dependent_launch_flag(p)
+    p = sub.add_parser(
+        "profile", help="engine decode/prefill steps at 27B shapes, kernel by kernel (CUDA)"
+    )
+    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
+    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
+    p.add_argument("--window", type=int, default=32, help="decode steps profiled per batch")
+    p.add_argument("--prefill-lengths", type=int_list, default=(4096,))
+    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
+    p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
+    _dependent_launch_flag(p)
+    p = sub.add_parser(
+        "builds", help="Triton builds at engine start and in each shape's first requests (CUDA)"
+    )
+    p.add_argument("--num-layers", type=int, default=4, help="model depth (builds do not vary)")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
+    p.add_argument("--cold", action="store_true", help="start from an empty Triton build cache")
+    p = sub.add_parser(
+        "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
+    )
+    p.add_argument("--device", default="cuda", help="where the tower runs (preprocessing: CPU)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--tiny", action="store_true", help="tiny tower and media (CPU smoke runs)")
+    p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
+    p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
+    p.add_argument("--only", help="comma-separated module names (default: all)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--quick", action="store_true", help="small shapes only")
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    """Run the device mode `args.mode` (any mode outside the HTTP ones)."""
+    if args.mode == "offline":
+        from sparkinfer.bench import engine
+
+        return engine.run(args, info)
+    if args.mode == "tables":
+        from sparkinfer.bench import tables
+
+        return tables.run(args, info)
+    if args.mode == "stack":
+        from sparkinfer.bench import stack
+
+        return stack.run(args, info)
+    if args.mode == "step-costs":
+        from sparkinfer.bench import step_costs
+
+        return step_costs.run(args, info)
+    if args.mode == "profile":
+        from sparkinfer.bench import profile
+
+        return profile.run(args, info)
+    if args.mode == "builds":
+        from sparkinfer.bench import builds
+
+        return builds.run(args, info)
+    if args.mode == "vision":
+        from sparkinfer.bench import vision
+
+        return vision.run(args, info)
+    from sparkinfer.bench import kernels
+
+    return kernels.run(args, info)
