@@ -10,7 +10,6 @@ process load in milliseconds but still count.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -69,10 +68,9 @@ class BuildLog:
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda("builds")
     if args.cold:
-        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparkinfer-builds-")
         from triton import knobs
 
-        knobs.cache.dir = os.environ["TRITON_CACHE_DIR"]
+        knobs.cache.dir = tempfile.mkdtemp(prefix="sparkinfer-builds-")
     cfg = offline.full_size_config(args.num_layers)
     model = offline.random_model(cfg, device, "builds")
     sched = SchedulerConfig(

@@ -4,6 +4,7 @@ their dispatch (each mode's module is imported only when it runs)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from sparkinfer.bench.cli_args import int_list
 from sparkinfer.bench.provenance import RunInfo
@@ -161,36 +162,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="small shapes only")
 
 
+# Each device mode's module under sparkinfer.bench, imported only when the mode runs.
+_MODULES = {
+    "offline": "engine",
+    "tables": "tables",
+    "stack": "stack",
+    "step-costs": "step_costs",
+    "profile": "profile",
+    "builds": "builds",
+    "vision": "vision",
+    "kernels": "kernels",
+}
+
+
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     """Run the device mode `args.mode` (any mode outside the HTTP ones)."""
-    if args.mode == "offline":
-        from sparkinfer.bench import engine
-
-        return engine.run(args, info)
-    if args.mode == "tables":
-        from sparkinfer.bench import tables
-
-        return tables.run(args, info)
-    if args.mode == "stack":
-        from sparkinfer.bench import stack
-
-        return stack.run(args, info)
-    if args.mode == "step-costs":
-        from sparkinfer.bench import step_costs
-
-        return step_costs.run(args, info)
-    if args.mode == "profile":
-        from sparkinfer.bench import profile
-
-        return profile.run(args, info)
-    if args.mode == "builds":
-        from sparkinfer.bench import builds
-
-        return builds.run(args, info)
-    if args.mode == "vision":
-        from sparkinfer.bench import vision
-
-        return vision.run(args, info)
-    from sparkinfer.bench import kernels
-
-    return kernels.run(args, info)
+    module = importlib.import_module(f"sparkinfer.bench.{_MODULES[args.mode]}")
+    return module.run(args, info)
