@@ -47,6 +47,10 @@ def test_malformed_json_is_400_not_422(server: RunningServer) -> None:
         ({"top_p": 0}, "top_p"),
         ({"n": 0}, "n"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"top_k": 2**63}, "top_k"),
+        ({"min_tokens": 10**12}, "min_tokens"),
+        ({"max_completion_tokens": 10**30}, "max_completion_tokens"),
+        ({"reasoning": {"max_tokens": 10**12}}, "reasoning.max_tokens"),
     ],
 )
 def test_bad_field_is_400_naming_it(server: RunningServer, patch: dict, param: str) -> None:
@@ -166,3 +170,15 @@ def test_omitted_model_means_the_served_model(server: RunningServer) -> None:
     resp = _post(server, "/chat/completions", {"messages": USER, "max_tokens": 1})
     assert resp.status_code == 200, resp.text
     assert resp.json()["model"] == served
+
+
+def test_huge_numbers_in_range_are_served(server: RunningServer) -> None:
+    """The largest accepted values reach neither an int64 overflow nor a grammar limit."""
+    body = {
+        "messages": USER,
+        "max_tokens": 2,
+        "top_k": 2**31 - 1,
+        "reasoning": {"max_tokens": 2**31 - 1},
+    }
+    resp = _post(server, "/chat/completions", body)
+    assert resp.status_code == 200, resp.text

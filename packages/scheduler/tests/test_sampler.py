@@ -96,6 +96,16 @@ def test_top_k_top_p_min_p_keep_only_the_head():
         assert seen <= {0, 1} and seen, params
 
 
+def test_top_k_beyond_int64_keeps_every_token_and_spares_the_batch():
+    logits = torch.zeros(2, VOCAB)
+    logits[:, :2] = 5.0
+    huge = req(SamplingParams(top_k=2**70, seed=1))
+    other = req(SamplingParams(top_k=1))
+    tokens = Sampler(eos_token_ids=(), device="cpu").sample(logits, [huge, other])
+    assert tokens[1].token_id in (0, 1)
+    assert 0 <= tokens[0].token_id < VOCAB
+
+
 def test_seeded_rows_repeat_and_do_not_depend_on_the_batch():
     logits = torch.zeros(3, VOCAB)
     params = SamplingParams(temperature=1.0, seed=42)

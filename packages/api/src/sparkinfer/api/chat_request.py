@@ -95,6 +95,8 @@ async def prepare_chat(
     if req.response_format is not None and req.response_format.type == "json_object":
         schema = {"type": "object"}
     thinking = resolve_thinking(req)
+    if thinking.budget is not None:  # a budget beyond the context window is no budget
+        thinking = dataclasses.replace(thinking, budget=min(thinking.budget, state.max_model_len))
     extra = {k: v for k, v in (req.chat_template_kwargs or {}).items() if k not in _THINKING_KWARGS}
     options = ChatOptions(
         enable_thinking=thinking.is_enabled,

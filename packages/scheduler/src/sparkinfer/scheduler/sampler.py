@@ -197,9 +197,12 @@ class Sampler:
             floor = _floats(min_ps, logits.device).unsqueeze(1)
             cut = probs < floor * probs.max(dim=-1, keepdim=True).values
             logits = logits.masked_fill(cut, float("-inf"))
-        top_ks = [r.params.top_k if r.params.top_k > 0 else logits.shape[1] for r in reqs]
+        vocab = logits.shape[1]
+        # A top_k beyond the vocabulary keeps every token; clamped, it always fits an int64
+        # tensor, so one request's value can never fail the step it shares with others.
+        top_ks = [min(r.params.top_k, vocab) if r.params.top_k > 0 else vocab for r in reqs]
         top_ps = [r.params.top_p for r in reqs]
-        if any(k < logits.shape[1] for k in top_ks) or any(p < 1.0 for p in top_ps):
+        if any(k < vocab for k in top_ks) or any(p < 1.0 for p in top_ps):
             logits = _top_k_top_p(logits, top_ks, top_ps)
         probs = torch.softmax(logits, dim=-1)
         # argmax(p / q) with q ~ Exp(1) draws from p (the exponential race).

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sparkinfer.api.schemas.common import (
+    MAX_COUNT,
     MAX_TOP_LOGPROBS,
     ChatLogprobs,
     RequestBody,
@@ -90,13 +91,13 @@ class ReasoningConfig(RequestBody):
 
     enabled: bool | None = None
     effort: ReasoningEffort | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
     exclude: bool = False
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[Tool] | None = None

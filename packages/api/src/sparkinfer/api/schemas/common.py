@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
+# The largest count or size any field takes: every value fits the int32 and int64 tensors and
+# grammar limits downstream, so one request's number can never fail an engine step.
+MAX_COUNT = 2**31 - 1
 
 
 class RequestBody(BaseModel):
@@ -30,13 +33,13 @@ class SamplingFields(RequestBody):
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_COUNT)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    min_tokens: int = Field(0, ge=0)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
+    min_tokens: int = Field(0, ge=0, le=MAX_COUNT)
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
