@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import ContextLengthError, InvalidRequest
 from sparkinfer.api.schemas.common import SamplingFields
+from sparkinfer.model.tokenizer import Tokenizer, TokenizerError
 from sparkinfer.scheduler.request import SamplingParams
 
 
@@ -27,30 +30,42 @@ def check_context(
         )
 
 
-def check_prompt_ids(ids: list[int], param: str, vocab_size: int) -> list[int]:
-    """`ids` unchanged; 400 naming `param` when they are empty or hold an id outside the vocab."""
-    if not ids:
-        raise InvalidRequest(f"{param} encodes to no tokens: send some text", param=param)
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if bad:
+def check_token_ids(ids: Sequence[int], param: str, tokenizer: Tokenizer) -> None:
+    """The one token-id rule: every id is one the tokenizer has a token for. The model's padding
+    ids beyond the tokenizer (e.g. 248,077-248,319) have no text: 400 naming `param`."""
+    for token_id in ids:
+        if 0 <= token_id < tokenizer.vocab_size:
+            try:
+                tokenizer.token_bytes(token_id)
+                continue
+            except TokenizerError:  # a gap in the id space
+                pass
         raise InvalidRequest(
-            f"{param} holds token id {bad[0]}; ids are in [0, {vocab_size}): fix the prompt",
+            f"{param} holds token id {token_id}, which the served model's tokenizer has no "
+            f"token for (its ids are in [0, {tokenizer.vocab_size})): use ids from /v1/tokenize",
             param=param,
         )
+
+
+def check_prompt_ids(ids: list[int], param: str, tokenizer: Tokenizer) -> list[int]:
+    """`ids` unchanged; 400 naming `param` when they are empty or break the token-id rule."""
+    if not ids:
+        raise InvalidRequest(f"{param} encodes to no tokens: send some text", param=param)
+    check_token_ids(ids, param, tokenizer)
     return ids
 
 
-def _logit_bias(req: SamplingFields, vocab_size: int) -> tuple[tuple[int, float], ...]:
-    out: list[tuple[int, float]] = []
-    for key, bias in (req.logit_bias or {}).items():
-        token_id = int(key)
-        if token_id >= vocab_size:
-            raise InvalidRequest(
-                f"logit_bias names token {token_id}; token ids are below {vocab_size}",
-                param="logit_bias",
-            )
-        out.append((token_id, float(bias)))
-    return tuple(out)
+def _logit_bias(req: SamplingFields, state: ServerState) -> tuple[tuple[int, float], ...]:
+    bias = req.logit_bias or {}
+    limit = state.settings.max_logit_bias
+    if len(bias) > limit:
+        raise InvalidRequest(
+            f"logit_bias has {len(bias)} entries; at most {limit} are allowed: bias fewer tokens",
+            param="logit_bias",
+        )
+    ids = [int(key) for key in bias]
+    check_token_ids(ids, "logit_bias", state.tokenizer)
+    return tuple((t, float(b)) for t, b in zip(ids, bias.values(), strict=True))
 
 
 def build_params(
@@ -65,12 +80,7 @@ def build_params(
     d = state.defaults
     top_k = d.top_k if req.top_k is None else req.top_k
     stop_ids = tuple(req.stop_token_ids or ())
-    bad = [t for t in stop_ids if not 0 <= t < state.model_vocab_size]
-    if bad:
-        raise InvalidRequest(
-            f"stop_token_ids holds {bad[0]}; token ids are in [0, {state.model_vocab_size})",
-            param="stop_token_ids",
-        )
+    check_token_ids(stop_ids, "stop_token_ids", state.tokenizer)
     seed = None if req.seed is None else (req.seed + choice_idx) % 2**63
     return SamplingParams(
         temperature=d.temperature if req.temperature is None else req.temperature,
@@ -85,6 +95,6 @@ def build_params(
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         repetition_penalty=req.repetition_penalty,
-        logit_bias=_logit_bias(req, state.model_vocab_size),
+        logit_bias=_logit_bias(req, state),
         logprobs=logprobs,
     )

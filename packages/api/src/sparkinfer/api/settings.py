@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     video_decode_timeout_s: float = Field(
         30.0, gt=0.0, description="Seconds one video may take to decode before it is refused"
     )
+    max_logit_bias: int = Field(
+        300, ge=0, description="Most logit_bias entries in one request (OpenAI's limit)"
+    )
     keep_alive_s: float = Field(
         15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
     )

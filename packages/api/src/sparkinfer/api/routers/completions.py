@@ -88,7 +88,7 @@ def _encode_prompts(
             if isinstance(prompt, str)
             else prompt
         )
-        check_prompt_ids(ids, param, state.model_vocab_size)
+        check_prompt_ids(ids, param, state.tokenizer)
         check_context(len(ids), body.max_tokens, state.max_model_len, prompt_param=param)
         encoded.append(ids)
     return encoded, [state.tokenizer.decode(p) if body.echo else "" for p in encoded]

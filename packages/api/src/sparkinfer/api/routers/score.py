@@ -55,11 +55,11 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
 def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], list[int]]:
     """The context and completion ids, checked against the vocabulary and the context window."""
     param = "prompt" if body.messages is None else "messages"
-    context = check_prompt_ids(_context_ids(body, state), param, state.model_vocab_size)
+    context = check_prompt_ids(_context_ids(body, state), param, state.tokenizer)
     completion = body.completion
     if isinstance(completion, str):
         completion = state.tokenizer.encode(completion, allow_special=True)
-    completion = check_prompt_ids(completion, "completion", state.model_vocab_size)
+    completion = check_prompt_ids(completion, "completion", state.tokenizer)
     num_ids = len(context) + len(completion)
     check_context(num_ids, 1, state.max_model_len, prompt_param=f"{param} plus completion")
     return context, completion

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sparkinfer.api.chat_request import chat_prompt_ids
 from sparkinfer.api.dependencies import State
-from sparkinfer.api.errors import InvalidRequest
 from sparkinfer.api.media import load_media, media_parts
+from sparkinfer.api.sampling import check_token_ids
 from sparkinfer.api.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -46,10 +46,5 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
 @router.post("/v1/detokenize")
 async def detokenize(body: DetokenizeRequest, state: State) -> DetokenizeResponse:
     state.check_model(body.model)
-    bad = [t for t in body.tokens if not 0 <= t < state.tokenizer.vocab_size]
-    if bad:
-        raise InvalidRequest(
-            f"tokens holds {bad[0]}; token ids are in [0, {state.tokenizer.vocab_size})",
-            param="tokens",
-        )
+    check_token_ids(body.tokens, "tokens", state.tokenizer)
     return DetokenizeResponse(prompt=state.tokenizer.decode(body.tokens))
