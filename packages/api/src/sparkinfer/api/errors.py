@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -17,6 +18,7 @@ from sparkinfer.scheduler import errors as engine_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger("sparkinfer.api")
+_TRACEBACK_FRAMES = 24  # innermost frames logged with a bug's error
 
 
 class ApiError(Exception):
@@ -76,6 +78,16 @@ class Unauthorized(ApiError):
 
     def headers(self) -> dict[str, str]:
         return {"WWW-Authenticate": "Bearer"}
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class RequestTimeout(ApiError):
+    status = 408
+    code = "request_timeout"
 
 
 class Overloaded(ApiError):
@@ -184,6 +196,12 @@ def _map_library_error(exc: BaseException) -> ApiError | None:
     return None
 
 
+def _short_traceback(exc: BaseException) -> str:
+    """The innermost frames only: a deep recursion's full traceback runs to megabytes."""
+    lines = traceback.format_exception(exc, limit=-_TRACEBACK_FRAMES, chain=False)
+    return "".join(lines).rstrip()
+
+
 def error_body(err: ApiError) -> dict[str, Any]:
     return {
         "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
@@ -194,10 +212,8 @@ def map_exception(exc: BaseException, request_id: str | None = None) -> ErrorBod
     """The HTTP status, body and headers for `exc`; logs bugs with the request id."""
     err = to_api_error(exc)
     if isinstance(err, InternalError):  # a bug: the traceback, if any, goes to the log
-        is_unmapped = err is not exc
-        logger.error(
-            "request %s failed: %s", request_id or "-", err.message, exc_info=is_unmapped and exc
-        )
+        trace = "" if err is exc else "\n" + _short_traceback(exc)
+        logger.error("request %s failed: %s%s", request_id or "-", err.message, trace)
     return ErrorBody(err.status, error_body(err), err.headers())
 
 

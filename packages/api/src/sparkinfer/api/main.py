@@ -14,6 +14,7 @@ import torch
 import uvicorn
 from fastapi import Depends, FastAPI
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
+from sparkinfer.api.edge import EdgeMiddleware, edge_config
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
@@ -216,6 +217,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
     app.include_router(health.router)
     guarded = [Depends(require_api_key)]

@@ -70,6 +70,20 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None, description="Bearer token every /v1 route requires; unset: no auth"
     )
+    api_key_all_routes: bool = Field(
+        False,
+        description="With an API key, /metrics, /docs, /redoc and /openapi.json need it too "
+        "(/health never does); off, only /v1 routes need it",
+    )
+    max_body_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1,
+        description="Largest request body in bytes (413 beyond it; checked before the body "
+        "is read when Content-Length is given)",
+    )
+    body_read_timeout_s: float = Field(
+        60.0, gt=0.0, description="Seconds a client may take to send a request body (408)"
+    )
     deterministic: bool = Field(
         False,
         description="Batch-invariant numerics: a request's output (greedy, or seeded) does not "

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sparkinfer.api.edge import MAX_JSON_DEPTH, JsonLimitError, check_json_value
 from sparkinfer.api.schemas.common import (
     MAX_COUNT,
     MAX_TOP_LOGPROBS,
@@ -29,6 +31,22 @@ class ContentPart(RequestBody):
 class FunctionCall(RequestBody):
     name: str
     arguments: str | dict[str, Any]
+
+    @field_validator("arguments")
+    @classmethod
+    def _check_nesting(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        """JSON text is checked as the body is: the template parses and re-dumps it."""
+        if not isinstance(v, str):
+            return v
+        try:
+            check_json_value(json.loads(v))
+        except RecursionError:
+            raise ValueError(f"is nested deeper than {MAX_JSON_DEPTH} levels: flatten it") from None
+        except JsonLimitError as exc:
+            raise ValueError(str(exc).removeprefix(exc.param).strip()) from None
+        except ValueError:  # not JSON: the template says so, naming the field
+            pass
+        return v
 
 
 class ToolCall(RequestBody):

@@ -1,0 +1,275 @@
+"""The edge of every HTTP request, before a route runs: API key, body size and read time, the JSON
+body parsed and checked off the event loop, and unexpected errors answered without dropping the
+connection.
+
+Order, cheapest refusal first: the API key from the headers (401 before a byte of the body is
+read), then `Content-Length` against the cap (413), then the body read within its deadline (408)
+and its running size (413, for chunked bodies), then the JSON parsed in a worker thread and
+checked for nesting depth, lone surrogates and NaN/Infinity (400 naming the field). The route
+then gets the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sparkinfer.api.errors import (
+    ApiError,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unauthorized,
+    error_body,
+    map_exception,
+)
+from sparkinfer.api.settings import Settings
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger("sparkinfer.api")
+
+MAX_JSON_DEPTH = 64  # deeper bodies are refused: templates, schemas and dumps all recurse
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class JsonLimitError(ValueError):
+    """A JSON value nests too deep or holds text that is not valid Unicode (`param`: where)."""
+
+    def __init__(self, message: str, *, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def json_path(parts: tuple[str | int, ...]) -> str:
+    """`("tools", 2, "function")` → `tools[2].function`."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _shown_path(parts: tuple[str | int, ...]) -> str:
+    return json_path(parts[:4]) + ("..." if len(parts) > 4 else "")
+
+
+def check_json_value(value: Any, prefix: tuple[str | int, ...] = ()) -> None:
+    """Raise `JsonLimitError` naming the place where `value` nests deeper than MAX_JSON_DEPTH
+    or holds a lone surrogate (a string that cannot be encoded as UTF-8)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, prefix)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if (m := _SURROGATE.search(node)) is not None:
+                where = json_path(path) or "the body"
+                raise JsonLimitError(
+                    f"{where} holds a lone surrogate (U+{ord(m.group()):04X}), which is not "
+                    "valid Unicode: send text as UTF-8 or as complete \\uXXXX surrogate pairs",
+                    param=where,
+                )
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if len(path) - len(prefix) >= MAX_JSON_DEPTH:
+            raise JsonLimitError(
+                f"{_shown_path(path)} is nested deeper than {MAX_JSON_DEPTH} levels: flatten it",
+                param=json_path(path[:1]),
+            )
+        if isinstance(node, list):
+            items = cast("list[Any]", node)
+            stack.extend((v, (*path, i)) for i, v in enumerate(items))
+            continue
+        for key, v in cast("dict[str, Any]", node).items():
+            stack.append((key, path))  # keys are text too
+            stack.append((v, (*path, key)))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_json_body(body: bytes) -> Any:
+    """The body as JSON, checked; `InvalidRequest` naming the place that fails."""
+    try:
+        value = json.loads(body, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise InvalidRequest(
+            f"the request body is nested deeper than {MAX_JSON_DEPTH} levels: flatten it"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"the request body is not UTF-8 ({exc.reason} at byte {exc.start}): send UTF-8 JSON"
+        ) from None
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"the request body is not valid JSON ({exc}): send a JSON object"
+        ) from None
+    try:
+        check_json_value(value)
+    except JsonLimitError as exc:
+        raise InvalidRequest(str(exc), param=exc.param or None) from None
+    return value
+
+
+@dataclass(frozen=True)
+class EdgeConfig:
+    """What the edge enforces (from the settings)."""
+
+    api_key: str | None
+    is_guarded: Callable[[str], bool]  # whether a path needs the key
+    max_body_bytes: int
+    body_timeout_s: float
+
+
+def edge_config(settings: Settings) -> EdgeConfig:
+    """The edge's limits from the settings; /health never needs the key."""
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+
+    def is_guarded(path: str) -> bool:
+        if path.startswith("/v1/") or path == "/v1":
+            return True
+        return settings.api_key_all_routes and path != "/health"
+
+    return EdgeConfig(
+        api_key=key,
+        is_guarded=is_guarded,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_read_timeout_s,
+    )
+
+
+def is_authorized(headers: Headers, key: str) -> bool:
+    """`Authorization: Bearer <key>` or `x-api-key: <key>`, compared in constant time."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+        return True
+    other = headers.get("x-api-key")
+    return other is not None and hmac.compare_digest(other.strip().encode(), key.encode())
+
+
+class EdgeMiddleware:
+    """Pure ASGI middleware: the checks above, then the app; streams pass through untouched."""
+
+    def __init__(self, app: ASGIApp, *, config: EdgeConfig) -> None:
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        is_started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal is_started
+            is_started = is_started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, tracked_send)
+        except Exception as exc:
+            if is_started:
+                raise
+            # Answered here rather than by Starlette's outermost handler, which re-raises into
+            # the server: that would drop the kept-alive connection and log the error twice.
+            rid = cast("dict[str, Any]", scope.get("state", {})).get("request_id")
+            mapped = map_exception(exc, rid)
+            await _send_json(send, mapped.status, mapped.body, mapped.headers)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        key = self.config.api_key
+        is_guarded = key is not None and self.config.is_guarded(scope["path"])
+        if is_guarded and not is_authorized(headers, cast("str", key)):
+            err = Unauthorized(
+                "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
+            )
+            await _send_error(send, err)
+            return
+        if scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read_body(headers, receive)
+            if body and _is_json(headers):
+                await run_in_threadpool(parse_json_body, body)
+        except ApiError as err:
+            await _send_error(send, err)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, headers: Headers, receive: Receive) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(int(declared), limit)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        break
+                    chunk = cast("bytes", message.get("body", b""))
+                    size += len(chunk)
+                    if size > limit:
+                        raise _too_large(size, limit)
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {self.config.body_timeout_s:g} s "
+                "(body_read_timeout_s): send it at once"
+            ) from None
+        return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the request body has {size} bytes or more; max_body_bytes is {limit}: send less "
+        "(e.g. smaller or fewer images) or raise max_body_bytes"
+    )
+
+
+def _is_json(headers: Headers) -> bool:
+    kind = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the app the read body once, then the client's own messages (so a
+    disconnect is still seen)."""
+    is_sent = False
+
+    async def replayed() -> Message:
+        nonlocal is_sent
+        if not is_sent:
+            is_sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _send_error(send: Send, err: ApiError) -> None:
+    await _send_json(send, err.status, error_body(err), err.headers())
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: dict[str, str]
+) -> None:
+    data = json.dumps(body, ensure_ascii=False).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
