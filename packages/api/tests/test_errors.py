@@ -182,3 +182,26 @@ def test_huge_numbers_in_range_are_served(server: RunningServer) -> None:
     }
     resp = _post(server, "/chat/completions", body)
     assert resp.status_code == 200, resp.text
+
+
+PRIVATE_USE = "".join(chr(c) for c in range(0xE000, 0xF900))
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/chat/completions", {"messages": [{"role": "user", "content": PRIVATE_USE}]}),
+        ("/tokenize", {"messages": [{"role": "user", "content": PRIVATE_USE}]}),
+        ("/score", {"messages": [{"role": "user", "content": PRIVATE_USE}], "completion": "a"}),
+    ],
+)
+def test_every_private_use_character_is_served(
+    server: RunningServer, path: str, body: dict
+) -> None:
+    """The template's placeholders fall back to the supplementary private-use plane (the
+    prompt is then only too long for the test server's context)."""
+    resp = _post(server, path, {**body, "max_tokens": 1} if "chat" in path else body)
+    if path == "/tokenize":
+        assert resp.status_code == 200, resp.text
+    else:
+        assert _error(resp)["code"] == "context_length_exceeded"

@@ -77,7 +77,8 @@ _ROLES = ("system", "user", "assistant", "tool")
 _IMAGE_TYPES = ("image_url", "image")
 _VIDEO_TYPES = ("video_url", "video")
 _RESERVED_KWARGS = ("messages", "tools")
-_PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd]")
+_PRIVATE_USE_CODES = (*range(0xE000, 0xF900), *range(0xF0000, 0xFFFFE))
 
 
 def map_reasoning_effort(value: str | None, *, param: str = "reasoning_effort") -> ReasoningSetting:
@@ -253,7 +254,15 @@ class _Escaper:
         _collect_private_use(inputs, used)
         # A private-use character that occurs nowhere in the inputs or the template delimits
         # the placeholders, so they cannot collide with real text.
-        self._mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in used)
+        free = (chr(c) for c in _PRIVATE_USE_CODES if chr(c) not in used)
+        mark = next(free, None)
+        if mark is None:
+            raise ChatTemplateError(
+                "messages use every private-use character (U+E000-U+F8FF, U+F0000-U+FFFFD); "
+                "one must stay free to render the prompt: send fewer distinct ones",
+                param="messages",
+            )
+        self._mark = mark
         self._control_re = control_re
         self._literals: list[str] = []
         self._output_re = re.compile(f"{self._mark}(\\d+){self._mark}|{control_re.pattern}")
