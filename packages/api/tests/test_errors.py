@@ -205,3 +205,22 @@ def test_every_private_use_character_is_served(
         assert resp.status_code == 200, resp.text
     else:
         assert _error(resp)["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", "the request body is empty"),
+        (b"[1, 2]", "the request body: "),
+        (b'"text"', "the request body: "),
+        (b'{"completion": "a"}', "give exactly one of prompt or messages"),
+    ],
+)
+def test_body_level_errors_name_the_body(server: RunningServer, content: bytes, words: str) -> None:
+    path = "/score" if b"completion" in content else "/chat/completions"
+    resp = httpx.post(
+        server.v1 + path, content=content, headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 400
+    message = _error(resp)["message"]
+    assert message.startswith(words) and not message.startswith(":")

@@ -155,17 +155,23 @@ def validation_error(exc: RequestValidationError) -> InvalidRequest:
     param = _param_of(first.get("loc", ()))
     msg = str(first.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ")
-    if first.get("type") == "missing":
-        return InvalidRequest(f"{param} is required", param=param or None)
-    if first.get("type") == "extra_forbidden":
+    kind = first.get("type")
+    if kind == "missing":
+        if not param:
+            return InvalidRequest("the request body is empty: send a JSON object")
+        return InvalidRequest(f"{param} is required", param=param)
+    if kind == "extra_forbidden":
         return InvalidRequest(f"{param} is not a known field: remove it", param=param or None)
+    if not param and kind == "value_error":  # a check across fields names them itself
+        return InvalidRequest(msg)
+    param_name = param or "the request body"
     value = first.get("input")
     shown = (
         repr(value) if not isinstance(value, dict | list) else type(cast(object, value)).__name__
     )
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return InvalidRequest(f"{param}: {msg} (got {shown})", param=param or None)
+    return InvalidRequest(f"{param_name}: {msg} (got {shown})", param=param or None)
 
 
 def to_api_error(exc: BaseException) -> ApiError:
@@ -236,6 +242,11 @@ async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
     elif exc.status_code == 405:
         err = InvalidRequest(f"method {request.method} is not allowed on {request.url.path}")
         err.status = 405
+    elif exc.detail == "There was an error parsing the body":
+        err = InvalidRequest(
+            "the request body could not be read as JSON: send a JSON object with the header "
+            "'Content-Type: application/json'"
+        )
     else:
         err = InvalidRequest(str(exc.detail))
         err.status = exc.status_code
