@@ -75,13 +75,26 @@ def test_add_request_rejects_bad_input_synchronously(engine):
 
 def test_queue_full_carries_retry_after():
     runner = SlowRunner()
-    eng = Engine(runner, SchedulerConfig(block_size=4, max_model_len=64, max_queue_depth=2))
+    config = SchedulerConfig(block_size=4, max_model_len=64, max_queue_depth=2, max_num_seqs=1)
+    eng = Engine(runner, config)
     try:
-        for i in range(2):
+        for i in range(3):  # one takes the seat, two wait for it
             eng.add_request(f"r{i}", [1], SamplingParams(max_tokens=2), on_output=None)
         with pytest.raises(QueueFull) as exc:
-            eng.add_request("r2", [1], SamplingParams(max_tokens=2), on_output=None)
+            eng.add_request("r3", [1], SamplingParams(max_tokens=2), on_output=None)
         assert exc.value.retry_after_s >= 1.0 and "max_queue_depth is 2" in str(exc.value)
+    finally:
+        runner.gate.set()
+        eng.shutdown()
+
+
+def test_queue_depth_counts_only_what_waits_for_a_seat():
+    runner = SlowRunner()
+    config = SchedulerConfig(block_size=4, max_model_len=64, max_queue_depth=1, max_num_seqs=4)
+    eng = Engine(runner, config)
+    try:
+        for i in range(4):  # an idle engine has four free seats
+            eng.add_request(f"r{i}", [1], SamplingParams(max_tokens=2), on_output=None)
     finally:
         runner.gate.set()
         eng.shutdown()

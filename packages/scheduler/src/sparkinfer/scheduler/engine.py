@@ -244,11 +244,13 @@ class Engine:
     def _check_queue_depth(self) -> None:
         depth = self.config.max_queue_depth
         num_queued = self.scheduler.num_waiting + sum(isinstance(i, _Add) for i in self._inbox)
-        if depth and num_queued >= depth:
+        # Only what waits for a seat counts: requests that free seats will take are not queued.
+        num_free = max(0, self.scheduler.max_num_seqs - len(self.scheduler.running))
+        if depth and num_queued - num_free >= depth:
             rounds = math.ceil((num_queued + 1) / self.scheduler.max_num_seqs)
             retry_after_s = min(60.0, max(1.0, rounds * self._mean_request_s))
             raise QueueFull(
-                f"{num_queued} requests wait; max_queue_depth is {depth}: "
+                f"{num_queued - num_free} requests wait for a seat; max_queue_depth is {depth}: "
                 f"retry in {retry_after_s:.0f} s or raise max_queue_depth",
                 retry_after_s=retry_after_s,
             )
