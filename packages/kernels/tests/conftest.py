@@ -1,10 +1,12 @@
-"""Kernel test helpers: NaN-filled output allocation and per-dtype tolerances.
+"""Kernel test helpers: NaN-filled output allocation, per-dtype tolerances, launch recording.
 
 Every floating tensor a launcher allocates with ``torch.empty``/``torch.empty_like`` during a
 kernels test starts as NaN, so an element the kernel never writes fails the comparison.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
 
 import pytest
 import torch
@@ -58,3 +60,49 @@ def assert_close() -> Callable[..., None]:
         torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
 
     return check
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a Triton kernel: its grid, positional and keyword arguments."""
+
+    grid: tuple[int, ...]
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+
+    @property
+    def ints(self) -> tuple[int, ...]:
+        """The integer positional arguments (sizes and strides), in order."""
+        return tuple(a for a in self.args if isinstance(a, int) and not isinstance(a, bool))
+
+
+class LaunchRecorder:
+    """Stands in for a Triton kernel: records each launch, then runs the kernel."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.launches: list[Launch] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(Launch(tuple(grid), args, dict(kwargs)))
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+@pytest.fixture
+def record_launches(monkeypatch: pytest.MonkeyPatch) -> Callable[[ModuleType, str], LaunchRecorder]:
+    """record_launches(module, name): replace module.name, a Triton kernel, by a LaunchRecorder.
+
+    Under the interpreter tl.dot is numpy's matmul, whose rounding follows the BLAS kernel the CPU
+    picks and the operand shapes, so bit-exact comparisons there test numpy. What the launcher
+    controls (tiles, K slices, the order of the reduction) is read from the recorded launches.
+    """
+
+    def record(module: ModuleType, name: str) -> LaunchRecorder:
+        recorder = LaunchRecorder(getattr(module, name))
+        monkeypatch.setattr(module, name, recorder)
+        return recorder
+
+    return record

@@ -26,6 +26,7 @@ from sparkinfer.kernels.linear import (
 
 # The module, not the function the package exports under the same name.
 skinny_gemm_module = importlib.import_module("sparkinfer.kernels.linear.skinny_gemm")
+tiled_gemm_module = importlib.import_module("sparkinfer.kernels.linear.tiled_gemm")
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}
@@ -44,16 +45,18 @@ def test_signature_matches_reference():
 
 
 @pytest.mark.parametrize("swap_ab", [False, True], ids=["x_first", "weight_first"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m", [1, 5, 17])
+@pytest.mark.parametrize(("dtype", "m"), [(torch.float32, 5), (torch.bfloat16, 17)])
 def test_swiglu_epilogue_equals_gemm_then_silu_and_mul(dtype, m, swap_ab, assert_close):
+    """Within tolerance: the fused launch's gate and up tiles are dots of other shapes than the
+    plain GEMM's, and under the interpreter their rounding is numpy's. The GPU test
+    `test_linear_swiglu_equals_linear_then_silu_and_mul_on_gpu` asserts the bits."""
     torch.manual_seed(13)
     x = torch.randn(m, 96, dtype=dtype)
     w = torch.randn(2 * 40, 96, dtype=dtype) * 0.1  # I = 40: a partial last column tile
     config = SkinnyGemmConfig(BN=16, BK=32, SWAP_AB=swap_ab)
     fused = skinny_gemm(x, w, config, swiglu=True)
     assert fused.shape == (m, 40)
-    assert torch.equal(fused, silu_and_mul(skinny_gemm(x, w, config)))
+    _check(fused, silu_and_mul(skinny_gemm(x, w, config)), assert_close)
     assert_close(fused, linear_swiglu_ref(x, w))
     assert_close(linear_swiglu(x, w), linear_swiglu_ref(x, w))  # CPU: GEMM then SwiGLU
 
@@ -229,28 +232,57 @@ def test_tiled_gemm_strided_rows_and_empty_k(assert_close):
     assert torch.equal(tiled_gemm(torch.ones(3, 0), torch.ones(5, 0)), torch.zeros(3, 5))
 
 
-def _rows_do_not_depend_on_the_batch(fn, x: torch.Tensor, w: torch.Tensor) -> None:
-    """Every row of fn(x) is bit-identical to the same row computed in smaller batches."""
+def _batches_launch_one_reduction(fn, x, w, recorder, reduction, assert_close) -> set:
+    """Each batch of rows from x launches with the same `reduction(launch)` (tiles, K slices and
+    steps: what fixes the order in which a row's products are summed), and each row matches the
+    full batch's within tolerance; returns the launches' grids' row-tile counts.
+
+    Not bits: under the interpreter tl.dot is numpy's matmul, whose rounding depends on the BLAS
+    kernel the CPU picks and on where a row sits in its tile. The GPU tests assert the bits.
+    """
     full = fn(x, w)
     for start, stop in [(0, 1), (3, 4), (5, x.shape[0]), (1, x.shape[0] - 2)]:
-        assert torch.equal(fn(x[start:stop], w), full[start:stop]), (start, stop)
+        assert_close(fn(x[start:stop], w), full[start:stop])
+    assert len({reduction(launch) for launch in recorder.launches}) == 1
+    return {launch.kwargs.get("BM") for launch in recorder.launches}
 
 
 @pytest.mark.parametrize("tma", [False, True])
-def test_tiled_gemm_rows_are_batch_invariant(tma, assert_close):
+def test_tiled_gemm_rows_are_batch_invariant(tma, record_launches, assert_close):
     torch.manual_seed(13)
     x, w = torch.randn(70, 96), torch.randn(48, 96)
     config = TiledGemmConfig(BM=32, BN=16, BK=32, GROUP_M=2, TMA=tma)
-    _rows_do_not_depend_on_the_batch(lambda a, b: tiled_gemm(a, b, config), x, w)
+    recorder = record_launches(tiled_gemm_module, "_tiled_gemm_kernel")
+
+    def reduction(launch):  # every compile-time constant, and K
+        return tuple(sorted(launch.kwargs.items())), launch.ints[2]
+
+    fn = lambda a, b: tiled_gemm(a, b, config)
+    assert _batches_launch_one_reduction(fn, x, w, recorder, reduction, assert_close) == {32}
+    assert recorder.launches[0].kwargs["TMA"] is tma
     assert_close(tiled_gemm(x, w, config), linear_ref(x, w))
 
 
-def test_decode_phase_rows_are_batch_invariant(assert_close):
+def _skinny_reduction(launch):
+    """A skinny launch's constants but its row tile, and its K and K per slice."""
+    constants = {k: v for k, v in launch.kwargs.items() if k != "BM"}
+    return tuple(sorted(constants.items())), launch.ints[2], launch.ints[3]
+
+
+@pytest.mark.parametrize(("dtype", "tiles"), [(torch.float32, {16}), (torch.bfloat16, {16, 64})])
+def test_decode_phase_rows_are_batch_invariant(dtype, tiles, record_launches, assert_close):
+    """fp32 keeps 16-row tiles; bf16 grows them with the batch, with the same K slices and
+    steps (the GPU test `test_decode_row_tiles_give_the_same_bits` asserts the bits)."""
     torch.manual_seed(14)
-    x, w = torch.randn(20, 2048), torch.randn(40, 2048) * 0.05
-    assert decode_config(40, 2048, torch.float32) == SkinnyGemmConfig(BM=16, BN=16, num_stages=4)
-    _rows_do_not_depend_on_the_batch(lambda a, b: invariant_linear(a, b, "decode"), x, w)
-    assert_close(invariant_linear(x, w, "decode"), linear_ref(x, w))
+    x = torch.randn(40, 2048, dtype=dtype)
+    w = torch.randn(40, 2048, dtype=dtype) * 0.05
+    assert decode_config(40, 2048, dtype) == SkinnyGemmConfig(BM=16, BN=16, num_stages=4)
+    recorder = record_launches(skinny_gemm_module, "_skinny_gemm_kernel")
+    fn = lambda a, b: invariant_linear(a, b, "decode")
+    check = lambda actual, expected: _check(actual, expected, assert_close)
+    used = _batches_launch_one_reduction(fn, x, w, recorder, _skinny_reduction, check)
+    assert used == tiles
+    check(invariant_linear(x, w, "decode"), linear_ref(x, w))
 
 
 def test_decode_config_takes_the_measured_one_row_tile_in_16_row_tiles():

@@ -252,18 +252,30 @@ def test_prefill_tma_past_2048_tokens_with_gpu_tiles(tma_only, assert_close):
     assert_close(_launch(b, config, 0.25), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
-@pytest.mark.parametrize("splits", [2, 8, 32])
-@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
-def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
-    """Keys cut into 2-32 ranges, merged after: one-row chunks on long prefixes (the prefix-cache
-    hit), prefixes shorter than one tile per split (empty splits), no prefix at all, lengths
-    around the tile edges; stale cache rows hold NaN."""
+def _kv_splits_case(splits, prefetch, device="cpu"):
+    """(fast, reference) with keys cut into `splits` ranges, merged after: one-row chunks on long
+    prefixes (the prefix-cache hit), prefixes shorter than one tile per split (empty splits), no
+    prefix at all, lengths around the tile edges; stale cache rows hold NaN."""
     lens, cached = [1, 17, 40, 3, 33, 65, 16], [300, 0, 100, 5, 17, 2, 64]
-    b = _paged_batch(lens, cached, block_size=32, dtype=torch.float16, seed=30 + splits)
+    b = _paged_batch(lens, cached, block_size=32, dtype=torch.float16, device=device,
+                     seed=30 + splits)  # fmt: skip
     _stale_nan_rows(b)
     config = PrefillConfig(BM=32, BN=16, num_warps=4, num_stages=1, use_tma=True,
                            use_qk_prefetch=prefetch, kv_splits=splits)  # fmt: skip
-    assert_close(_launch(b, config), _prefill(paged_attention_prefill_ref, b))
+    return _launch(b, config), _prefill(paged_attention_prefill_ref, b)
+
+
+@pytest.mark.parametrize(("splits", "prefetch"), [(2, False), (8, True)],
+                         ids=["plain-2", "prefetch-8"])  # fmt: skip
+def test_prefill_tma_kv_splits(splits, prefetch, tma_only, assert_close):
+    assert_close(*_kv_splits_case(splits, prefetch))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [2, 8, 32])
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
+def test_prefill_tma_kv_splits_on_gpu(splits, prefetch, tma_only, assert_close):
+    assert_close(*_kv_splits_case(splits, prefetch, device="cuda"))
 
 
 @pytest.mark.parametrize(
@@ -304,21 +316,36 @@ def test_prefill_few_rows_over_long_contexts_on_gpu(is_invariant, assert_close):
         assert_close(out, _prefill(paged_attention_prefill_ref, b, scale))
 
 
-@pytest.mark.parametrize("heads_first", [False, True], ids=["tiles_first", "heads_first"])
-@pytest.mark.parametrize("heads", [(4, 2), (6, 1), (3, 3)], ids=["gqa2", "gqa6", "mha"])
-def test_prefill_tma_packed_heads_give_the_unpacked_bits(heads, heads_first, tma_only,
-                                                         assert_close):  # fmt: skip
-    """A KV head's query heads packed into a tile's rows: the same keys in the same tile order
-    for every row, so the same bits as one head a tile (no key splits); ragged lengths and
+def _packed_and_unpacked(heads, heads_first, device="cpu"):
+    """A KV head's query heads packed into a tile's rows, and one head a tile: ragged lengths and
     prefixes, tiles holding the end of one token's heads and the start of the next's, stale NaN
     cache rows."""
     lens, cached = [1, 63, 17, 40, 5, 129], [0, 5, 31, 100, 64, 2]
-    b = _paged_batch(lens, cached, heads=heads, block_size=32, dtype=torch.float16, seed=50)
+    b = _paged_batch(lens, cached, heads=heads, block_size=32, dtype=torch.float16, device=device,
+                     seed=50)  # fmt: skip
     _stale_nan_rows(b)
     config = dataclasses.replace(TMA_TILES, heads_fastest=heads_first)
-    packed = _launch(b, dataclasses.replace(config, pack_gqa=True))
-    assert torch.equal(packed, _launch(b, config))
+    return b, _launch(b, dataclasses.replace(config, pack_gqa=True)), _launch(b, config)
+
+
+@pytest.mark.parametrize(("heads", "heads_first"), [((4, 2), False), ((6, 1), True)],
+                         ids=["gqa2-tiles_first", "gqa6-heads_first"])  # fmt: skip
+def test_prefill_tma_packed_heads_match_the_unpacked(heads, heads_first, tma_only, assert_close):
+    """Within tolerance: packed rows are dots of other shapes, whose rounding under the
+    interpreter is numpy's; the GPU test below asserts the bits."""
+    b, packed, unpacked = _packed_and_unpacked(heads, heads_first)
+    assert_close(packed, unpacked)
     assert_close(packed, _prefill(paged_attention_prefill_ref, b))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads_first", [False, True], ids=["tiles_first", "heads_first"])
+@pytest.mark.parametrize("heads", [(4, 2), (6, 1), (3, 3)], ids=["gqa2", "gqa6", "mha"])
+def test_prefill_tma_packed_heads_give_the_unpacked_bits_on_gpu(heads, heads_first, tma_only):
+    """Every packed row sees the same keys in the same tile order as unpacked (no key splits):
+    the same bits."""
+    _, packed, unpacked = _packed_and_unpacked(heads, heads_first, device="cuda")
+    assert torch.equal(packed, unpacked)
 
 
 @pytest.mark.parametrize("splits", [2, 16])
