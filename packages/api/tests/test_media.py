@@ -206,3 +206,33 @@ def test_mrope_off_gives_sequential_positions() -> None:
     assert mm_on is not None and mm_on.positions is not None
     # the 79-token block uses 13 positions (vision_start, the 7x11 grid, vision_end)
     assert mm_on.positions.shape == (3, 81) and mm_on.rope_delta == 15 - 81
+
+
+def test_too_many_parts_are_refused_before_any_decode(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkinfer.api.media as media_module
+
+    calls: list[str] = []
+    real = media_module.process_image
+    monkeypatch.setattr(
+        media_module, "process_image", lambda *a, **k: calls.append("x") or real(*a, **k)
+    )
+    url = png_url(1, 1)
+    body = {"messages": user(*[image_part(url)] * 33), "max_tokens": 1}
+    resp = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == "messages[0].content[33].image_url"
+    assert "33 image and video parts" in err["message"] and "max_media_parts" in err["message"]
+    assert calls == []
+
+
+def test_media_tokens_past_the_context_stop_the_decoding(server: RunningServer) -> None:
+    url = png_url(64, 64)
+    body = {"messages": user(*[image_part(url)] * 32), "max_tokens": 1}
+    resp = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["code"] == "context_length_exceeded"
+    assert err["param"].endswith(".image_url") and "max_media_tokens" in err["message"]

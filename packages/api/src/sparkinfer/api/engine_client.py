@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from sparkinfer.api.errors import InvalidRequest
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import EngineStopped
@@ -121,6 +122,7 @@ class EngineClient:
         it, in time linear in its length: prompts of over INLINE_SUBMIT_TOKENS tokens in all
         are queued from a worker thread, so the event loop keeps serving everyone else.
         """
+        self._check_fits(len(jobs))
         loop = asyncio.get_running_loop()
         if sum(len(prompt) for _, prompt, _, _ in jobs) <= INLINE_SUBMIT_TOKENS:
             return self._submit_all(loop, jobs)
@@ -130,6 +132,19 @@ class EngineClient:
         except asyncio.CancelledError:  # the client left: abort what the worker queues
             pending.add_done_callback(self._abort_submitted)
             raise
+
+    def _check_fits(self, num_jobs: int) -> None:
+        """400 for more choices than free seats plus the queue could ever take: a 429's retry
+        would never succeed."""
+        depth = self.engine.config.max_queue_depth
+        seats = self.engine.scheduler.max_num_seqs
+        if depth and num_jobs > seats + depth:
+            raise InvalidRequest(
+                f"the request has {num_jobs} choices (prompts x n); at most {seats + depth} are "
+                f"ever admitted at once (max_num_seqs {seats} + max_queue_depth {depth}): lower "
+                "n or send fewer prompts per request",
+                param="n",
+            )
 
     def _abort_submitted(self, done: asyncio.Future[list[RequestStream]]) -> None:
         if not done.cancelled() and done.exception() is None:

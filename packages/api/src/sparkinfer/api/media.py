@@ -2,7 +2,8 @@
 
 Decoding runs in worker threads, off the event loop. The flow of one request:
 1. `load_media`: every `image_url` / `video_url` part, in message order, through
-   `sparkinfer.multimodal.process_image` / `process_video`;
+   `sparkinfer.multimodal.process_image` / `process_video` (their count checked first, their
+   vision tokens as they add up);
 2. the chat template renders one `<|vision_start|><|image_pad|><|vision_end|>` (or video) triple
    per part, and the prompt is tokenized (user text never yields control ids);
 3. `expand_media`: each triple becomes the item's full block (`expand_prompt`), and the expanded
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from sparkinfer.api.errors import InvalidMedia
+from sparkinfer.api.errors import ContextLengthError, InvalidMedia
 from sparkinfer.api.schemas.chat import ChatMessage
 from sparkinfer.model.config import ModelConfig
 from sparkinfer.model.errors import ConfigError
@@ -57,6 +58,8 @@ class MediaConfig:
     token_ids: VisionTokenIds
     merge_size: int
     use_mrope: bool = True
+    max_parts: int = 32  # image and video parts in one request, counted before any decode
+    max_tokens: int | None = None  # their vision tokens in all (None: no limit of its own)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ def build_media_config(
     video_fps: float,
     video_max_frames: int,
     use_mrope: bool,
+    max_parts: int = 32,
+    max_tokens: int | None = None,
 ) -> MediaConfig:
     """Processor settings from the checkpoint's preprocessor files (defaults when absent)."""
     vision = model_config.vision
@@ -111,6 +116,8 @@ def build_media_config(
         token_ids=VisionTokenIds(image_pad, video_pad, start, end),
         merge_size=vision.spatial_merge_size,
         use_mrope=use_mrope,
+        max_parts=max_parts,
+        max_tokens=max_tokens,
     )
 
 
@@ -182,28 +189,40 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 
 async def load_media(parts: Sequence[MediaPart], config: MediaConfig) -> list[ProcessedMedia]:
-    """Decode every part in a worker thread (all at once); the first bad part is the error."""
-    loop = asyncio.get_running_loop()
-    calls = [
-        loop.run_in_executor(
-            None,
-            functools.partial(
-                process_image if p.kind == "image" else process_video,
-                p.url,
-                field=p.field,
-                config=config.processor,
-                limits=config.limits,
-            ),
+    """Decode the parts one after another in a worker thread; the first bad part is the error.
+
+    The count is checked before any decode, and the vision tokens as they add up, so a request
+    of many parts is refused before its pixels take the memory of all of them.
+    """
+    if len(parts) > config.max_parts:
+        raise InvalidMedia(
+            f"the request has {len(parts)} image and video parts; at most {config.max_parts} "
+            "are taken (max_media_parts): send fewer",
+            param=parts[config.max_parts].field,
         )
-        for p in parts
-    ]
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for part, result in zip(parts, results, strict=True):
-        if isinstance(result, MediaError):
-            raise InvalidMedia(str(result), param=part.field)
-        if isinstance(result, BaseException):
-            raise result
-    return [r for r in results if isinstance(r, ProcessedMedia)]
+    loop = asyncio.get_running_loop()
+    out: list[ProcessedMedia] = []
+    num_tokens = 0
+    for part in parts:
+        process = process_image if part.kind == "image" else process_video
+        call = functools.partial(
+            process, part.url, field=part.field, config=config.processor, limits=config.limits
+        )
+        try:
+            item = await loop.run_in_executor(None, call)
+        except MediaError as exc:
+            raise InvalidMedia(str(exc), param=part.field) from None
+        t, h, w = item.grid_thw
+        num_tokens += t * h * w // item.merge_size**2
+        if config.max_tokens is not None and num_tokens > config.max_tokens:
+            raise ContextLengthError(
+                f"the images and videos up to {part.field} take {num_tokens} tokens; at most "
+                f"{config.max_tokens} are taken (max_media_tokens, or max_model_len): send "
+                "fewer or smaller ones",
+                param=part.field,
+            )
+        out.append(item)
+    return out
 
 
 def expand_media(

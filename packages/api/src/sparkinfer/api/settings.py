@@ -121,6 +121,15 @@ class Settings(BaseSettings):
     media_max_pixels: int = Field(
         50_000_000, ge=1, description="Largest width x height of an image or video frame"
     )
+    max_media_parts: int = Field(
+        32, ge=0, description="Most image and video parts in one request (counted before decoding)"
+    )
+    max_media_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most vision tokens of one request's images and videos in all (decoding "
+        "stops once they pass it); unset: max_model_len",
+    )
     video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
     video_max_source_frames: int = Field(
         36_000, ge=1, description="Most frames in one video stream (bounds decode work)"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from sparkinfer.api.schemas.common import MAX_TOP_LOGPROBS, SamplingFields, Usage
+
+MAX_CHOICES = 64  # prompts x n in one request: each is a sequence in the engine
 
 
 class CompletionRequest(SamplingFields):
@@ -26,6 +28,16 @@ class CompletionRequest(SamplingFields):
         if isinstance(v, list) and any(isinstance(t, int) and t < 0 for t in v):
             raise ValueError("token ids must be >= 0")
         return v
+
+    @model_validator(mode="after")
+    def _check_num_choices(self) -> CompletionRequest:
+        num = len(self.prompts()) * self.n
+        if num > MAX_CHOICES:
+            raise ValueError(
+                f"{len(self.prompts())} prompts x n={self.n} make {num} choices; at most "
+                f"{MAX_CHOICES} in one request: split the batch"
+            )
+        return self
 
     @field_validator("suffix")
     @classmethod
