@@ -34,6 +34,8 @@ class ForwardBatch:
     index_cache:    the prefill kernels' index tables derived from cu_seqlens (chunk and tile
                     maps): the first layer that needs one builds it here and every later layer of
                     the step reuses it (valid while cu_seqlens is not rewritten in place)
+    verify:         set on a speculative verify step (`VerifyLayout`): each row is one position
+                    of a sequence's input token and drafts, as a decode row of its own
     """
 
     positions: torch.Tensor
@@ -51,6 +53,7 @@ class ForwardBatch:
     index_cache: dict[str, tuple[torch.Tensor, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    verify: VerifyLayout | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -149,6 +152,24 @@ class ForwardBatch:
             cu_seqlens_cpu=cu,
             cached_lens_cpu=list(cached_lens),
         )
+
+
+@dataclass(frozen=True)
+class VerifyLayout:
+    """A verify step's rows, position-major: the rows of position j (a sequence's input token at
+    j = 0, its j-th draft after) are `position_rows[j]` = (start, end), and a sequence with drafts
+    up to position j has a row in every block before it, at the same index.
+
+    The step is a decode step whose rows are one token each (attention reads each row's own
+    context length); a Gated-DeltaNet layer runs the positions one after the other, so row j of
+    a sequence sees the state after its rows before j, exactly as j one-token steps would.
+    snapshot_slots[j]: [n_{j+1}] int64 state rows that receive, after position j, the state of the
+    first n_{j+1} sequences of that position (those with a later position): the state to roll
+    back to when the drafts after j are rejected. None for the last position.
+    """
+
+    position_rows: tuple[tuple[int, int], ...]
+    snapshot_slots: tuple[torch.Tensor | None, ...]
 
 
 def host_to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:

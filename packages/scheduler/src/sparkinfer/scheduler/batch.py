@@ -14,12 +14,15 @@ class ScheduledSeq:
     Built when the step is scheduled, it keeps the request's length at that moment
     (`num_tokens`, an in-flight sample included), so what it says about the step does not change
     when the request grows later. `is_input_inflight`: its one input token is the previous step's
-    sample, still on the device (the runner takes it from there).
+    sample, still on the device (the runner takes it from there). `num_lookahead_tokens`: KV rows
+    reserved after a decode row's token for up to that many draft tokens (speculative decoding;
+    the runner verifies as many as its drafter proposes, at most these).
     """
 
     req: Request
     num_cached_tokens: int
     num_new_tokens: int
+    num_lookahead_tokens: int = 0
     num_tokens: int = field(init=False)
     is_input_inflight: bool = field(init=False)
 
@@ -80,11 +83,14 @@ class ScheduledBatch:
 
     `state_copies`: (source, destination) rows of the GDN state pool to copy, in order, before
     the step's forwards: prefix-cache snapshots taken and restored (`prefix_cache`).
+    `is_read_at_once`: the runner returns this step's samples in the same call, not overlapped:
+    a speculating request's drafter reads its tokens on the host before the next step.
     """
 
     step_idx: int
     seqs: tuple[ScheduledSeq, ...]
     state_copies: tuple[tuple[int, int], ...] = ()
+    is_read_at_once: bool = False  # its samples are read in the same call (speculation drafts)
 
     @property
     def num_tokens(self) -> int:
@@ -100,6 +106,16 @@ class SampledToken:
 
 
 @dataclass(frozen=True)
+class SpecOutcome:
+    """One request's verify in a step: drafts proposed and how many of them were accepted
+    (the samples then hold num_accepted + 1 tokens for it: the accepted drafts, then the token
+    the target drew where the first rejected draft stood, or after the last one)."""
+
+    num_drafts: int
+    num_accepted: int
+
+
+@dataclass(frozen=True)
 class ModelOutput:
     """What `Runner.run` returns.
 
@@ -109,9 +125,12 @@ class ModelOutput:
     once (a logits processor) brings them in the same call.
     `prompt_logprobs`: per request of this step, the logprobs of its chunk's first
     `num_prompt_logprobs` rows (the prompt tokens at positions num_cached_tokens + 1 onwards).
+    `spec`: per request whose row had lookahead tokens this step, what its verify did (absent:
+    no drafts were proposed, so it decoded one token).
     """
 
     samples: tuple[tuple[ScheduledSeq, SampledToken], ...] = ()
     prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = field(
         default_factory=dict[str, tuple[TokenLogprob, ...]]
     )
+    spec: dict[str, SpecOutcome] = field(default_factory=dict[str, SpecOutcome])

@@ -16,6 +16,7 @@ _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # GEMMs are compute-bound on an H200, so padding a step to the next bucket costs device time:
 # steps of 64 keep it under 64 rows.
 _PREFILL_GRAPH_MIN_TOKENS, _PREFILL_GRAPH_DOUBLING_UNTIL, _PREFILL_GRAPH_STEP = 16, 128, 64
+SPECULATIVE_METHODS = ("off", "ngram", "mtp")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,14 @@ class SchedulerConfig:
         taken from the cache memory like a state slot.
     prefix_cache_min_tokens: fewest new tokens worth a snapshot: a prompt's prefill ends a chunk
         at a checkpoint (`prefix_cache`) only this far or more past the cached part before it.
+    speculative: speculative decoding's drafter (`spec_decode`): "off", "ngram" (prompt lookup:
+        drafts copied from the request's own tokens) or "mtp" (the checkpoint's MTP head).
+    num_speculative_tokens: most drafts verified per request and step.
+    speculative_max_seqs: most requests verified in one step; each needs
+        num_speculative_tokens state rows for its roll-back points (147 MiB each at 27B).
+    speculative_adaptive: stop drafting for a request whose drafts are rarely accepted, and in
+        steps where the measured step times say verifying costs more than it brings
+        (`spec_policy`); off: every eligible request drafts every step (tests, benchmarks).
     """
 
     max_num_seqs: int = 64
@@ -73,6 +82,10 @@ class SchedulerConfig:
     seed: int = 0
     prefix_cache_snapshots: int = 0
     prefix_cache_min_tokens: int = 1024
+    speculative: str = "off"
+    num_speculative_tokens: int = 3
+    speculative_max_seqs: int = 8
+    speculative_adaptive: bool = True
 
     def __post_init__(self) -> None:
         positive = {
@@ -110,6 +123,16 @@ class SchedulerConfig:
         ):
             if value is not None and value < 1:
                 raise ValueError(f"{name} is {value}; it must be >= 1 or None (size from memory)")
+        if self.speculative not in SPECULATIVE_METHODS:
+            raise ValueError(
+                f"speculative is {self.speculative!r}; expected one of {SPECULATIVE_METHODS}"
+            )
+        if not 1 <= self.num_speculative_tokens <= 16 or self.speculative_max_seqs < 1:
+            raise ValueError(
+                f"num_speculative_tokens is {self.num_speculative_tokens} and "
+                f"speculative_max_seqs {self.speculative_max_seqs}; expected 1..16 drafts and "
+                ">= 1 request"
+            )
         if any(t < 0 for t in self.eos_token_ids):
             raise ValueError(f"eos_token_ids is {self.eos_token_ids}; ids must be >= 0")
 
@@ -129,6 +152,17 @@ class SchedulerConfig:
         """Tokens a prefix-cache checkpoint is a multiple of: whole KV blocks, and a cut the
         deterministic mode allows, so a prompt resumed there gets the bits of one cut there."""
         return math.lcm(self.block_size, PREFILL_CHUNK_ALIGNMENT)
+
+    @property
+    def is_speculative(self) -> bool:
+        return self.speculative != "off"
+
+    @property
+    def num_spec_state_rows(self) -> int:
+        """State rows the runner keeps for verify steps' roll-back points (0: no speculation)."""
+        if not self.is_speculative:
+            return 0
+        return self.speculative_max_seqs * self.num_speculative_tokens
 
     @property
     def max_blocks_per_seq(self) -> int:

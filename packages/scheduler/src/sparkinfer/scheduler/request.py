@@ -152,6 +152,30 @@ class RequestOutput:
         return self.finish_reason is not None
 
 
+PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a draft's acceptance is 0.5 before any verify
+
+
+@dataclass
+class RequestSpec:
+    """One request's speculation: its verify counts and acceptance (`spec_policy`)."""
+
+    num_verifies: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_weight: float = PRIOR_ACCEPTED
+    rejected_weight: float = PRIOR_REJECTED
+    cooldown_steps: int = 0
+    next_cooldown: int = 4
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted_weight / (self.accepted_weight + self.rejected_weight)
+
+    def expected_tokens(self, num_drafts: int) -> float:
+        a = self.acceptance
+        return sum(a**j for j in range(num_drafts + 1))
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"  # queued, or preempted and queued again at the front
     RUNNING = "running"  # holds KV blocks and a state slot
@@ -205,6 +229,7 @@ class Request:
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None
         self.prompt_logprobs: list[TokenLogprob] = []  # gathered chunk by chunk until emitted
+        self.spec = RequestSpec()  # speculative decoding's counts and acceptance
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
         self.first_token_time: float | None = None
         self.finish_time: float | None = None

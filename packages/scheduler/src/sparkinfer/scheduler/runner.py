@@ -45,8 +45,17 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
-from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
+from sparkinfer.scheduler.request import MultimodalInputs, Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
+from sparkinfer.scheduler.spec_decode import (
+    Drafter,
+    VerifyRows,
+    accept,
+    layout_verify,
+    make_drafter,
+    verify_batch,
+    verify_input_ids,
+)
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -60,6 +69,7 @@ class CachePlan:
     num_blocks: int
     num_slots: int
     num_snapshots: int = 0  # state rows after the slots, for the prefix cache
+    num_spec_rows: int = 0  # state rows after those, for speculation's roll-back points
 
 
 def plan_cache(
@@ -73,7 +83,7 @@ def plan_cache(
     """
     state_bytes = max(1, spec.state_bytes_per_slot())
     num_snapshots = config.prefix_cache_snapshots
-    budget_bytes -= num_snapshots * state_bytes
+    budget_bytes -= (num_snapshots + config.num_spec_state_rows) * state_bytes
     block_bytes = max(1, spec.kv_bytes_per_token() * config.block_size)
     num_slots = config.num_state_slots
     if num_slots is None:
@@ -91,7 +101,12 @@ def plan_cache(
             "is needed: raise gpu_memory_utilization (or cpu_cache_bytes), set num_kv_blocks / "
             "num_state_slots, or lower prefix_cache_snapshots"
         )
-    return CachePlan(num_blocks=num_blocks, num_slots=num_slots, num_snapshots=num_snapshots)
+    return CachePlan(
+        num_blocks=num_blocks,
+        num_slots=num_slots,
+        num_snapshots=num_snapshots,
+        num_spec_rows=config.num_spec_state_rows,
+    )
 
 
 class Runner:
@@ -126,13 +141,14 @@ class Runner:
                 spec,
                 num_blocks=self.plan.num_blocks,
                 block_size=config.block_size,
-                num_slots=self.plan.num_slots + self.plan.num_snapshots,
+                num_slots=self.plan.num_slots + self.plan.num_snapshots + self.plan.num_spec_rows,
                 device=self.device,
             )
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
         self.vision = VisionInputs(model, self.device)
+        self.drafter: Drafter | None = make_drafter(config) if config.is_speculative else None
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self._is_closed = False
         self.graphs: DecodeGraphs | None = None
@@ -155,6 +171,12 @@ class Runner:
         """State-pool rows after the request slots, where the prefix cache keeps snapshots."""
         return range(self.plan.num_slots, self.plan.num_slots + self.plan.num_snapshots)
 
+    @property
+    def spec_state_rows(self) -> range:
+        """State-pool rows after the snapshots: a verify step's roll-back points."""
+        start = self.plan.num_slots + self.plan.num_snapshots
+        return range(start, start + self.plan.num_spec_rows)
+
     def check_multimodal(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
         """Raise InvalidRequest unless the model can run these images and videos."""
         self.vision.check(prompt_token_ids, mm)
@@ -167,6 +189,8 @@ class Runner:
         if self._is_closed:
             raise RuntimeError("the runner is closed (its engine shut down): start a new engine")
         inflight, self._inflight = self._inflight, None  # a failed step drops it too
+        if batch.is_read_at_once:
+            return self._run_read_at_once(batch, inflight)
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
@@ -188,6 +212,89 @@ class Runner:
                 # Read after this step is queued: the wait ends with the step before, not this.
                 before = inflight.resolve() if inflight is not None else []
         return ModelOutput(samples=tuple(before + now), prompt_logprobs=prompt_logprobs)
+
+    def _run_read_at_once(
+        self, batch: ScheduledBatch, inflight: StepInFlight | None
+    ) -> ModelOutput:
+        """A step whose samples come back in this call: the verify of speculating requests'
+        drafts (`spec_decode`), or a step that feeds a drafter the tokens it drafts from."""
+        before = inflight.resolve() if inflight is not None else []
+        known = {seq.req: sample.token_id for seq, sample in before}
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
+        decodes, prefills = (
+            [s for s in batch.seqs if s.is_decode],
+            [s for s in batch.seqs if not s.is_decode],
+        )
+        with self._on_stream():
+            self._copy_states(batch.state_copies)
+            self.vision.prepare(batch.seqs)
+            wanted = [s.num_lookahead_tokens for s in decodes]
+            drafts = self.drafter.propose(decodes, wanted) if self.drafter and any(wanted) else []
+            rows, bounds = layout_verify(
+                decodes, drafts or [[] for _ in decodes], self.spec_state_rows
+            )
+            logits: list[torch.Tensor] = []
+            if decodes:
+                with self._numerics(is_decode=True):
+                    if any(drafts):
+                        logits.append(self._verify(rows, bounds, inflight))
+                    else:
+                        logits.append(self._forward(decodes, prompt_logprobs, inflight))
+            row_seqs = list(rows.row_seqs)
+            row_idxs = [
+                s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
+            ]
+            if prefills:
+                with self._numerics(is_decode=False):
+                    logits.append(self._forward(prefills, prompt_logprobs, inflight))
+                sampled = [s for s in prefills if s.is_sampled]
+                row_seqs += sampled
+                row_idxs += [s.output_idx for s in sampled]
+            drawn = self._draw_now(row_seqs, row_idxs, logits, inflight, known)
+            accepted = accept(rows, drawn[: len(rows.row_seqs)])
+            self._copy_states(accepted.restores)
+        now = accepted.samples + list(
+            zip(row_seqs[len(rows.row_seqs) :], drawn[len(rows.row_seqs) :], strict=True)
+        )
+        return ModelOutput(
+            samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
+        )
+
+    def _verify(
+        self, rows: VerifyRows, bounds: list[tuple[int, int]], inflight: StepInFlight | None
+    ) -> torch.Tensor:
+        """The verify forward of a step's decode rows and their drafts -> logits [rows, vocab]."""
+        batch = verify_batch(
+            rows, bounds, caches=self.caches, block_size=self.config.block_size, device=self.device
+        )
+        first = list(dict.fromkeys(rows.row_seqs))
+        sources = inflight.source_rows(first) if inflight is not None else _no_sources(first)
+        ids, feeds = verify_input_ids(rows, {id(s): r for s, r in zip(first, sources, strict=True)})
+        host = torch.tensor([ids, feeds], dtype=torch.int64)
+        dev = host_to_device(host, self.device)
+        input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
+        return self.model.compute_logits(self.model(input_ids, batch))
+
+    def _draw_now(
+        self,
+        seqs: list[ScheduledSeq],
+        idxs: list[int],
+        logits: list[torch.Tensor],
+        inflight: StepInFlight | None,
+        known: dict[Request, int],
+    ) -> list[SampledToken]:
+        """Draw a token for every row (a request's rows at successive output indices) and read
+        them on the host."""
+        if not seqs:
+            return []
+        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
+        reqs = [s.req for s in seqs]
+        late: list[torch.Tensor | None] = []
+        if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
+            late = inflight.outputs_of(seqs)
+        pending = [known.get(r) for r in reqs] if known else []
+        drawn = self.sampler.draw(rows, reqs, idxs, late, pending)
+        return drawn.to_host(non_blocking=False).samples()
 
     def _sample(
         self,

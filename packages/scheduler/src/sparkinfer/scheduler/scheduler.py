@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from sparkinfer.scheduler._request_checks import request_max_len
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
@@ -54,6 +54,7 @@ from sparkinfer.scheduler.request import (
     SamplingParams,
     TokenLogprob,
 )
+from sparkinfer.scheduler.spec_policy import SpecCounters, SpecPolicy
 from sparkinfer.scheduler.state_slots import StateSlots
 
 
@@ -74,6 +75,7 @@ class SchedulerStats:
     num_failed: int
     num_prefix_cached_tokens: int = 0  # prompt tokens admitted from the prefix cache
     num_prefix_cache_entries: int = 0
+    spec: SpecCounters = field(default_factory=SpecCounters)  # speculative decoding totals
 
     @property
     def kv_usage(self) -> float:
@@ -109,6 +111,8 @@ class Scheduler:
         self.slots = StateSlots(num_slots)
         self.prefix = PrefixCache(self.blocks, snapshot_rows, config.prefix_alignment)
         self._state_copies: list[tuple[int, int]] = []  # for the next step, in order
+        self.spec = SpecPolicy(config)
+        self._scheduled_at = 0.0  # when the step being run was scheduled (step times)
         self.max_num_seqs = min(config.max_num_seqs, num_slots)
         self.vocab_size = vocab_size
         self._emit = emit
@@ -204,6 +208,8 @@ class Scheduler:
         runnable = [r for r in self.running if not r.is_at_max_len]
         decodes = [r for r in runnable if r.num_pending_tokens == 1]
         prefills = [r for r in runnable if r.num_pending_tokens > 1]
+        self.spec.plan_step(decodes)
+        num_drafting = 0
         for req in decodes + prefills:
             if budget == 0:
                 break
@@ -213,9 +219,16 @@ class Scheduler:
             if num_wanted == 0:
                 continue  # the aligned chunk does not fit in what is left of the budget
             seq = self._schedule_running(req, num_wanted, scheduled)
+            if (
+                seq is not None
+                and seq.is_decode
+                and num_drafting < self.config.speculative_max_seqs
+            ):
+                seq = self._add_lookahead(seq, budget - 1)
+                num_drafting += seq.num_lookahead_tokens > 0
             if seq is not None:
                 scheduled[req.request_id] = seq
-                budget -= seq.num_new_tokens
+                budget -= seq.num_new_tokens + seq.num_lookahead_tokens
         # After a preemption the cache is short: admitting now would only preempt again.
         has_preempted = self._counters["preempted"] > num_preempted
         while budget > 0 and self.waiting and self._can_admit() and not has_preempted:
@@ -227,7 +240,33 @@ class Scheduler:
         self._step_idx += 1
         ordered = sorted(scheduled.values(), key=lambda s: not s.is_decode)
         copies, self._state_copies = tuple(self._state_copies), []
-        return ScheduledBatch(step_idx=self._step_idx, seqs=tuple(ordered), state_copies=copies)
+        self._scheduled_at = _now()
+        return ScheduledBatch(
+            step_idx=self._step_idx,
+            seqs=tuple(ordered),
+            state_copies=copies,
+            is_read_at_once=self._is_read_at_once(ordered),
+        )
+
+    def _is_read_at_once(self, seqs: Sequence[ScheduledSeq]) -> bool:
+        """Whether the step's samples must reach the host in the same call: it verifies drafts,
+        or a request that samples in it may draft at its next step (prompt lookup reads its
+        tokens on the host); "mtp" drafts from every step's hidden states."""
+        if self.config.speculative == "mtp":
+            return True
+        if any(s.num_lookahead_tokens for s in seqs):
+            return True
+        return self.spec.is_on and any(s.is_sampled and self.spec.may_draft(s.req) for s in seqs)
+
+    def _add_lookahead(self, seq: ScheduledSeq, budget: int) -> ScheduledSeq:
+        """seq with the lookahead rows its drafts may take (from free blocks only: drafts never
+        evict a cached prefix or preempt anyone)."""
+        req = seq.req
+        k = self.spec.num_lookahead(req, min(budget, self._num_fitting_tokens(req) - 1))
+        if k == 0:
+            return seq
+        self._reserve(req, 1 + k)
+        return replace(seq, num_lookahead_tokens=k)
 
     def update(self, batch: ScheduledBatch, output: ModelOutput) -> None:
         """Record the step, then the samples the host got: append, stop, free and emit.
@@ -235,11 +274,14 @@ class Scheduler:
         A sampled row of this step counts as in flight until its sample arrives (in this
         output, or in the next one when the runner overlaps steps).
         """
+        self._record_step_time(batch, output)
         for seq in batch.seqs:
             req = seq.req
             if req.is_finished:
                 continue
             req.num_computed_tokens = seq.num_cached_tokens + seq.num_new_tokens
+            if seq.num_lookahead_tokens:
+                self._record_verify(seq, output)
             if req.checkpoints and req.num_computed_tokens == req.checkpoints[0]:
                 self._checkpoint(req)
             if not seq.is_decode:
@@ -252,6 +294,29 @@ class Scheduler:
                 req.num_inflight_tokens += 1
         for seq, sample in output.samples:
             self._append(seq.req, sample)
+
+    def _record_verify(self, seq: ScheduledSeq, output: ModelOutput) -> None:
+        """Keep the accepted drafts' KV and free the blocks past them; their samples (one more
+        than the accepted drafts) are in this output."""
+        req = seq.req
+        outcome = output.spec.get(req.request_id)
+        if outcome is not None:
+            req.num_computed_tokens += outcome.num_accepted
+            req.num_inflight_tokens += outcome.num_accepted
+            self.spec.record(req, outcome)
+        keep = self.blocks.blocks_for(req.num_computed_tokens)
+        self.blocks.free(req.block_ids[keep:])
+        del req.block_ids[keep:]
+
+    def _record_step_time(self, batch: ScheduledBatch, output: ModelOutput) -> None:
+        """Feed the cost model a decode-only step's time (prompt chunks would blur it)."""
+        if not self.config.is_speculative or not batch.seqs:
+            return
+        if not all(s.is_decode for s in batch.seqs):
+            return
+        num_rows = len(batch.seqs) + sum(o.num_drafts for o in output.spec.values())
+        seconds = _now() - self._scheduled_at
+        self.spec.record_step(num_rows=num_rows, is_verify=bool(output.spec), seconds=seconds)
 
     def _append(self, req: Request, sample: SampledToken) -> None:
         req.num_inflight_tokens -= 1
@@ -299,6 +364,10 @@ class Scheduler:
             num_failed=c["failed"],
             num_prefix_cached_tokens=c["cached"],
             num_prefix_cache_entries=len(self.prefix),
+            spec=replace(
+                self.spec.counters,
+                accepted_per_position=list(self.spec.counters.accepted_per_position),
+            ),
         )
 
     def _schedule_running(

@@ -13,6 +13,7 @@ applies that norm (inside its kernel up to 4 sequences, which saves a launch per
 from __future__ import annotations
 
 import torch
+from sparkinfer.model.cache_spec import LinearStateCache
 from sparkinfer.model.config import TextConfig
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.layers import KernelOps, new_parameter
@@ -74,6 +75,53 @@ class GatedDeltaNet(nn.Module):
             v.reshape(num_tokens, self.num_v_heads, self.v_head_dim),
         )
 
+    def _verify_positions(
+        self,
+        qkv: torch.Tensor,
+        z: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        conv_weight: torch.Tensor,
+        state: LinearStateCache,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:
+        """A verify step (`VerifyLayout`): the decode kernels once per position, so each row's
+        numerics are those of a one-token step; after each position the state of the sequences
+        that go on is copied to their snapshot rows (the roll-back points). -> [T, HV, V]."""
+        assert batch.verify is not None
+        outs: list[torch.Tensor] = []
+        for j, (start, end) in enumerate(batch.verify.position_rows):
+            slots = batch.state_slots[start:end]
+            # Position 0 follows in_proj, which writes no state; later ones follow the copies.
+            early = j == 0
+            x = self.ops.causal_conv1d_update(
+                qkv[start:end], conv_weight, state.conv, state_slots=slots, early_state=early
+            )
+            q, k, v = self._split_qkv(x)
+            outs.append(
+                self.ops.fused_recurrent_gated_delta_rule(
+                    q,
+                    k,
+                    v,
+                    a[start:end],
+                    b[start:end],
+                    self.A_log,
+                    self.dt_bias,
+                    state.recurrent,
+                    state_slots=slots,
+                    norm_gate=z[start:end],
+                    norm_weight=self.norm.weight,
+                    norm_eps=self.norm.eps,
+                    early_state=early,
+                )
+            )
+            snapshot = batch.verify.snapshot_slots[j]
+            if snapshot is not None:
+                going_on = slots[: snapshot.shape[0]]
+                state.conv.index_copy_(0, snapshot, state.conv.index_select(0, going_on))
+                state.recurrent.index_copy_(0, snapshot, state.recurrent.index_select(0, going_on))
+        return torch.cat(outs)
+
     def forward(
         self, x: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -85,7 +133,11 @@ class GatedDeltaNet(nn.Module):
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
-        if batch.is_decode:
+        if batch.verify is not None:
+            o = self._verify_positions(qkv, z, a, b, conv_weight, state, batch)
+            if output_rows is not None:
+                o = o[output_rows]
+        elif batch.is_decode:
             # early_state: the kernel before each (in_proj, then the conv) writes neither the
             # slots nor the state rows, so they are read while it runs.
             qkv = self.ops.causal_conv1d_update(

@@ -1,0 +1,165 @@
+"""Which decode rows draft, and how many drafts: per-request support, acceptance and a cost
+model of measured step times (plain Python, no torch).
+
+Support: a request drafts unless it has a logits processor (a grammar masks each token given
+the ones before it, and must never see a draft it would have masked; run per position it would
+also cost a host round trip per draft) or repetition / presence / frequency penalties (each
+row's counts would have to include the drafts before it). Those requests decode one token per
+step beside the speculating ones, in the same verify forward.
+
+Acceptance: each request keeps counts of drafts accepted and rejected, from which a per-draft
+acceptance rate a (a geometric model: draft j is accepted with probability a^j) and the tokens a
+step with k drafts is expected to give, 1 + a + ... + a^k. A request under `MIN_ACCEPTANCE`
+stops drafting for a cool-down that doubles each time (up to `MAX_COOLDOWN_STEPS`) and then
+tries again: prompt lookup and MTP both go through stretches where drafts do not match.
+
+Cost: two straight-line fits of step time against rows, one for plain decode steps and one for
+verify steps (steps with prompt chunks are left out), measured from the scheduler's side
+(schedule to update, so host time counts). A step drafts when the expected tokens per second with
+drafts beat the plain step's; until both fits have points, and every `PROBE_INTERVAL` steps
+after that, it drafts anyway, so the verify fit follows the batch as it changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sparkinfer.scheduler.batch import SpecOutcome
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.request import PRIOR_ACCEPTED, PRIOR_REJECTED, Request
+
+MIN_ACCEPTANCE = 0.15
+MAX_COOLDOWN_STEPS = 64
+PROBE_INTERVAL = 64
+_DECAY = 0.9  # weight of older verifies in a request's acceptance counts
+_FIT_DECAY = 0.98  # weight of older steps in the step-time fits
+_MIN_FIT_POINTS = 4
+
+
+@dataclass
+class _LineFit:
+    """Least squares of y = c0 + c1 * x with exponentially fading weights."""
+
+    n: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+    num_points: int = 0
+
+    def add(self, x: float, y: float) -> None:
+        d = _FIT_DECAY
+        self.n, self.sx, self.sy = d * self.n + 1, d * self.sx + x, d * self.sy + y
+        self.sxx, self.sxy = d * self.sxx + x * x, d * self.sxy + x * y
+        self.num_points += 1
+
+    def predict(self, x: float) -> float | None:
+        if self.num_points < _MIN_FIT_POINTS:
+            return None
+        var = self.n * self.sxx - self.sx * self.sx
+        slope = 0.0 if var <= 1e-12 else max(0.0, (self.n * self.sxy - self.sx * self.sy) / var)
+        return (self.sy - slope * self.sx) / self.n + slope * x
+
+
+@dataclass
+class SpecCounters:
+    """Totals for telemetry (vLLM's spec_decode counters)."""
+
+    num_drafts: int = 0  # verifies of a request with at least one draft
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list[int])
+
+
+class SpecPolicy:
+    """Owns the per-request acceptance counts, the step-time fits and the counters."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.counters = SpecCounters(accepted_per_position=[0] * config.num_speculative_tokens)
+        self._decode_fit = _LineFit()
+        self._verify_fit = _LineFit()
+        self._steps_since_probe = 0
+        self._is_on = True
+
+    @staticmethod
+    def is_supported(req: Request) -> bool:
+        p = req.params
+        has_penalty = (
+            p.repetition_penalty != 1.0 or p.presence_penalty != 0 or p.frequency_penalty != 0
+        )
+        return p.logits_processor is None and not has_penalty
+
+    def may_draft(self, req: Request) -> bool:
+        """Whether req drafts when it decodes next (its tokens then have to be on the host)."""
+        return (
+            self.config.is_speculative
+            and self.is_supported(req)
+            and (req.spec.cooldown_steps <= 1 or not self.config.speculative_adaptive)
+        )
+
+    def plan_step(self, decodes: list[Request]) -> None:
+        """Decide whether this step drafts at all (the cost model), before its rows are cut."""
+        if not self.config.speculative_adaptive:
+            self._is_on = True
+            return
+        for req in decodes:
+            req.spec.cooldown_steps = max(0, req.spec.cooldown_steps - 1)
+        self._steps_since_probe += 1
+        candidates = [r for r in decodes if self.may_draft(r) and r.spec.cooldown_steps == 0]
+        self._is_on = self._pays(decodes, candidates)
+        if not self._is_on and self._steps_since_probe >= PROBE_INTERVAL:
+            self._is_on = True
+        if self._is_on:
+            self._steps_since_probe = 0
+
+    @property
+    def is_on(self) -> bool:
+        """Whether this step drafts, and so whether the step before it is read at once."""
+        return self.config.is_speculative and self._is_on
+
+    def num_lookahead(self, req: Request, max_tokens: int) -> int:
+        """Drafts req may have this step: within the budget and the blocks (`max_tokens` past
+        its input token), short of its max length, and only with every token on the host."""
+        if not self.is_on or req.num_inflight_tokens or not self.may_draft(req):
+            return 0
+        if self.config.speculative_adaptive and req.spec.cooldown_steps:
+            return 0
+        room = req.max_len - req.num_tokens - 1  # every emitted token must fit
+        return max(0, min(self.config.num_speculative_tokens, max_tokens, room))
+
+    def record(self, req: Request, outcome: SpecOutcome) -> None:
+        """Count one verify of req's drafts and update its acceptance."""
+        spec, c = req.spec, self.counters
+        spec.num_verifies += 1
+        spec.num_draft_tokens += outcome.num_drafts
+        spec.num_accepted_tokens += outcome.num_accepted
+        c.num_drafts += 1
+        c.num_draft_tokens += outcome.num_drafts
+        c.num_accepted_tokens += outcome.num_accepted
+        for j in range(outcome.num_accepted):
+            c.accepted_per_position[j] += 1
+        rejected = 1.0 if outcome.num_accepted < outcome.num_drafts else 0.0
+        spec.accepted_weight = _DECAY * spec.accepted_weight + outcome.num_accepted
+        spec.rejected_weight = _DECAY * spec.rejected_weight + rejected
+        if self.config.speculative_adaptive and spec.acceptance < MIN_ACCEPTANCE:
+            spec.cooldown_steps = spec.next_cooldown
+            spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * spec.next_cooldown)
+            spec.accepted_weight, spec.rejected_weight = PRIOR_ACCEPTED, PRIOR_REJECTED
+
+    def record_step(self, *, num_rows: int, is_verify: bool, seconds: float) -> None:
+        """One decode-only step's time: num_rows forward rows (drafts included)."""
+        (self._verify_fit if is_verify else self._decode_fit).add(num_rows, seconds)
+
+    def _pays(self, decodes: list[Request], candidates: list[Request]) -> bool:
+        if not candidates:
+            return False
+        k = self.config.num_speculative_tokens
+        num_rows = len(decodes) + k * min(len(candidates), self.config.speculative_max_seqs)
+        plain_s = self._decode_fit.predict(len(decodes))
+        verify_s = self._verify_fit.predict(num_rows)
+        if plain_s is None or verify_s is None or plain_s <= 0 or verify_s <= 0:
+            return True  # not measured yet: find out
+        spec_tokens = len(decodes) - len(candidates)
+        spec_tokens += sum(r.spec.expected_tokens(k) for r in candidates)
+        return spec_tokens / verify_s > len(decodes) / plain_s

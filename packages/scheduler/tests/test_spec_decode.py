@@ -1,0 +1,255 @@
+"""Speculative decoding end to end on the tiny random model (CPU, deterministic numerics): the
+verify forward, acceptance and roll-back give the output of plain decoding bit for bit."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+import torch
+from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps
+from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.scheduler import Scheduler
+from sparkinfer.scheduler.spec_decode import TargetStep
+
+NUM_NEW = 12
+RNG = random.Random(0)
+PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(17)]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=2)
+
+
+def config(**kw: object) -> SchedulerConfig:
+    base: dict[str, object] = {
+        "block_size": 16,
+        "max_model_len": 128,
+        "max_num_batched_tokens": 128,
+        "deterministic": True,
+        "speculative": "ngram",
+        "speculative_adaptive": False,
+        "num_speculative_tokens": 3,
+        "speculative_max_seqs": 16,
+    }
+    return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+class ScriptedDrafter:
+    """Drafts each request's known continuation with one draft in a few steps made wrong, so
+    verifies accept all, some and none of their drafts."""
+
+    needs_hidden = False
+
+    def __init__(self, continuations: dict[tuple[int, ...], list[int]]) -> None:
+        self.continuations = continuations
+        self.num_proposed = 0
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        out: list[list[int]] = []
+        for seq, k in zip(seqs, num_drafts, strict=True):
+            req = seq.req
+            done = req.num_output_tokens
+            drafts = list(self.continuations[tuple(req.token_ids[: req.num_prompt_tokens])])
+            drafts = drafts[done : done + k]
+            wrong = (7 * done + req.num_prompt_tokens) % (k + 2)
+            if wrong < len(drafts):
+                drafts[wrong] = (drafts[wrong] + 1) % 250
+            self.num_proposed += len(drafts)
+            out.append(drafts)
+        return out
+
+    def observe(self, step: TargetStep) -> None:
+        pass
+
+
+def generate(
+    model: torch.nn.Module,
+    cfg: SchedulerConfig,
+    prompts: Sequence[list[int]],
+    params: Sequence[SamplingParams],
+    drafter: object | None = None,
+) -> MixedRun:
+    runner = Runner(model, cfg)  # type: ignore[arg-type]
+    if drafter is not None:
+        runner.drafter = drafter  # type: ignore[assignment]
+    return run_mixed_steps(runner, cfg, prompts, params)
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_model) -> MixedRun:
+    """Each prompt alone, no speculation."""
+    runs = [generate(tiny_model, config(speculative="off"), [p], [GREEDY]) for p in PROMPTS]
+    return MixedRun([r.tokens[0] for r in runs], [r.logprobs[0] for r in runs], 0, 0)
+
+
+def _scripted(plain: MixedRun, prompts: Sequence[list[int]] = PROMPTS) -> ScriptedDrafter:
+    return ScriptedDrafter({tuple(p): t for p, t in zip(prompts, plain.tokens, strict=False)})
+
+
+@pytest.mark.parametrize("num_others", [0, 1, 4, 16])
+def test_greedy_verify_gives_plain_decoding_bit_for_bit(tiny_model, plain, num_others):
+    drafter = _scripted(plain)
+    n = num_others + 1
+    got = generate(tiny_model, config(), PROMPTS[:n], [GREEDY] * n, drafter)
+    assert drafter.num_proposed > 0
+    assert got.tokens == plain.tokens[:n]
+    assert got.logprobs == plain.logprobs[:n]  # values and top-2, bit for bit
+
+
+def test_the_ngram_drafter_gives_plain_decoding_and_accepts_repetition(tiny_model):
+    rng = random.Random(5)
+    loops = [[rng.randrange(250) for _ in range(rng.randint(2, 6))] * 8 for _ in range(6)]
+    prompts = [*loops, *PROMPTS[:4]]
+    params = [replace(GREEDY, max_tokens=24)] * len(prompts)
+    off = generate(tiny_model, config(speculative="off", max_model_len=256), prompts, params)
+    cfg = config(max_model_len=256)
+    runner = Runner(tiny_model, cfg)
+    sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
+    reqs = [
+        sched.add_request(str(i), p, sp)
+        for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
+    ]
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+    assert [r.output_token_ids for r in reqs] == off.tokens
+    assert off.tokens[0] == reference_greedy(tiny_model, prompts[0], 24)
+    spec = sched.stats().spec
+    assert spec.num_drafts > 0 and spec.num_accepted_tokens > 0
+    assert sum(spec.accepted_per_position) == spec.num_accepted_tokens
+
+
+def test_seeded_sampling_gives_the_tokens_it_gives_without_speculation(tiny_model, plain):
+    """A drawn token at a verify row uses the seed of its output position, so a seeded
+    request's tokens do not depend on speculation; with min_tokens and logit_bias too."""
+    params = [
+        SamplingParams(temperature=0.8, top_k=40, seed=11, max_tokens=NUM_NEW, logprobs=1),
+        SamplingParams(temperature=1.0, top_p=0.9, seed=3, max_tokens=NUM_NEW, min_tokens=5),
+        SamplingParams(temperature=0.7, seed=5, max_tokens=NUM_NEW, logit_bias=((7, 3.0),)),
+        replace(GREEDY, frequency_penalty=1.0),  # not drafted: decodes beside the others
+    ]
+    prompts = PROMPTS[:4]
+    off = generate(tiny_model, config(speculative="off"), prompts, params)
+    # Drafts from the sampled continuation: most of them are accepted.
+    drafter = _scripted(off, prompts)
+    on = generate(tiny_model, config(), prompts, params, drafter)
+    assert drafter.num_proposed > 0
+    assert on.tokens == off.tokens and on.logprobs == off.logprobs
+
+
+def _state_and_kv(runner: Runner, sched: Scheduler, rid: str) -> tuple[int, list[torch.Tensor]]:
+    """(tokens in the cache, [every GDN layer's conv and recurrent row, every KV layer's rows
+    up to that length]) of one running request."""
+    req = sched._requests[rid]
+    slot, n = req.state_slot, req.num_computed_tokens
+    assert slot is not None
+    out: list[torch.Tensor] = []
+    for cache in runner.caches.linear.values():
+        out += [cache.conv[slot].clone(), cache.recurrent[slot].clone()]
+    bs = runner.config.block_size
+    rows = torch.tensor([req.block_ids[p // bs] * bs + p % bs for p in range(n)])
+    for kv in runner.caches.attention.values():
+        out += [kv.k.flatten(0, 1)[rows].clone(), kv.v.flatten(0, 1)[rows].clone()]
+    return n, out
+
+
+def test_roll_back_leaves_the_state_and_kv_of_a_run_without_rejected_drafts(tiny_model, plain):
+    """After every step, the request's GDN rows and KV equal, bit for bit, those of the plain
+    run when it had the same tokens in its cache."""
+    prompt, params = PROMPTS[2], replace(GREEDY, max_tokens=24)
+    seen: dict[int, list[torch.Tensor]] = {}
+    drafter = _scripted(
+        generate(tiny_model, config(speculative="off"), [prompt], [params]), [prompt]
+    )
+    num_checked = 0
+    for speculative in ("off", "ngram"):
+        cfg = config(speculative=speculative)
+        runner = Runner(tiny_model, cfg)
+        runner.drafter = drafter  # type: ignore[assignment]
+        sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
+        sched.add_request("r", prompt, params)
+        while sched.has_work():
+            batch = sched.schedule()
+            sched.update(batch, runner.run(batch))
+            if "r" not in sched._requests:
+                break
+            n, rows = _state_and_kv(runner, sched, "r")
+            if speculative == "off":
+                seen[n] = rows
+            else:
+                assert all(torch.equal(a, b) for a, b in zip(rows, seen[n], strict=True)), n
+                num_checked += 1
+        assert sched.blocks.num_free_blocks == sched.blocks.num_blocks
+    stats = sched.stats().spec
+    assert num_checked > 3 and stats.num_accepted_tokens < stats.num_draft_tokens
+
+
+def test_a_prefix_cache_hit_under_speculation_gives_the_output_without_either(tiny_model):
+    """The first request speculates (rejections included) after its prompt is cached; the second
+    resumes from that snapshot and speculates too: both get the plain output, and the cached
+    snapshot was never written over by a verify."""
+    rng = random.Random(1)
+    stem = [rng.randrange(250) for _ in range(300)]
+    prompts = [stem, [*stem[:270], *(rng.randrange(250) for _ in range(30))]]
+    params = replace(GREEDY, max_tokens=10)
+    base = {"max_model_len": 512, "max_num_batched_tokens": 512, "prefix_cache_min_tokens": 128}
+    refs = [reference_greedy(tiny_model, p, 10) for p in prompts]
+    drafter = ScriptedDrafter({tuple(p): r for p, r in zip(prompts, refs, strict=True)})
+    for snapshots in (2, 0):
+        cfg = config(**base, prefix_cache_snapshots=snapshots)
+        runner = Runner(tiny_model, cfg)
+        runner.drafter = drafter  # type: ignore[assignment]
+        sched = Scheduler(
+            cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
+            snapshot_rows=runner.snapshot_rows,
+        )  # fmt: skip
+        tokens = []
+        for i, prompt in enumerate(prompts):
+            req = sched.add_request(str(i), prompt, params)
+            while sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+            tokens.append(req.output_token_ids)
+        assert tokens == refs
+        assert sched.stats().num_prefix_cached_tokens == (256 if snapshots else 0)
+        assert sched.stats().spec.num_draft_tokens > sched.stats().spec.num_accepted_tokens > 0
+
+
+def test_requests_join_and_leave_while_others_speculate(tiny_model, plain):
+    """Three sequences at a time, different lengths: requests finish between verifies and new
+    ones are admitted (prompt chunks beside verify rows, preemption for blocks). Tokens only:
+    chunks cut by a small budget and prompts recomputed after preemption round differently."""
+    prompts = PROMPTS[:9]
+    lengths = [RNG.randint(1, NUM_NEW) for _ in prompts]
+    params = [replace(GREEDY, max_tokens=n) for n in lengths]
+    cfg = config(max_num_seqs=3, max_num_batched_tokens=24, num_kv_blocks=6)
+    got = generate(tiny_model, cfg, prompts, params, _scripted(plain))
+    assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
+    assert got.num_preemptions > 0
+
+
+def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, plain):
+    rng = random.Random(7)
+    cfg = config(max_num_seqs=6, num_kv_blocks=24, prefix_cache_snapshots=0)
+    runner = Runner(tiny_model, cfg)
+    runner.drafter = _scripted(plain)  # type: ignore[assignment]
+    sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
+    for i in range(24):
+        sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))
+        sched.add_request(str(i), PROMPTS[rng.randrange(len(PROMPTS))], sp)
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.3 and sched._requests:
+            sched.abort(rng.choice(sorted(sched._requests)))
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+    stats = sched.stats()
+    assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
+    assert sched.blocks.num_free_blocks == cfg.num_kv_blocks
+    assert sched.slots.num_free_slots == runner.num_slots
