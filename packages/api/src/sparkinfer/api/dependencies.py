@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sparkinfer.api.edge import is_authorized
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import ModelNotFound, Unauthorized
 from sparkinfer.api.grammar import GrammarCompiler
@@ -70,15 +70,12 @@ def now() -> int:
 
 
 async def require_api_key(request: Request) -> None:
-    """With `api_key` set, every /v1 route needs `Authorization: Bearer <key>`."""
+    """With `api_key` set, every /v1 route needs `Authorization: Bearer <key>` (or, as Anthropic
+    clients send it, `x-api-key: <key>`)."""
     key = get_state(request).settings.api_key
     if key is None:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        token.strip().encode(), key.get_secret_value().encode()
-    ):
+    if not is_authorized(request.headers, key.get_secret_value()):
         raise Unauthorized(
             "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
         )

@@ -42,6 +42,7 @@ class ChoiceEvent:
     logprobs: tuple[TokenLogprob, ...] = ()
     finish_reason: str | None = None
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # on a choice's first event, when asked for
+    stop_string: str | None = None  # the stop string that ended the choice, on its last event
 
 
 @dataclass
@@ -88,8 +89,9 @@ async def run_choice(
             text = stops.feed(detok.push(out.new_token_ids))
             if stops.is_stopped:
                 yield ChoiceEvent(
-                    job.index, text, out.new_token_ids, out.logprobs, "stop", out.prompt_logprobs
-                )
+                    job.index, text, out.new_token_ids, out.logprobs, "stop", out.prompt_logprobs,
+                    stops.matched,
+                )  # fmt: skip
                 return
             if out.finish_reason is FinishReason.ERROR:
                 logger.error("request %s: the engine failed it: %s", job.request_id, out.error)
@@ -105,8 +107,9 @@ async def run_choice(
                     finish = "stop"
             if text or out.new_token_ids or finish:
                 yield ChoiceEvent(
-                    job.index, text, out.new_token_ids, out.logprobs, finish, out.prompt_logprobs
-                )
+                    job.index, text, out.new_token_ids, out.logprobs, finish, out.prompt_logprobs,
+                    stops.matched if finish == "stop" else None,
+                )  # fmt: skip
     finally:
         client.abort_all([stream])  # no-op once finished; else the engine frees it now
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 import uvicorn
 from fastapi import Depends, FastAPI
+from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
 from sparkinfer.api.edge import EdgeMiddleware, edge_config
 from sparkinfer.api.engine_client import EngineClient
@@ -21,7 +22,7 @@ from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.request_ids import RequestIdMiddleware
-from sparkinfer.api.routers import chat, completions, health, models, score, tokenize
+from sparkinfer.api.routers import chat, completions, health, messages, models, score, tokenize
 from sparkinfer.api.settings import Settings, SettingsError, parse_args
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
@@ -222,10 +223,12 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     install_error_handlers(app)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(AnthropicErrorMiddleware)  # outermost: sees the edge's errors too
     app.include_router(health.router)
     guarded = [Depends(require_api_key)]
     for router in (models.router, chat.router, completions.router, score.router, tokenize.router):
         app.include_router(router, dependencies=guarded)
+    app.include_router(messages.router, dependencies=guarded)
     return app
 
 

@@ -1,0 +1,256 @@
+"""The one conversation core behind chat completions, Anthropic Messages and OpenAI Responses.
+
+Each protocol is a thin adapter: it turns its body into a `Conversation` (the internal
+conversation, in the chat-completions shape that the template, the tool checks and the grammar
+take), starts it here, and maps the one output parser's deltas (`ChatOutput`: reasoning split,
+tool calls, JSON) to its own events. A fix in the core is a fix in all three.
+
+Errors raised while the conversation is prepared name internal fields (`messages[3]`,
+`tools[0].function.parameters`); `Conversation.paths` maps them back to the protocol's own
+fields (`messages[2].content[1]`, `tools[0].input_schema`), so every 400 names what the client
+sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import pydantic
+from fastapi import Request
+from sparkinfer.api.chat_output import ChatOutput
+from sparkinfer.api.chat_request import (
+    PreparedChat,
+    chat_prompt_ids,
+    prepare_chat,
+    resolve_thinking,
+    with_processor,
+)
+from sparkinfer.api.dependencies import ServerState
+from sparkinfer.api.errors import ApiError, InternalError, InvalidRequest, to_api_error
+from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
+from sparkinfer.api.media import load_media, media_parts
+from sparkinfer.api.request_ids import engine_request_id
+from sparkinfer.api.sampling import build_params
+from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
+from sparkinfer.api.schemas.common import Usage
+from sparkinfer.api.tools import check_response_format_stops, check_tools
+from sparkinfer.api.usage import make_usage
+from sparkinfer.model.chat_template import ChatOptions
+from starlette.concurrency import run_in_threadpool
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A request of any protocol as the internal conversation, plus where its fields came from."""
+
+    request: ChatCompletionRequest
+    # (internal field, protocol field) pairs; the longest internal prefix of a param wins.
+    paths: tuple[tuple[str, str], ...] = ()
+
+    def remap(self, err: ApiError) -> ApiError:
+        """`err` with its param and message naming the protocol's fields."""
+        return remap_error(err, self.paths)
+
+
+def remap_error(err: ApiError, paths: Sequence[tuple[str, str]]) -> ApiError:
+    """`err` renamed by `paths` ((internal field, protocol field); the longest prefix wins)."""
+    if err.param is None:
+        return err
+    param = err.param
+    best = max((p for p in paths if _is_prefix(p[0], param)), key=lambda p: len(p[0]), default=None)
+    if best is None:
+        return err
+    inner, outer = best
+    err.param = outer + param[len(inner) :]
+    err.message = re.sub(re.escape(inner) + r"(?![\w])", outer, err.message)
+    err.args = (err.message,)
+    return err
+
+
+def _is_prefix(prefix: str, param: str) -> bool:
+    return param == prefix or param.startswith((prefix + ".", prefix + "["))
+
+
+def output_parser(req: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
+    """A fresh output parser for one answer of `req` (the same for every protocol)."""
+    return ChatOutput(
+        is_thinking=prep.thinking.is_enabled,
+        is_reasoning_excluded=prep.thinking.is_excluded,
+        tools=prep.tools if req.tool_choice != "none" else None,
+        is_tool_call_forced=prep.is_tool_call_forced,
+        response_schema=prep.response_schema,
+    )
+
+
+@dataclass
+class Turn:
+    """One started answer of a conversation: its engine choice and its output parser."""
+
+    conversation: Conversation
+    prepared: PreparedChat
+    output: ChatOutput
+    choices: Choices
+    num_prompt_tokens: int
+    stop_string: str | None = None  # the stop sequence that ended the answer, if one did
+    finish_reason: str | None = None  # chat's reason (stop, length, tool_calls), once finished
+
+    @property
+    def usage(self) -> Usage:
+        return make_usage(self.choices.results, [self.num_prompt_tokens])
+
+
+@dataclass(frozen=True)
+class TurnStep:
+    """What one engine step added: output deltas, and the finish reason on the last step."""
+
+    deltas: list[ChoiceDelta]
+    finish_reason: str | None = None
+
+
+async def start_turn(conv: Conversation, state: ServerState, rid: str) -> Turn:
+    """Check and render the conversation, then queue its one answer (errors name the protocol's
+    fields; nothing is queued when one is raised)."""
+    req = conv.request
+    try:
+        check_response_format_stops(req)
+        parts = media_parts(req.messages, has_vision=state.media is not None)
+        media = await load_media(parts, state.media) if parts and state.media else []
+        prep = await prepare_chat(req, state, media)
+    except Exception as exc:
+        raise _mapped(conv, exc) from None
+    params = build_params(req, state, max_tokens=req.output_limit, logprobs=None)
+    params = with_processor(params, prep, state)
+    job = ChoiceJob(
+        0, engine_request_id(rid, 0), prep.prompt_token_ids, params, req.stop_strings,
+        prep.multimodal,
+    )  # fmt: skip
+    choices = await start_choices(state.engine, state.tokenizer, [job])
+    return Turn(conv, prep, output_parser(req, prep), choices, len(prep.prompt_token_ids))
+
+
+def _mapped(conv: Conversation, exc: Exception) -> Exception:
+    """A client error renamed to the protocol's fields; anything else (a bug) unchanged."""
+    err = to_api_error(exc)
+    if isinstance(err, InternalError):
+        return exc
+    return conv.remap(err)
+
+
+async def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
+    """The answer's deltas step by step; the last step carries the finish reason (closes the
+    engine choice in any case, so a client that leaves aborts it)."""
+    async with contextlib.aclosing(turn.choices):
+        async for ev in turn.choices.events:
+            deltas = turn.output.feed(ev.text)
+            if ev.finish_reason is None:
+                if deltas:
+                    yield TurnStep(deltas)
+                continue
+            deltas += turn.output.finish()
+            turn.stop_string = ev.stop_string
+            turn.finish_reason = turn.output.finish_reason(ev.finish_reason)
+            yield TurnStep(deltas, turn.finish_reason)
+
+
+async def run_turn(turn: Turn) -> Turn:
+    """Read the answer to its end (non-streaming); the parser then holds the whole output."""
+    async for _ in turn_steps(turn):
+        pass
+    return turn
+
+
+async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
+    """The conversation's prompt length as it would be queued (media expanded), nothing queued."""
+    req = conv.request
+    try:
+        check_tools(req)
+        parts = media_parts(req.messages, has_vision=state.media is not None)
+        media = await load_media(parts, state.media) if parts and state.media else []
+        thinking = resolve_thinking(req)
+        options = ChatOptions(enable_thinking=thinking.is_enabled, reasoning_effort=thinking.effort)
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+        ids, _ = await run_in_threadpool(
+            chat_prompt_ids, state, req.messages, tools, options, media
+        )
+    except Exception as exc:
+        raise _mapped(conv, exc) from None
+    return len(ids)
+
+
+def is_forced(req: ChatCompletionRequest) -> bool:
+    """tool_choice required or named: only calls may come out."""
+    return req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    """The request's JSON body as `model` (the routes of the other protocols parse their own
+    bodies, so that every 400 names the field as the client wrote it)."""
+    try:
+        data = json.loads(await request.body())
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"the request body is not valid JSON ({exc}): send a JSON object"
+        ) from None
+    return parse_body(model, data)
+
+
+def parse_body(model: type[M], data: Any) -> M:
+    """`data` as `model`; a 400 naming the first bad field as the client wrote it."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise body_error(exc, data) from None
+
+
+def body_error(exc: pydantic.ValidationError, data: Any) -> InvalidRequest:
+    """The first validation error as a 400 naming its field (union tags left out of the path)."""
+    first = exc.errors()[0]
+    param = _path_in(data, first.get("loc", ()))
+    kind = first.get("type")
+    if kind == "missing":
+        return InvalidRequest(f"{param} is required", param=param or None)
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    value = first.get("input")
+    shown = (
+        repr(value) if not isinstance(value, dict | list) else type(cast(object, value)).__name__
+    )
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    where = param or "the request body"
+    return InvalidRequest(f"{where}: {msg} (got {shown})", param=param or None)
+
+
+def _path_in(data: Any, loc: Sequence[int | str]) -> str:
+    """pydantic's `loc` as `a.b[2].c`, walking `data` so that union tags (`list[...]`, a block's
+    `type`) are left out: a part is a key or index of the body, or the missing field at the end."""
+    out = ""
+    node: Any = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and isinstance(part, str):
+            obj = cast("dict[str, Any]", node)
+            if part in obj:
+                out += f".{part}" if out else part
+                node = obj[part]
+            elif i == len(loc) - 1:
+                out += f".{part}" if out else part
+        elif isinstance(node, list) and isinstance(part, int):
+            items = cast("list[Any]", node)
+            out += f"[{part}]"
+            node = items[part] if 0 <= part < len(items) else None
+    return out
+
+
+def internal_request(fields: dict[str, Any], paths: Sequence[tuple[str, str]]) -> Conversation:
+    """Build the internal conversation; a value it refuses is a 400 naming the protocol field."""
+    try:
+        req = ChatCompletionRequest.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        raise remap_error(body_error(exc, fields), paths) from None
+    return Conversation(req, tuple(paths))

@@ -1,0 +1,208 @@
+"""The Anthropic Messages API through the official `anthropic` client (random weights)."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from .conftest import RunningServer, serve
+
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather of a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome"]},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+        },
+        "required": ["city", "unit"],
+    },
+}
+ENDS = ("end_turn", "max_tokens")
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def model(server: RunningServer) -> str:
+    return httpx.get(server.v1 + "/models").json()["data"][0]["id"]
+
+
+def test_message_text_and_usage(client: anthropic.Anthropic, model: str) -> None:
+    m = client.messages.create(model=model, max_tokens=6, messages=USER, system="Be brief.")
+    assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+    assert m.stop_reason in ENDS
+    assert [b.type for b in m.content] in (["text"], [])  # thinking is off unless asked for
+    assert 1 <= m.usage.output_tokens <= 6
+    assert m.usage.input_tokens > 0 and m.usage.cache_read_input_tokens is not None
+
+
+def test_stream_thinking_then_text(client: anthropic.Anthropic, model: str) -> None:
+    with client.messages.stream(
+        model=model,
+        max_tokens=12,
+        messages=USER,
+        thinking={"type": "enabled", "budget_tokens": 3},
+    ) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert "message_delta" in kinds
+    blocks = [b.type for b in final.content]
+    assert blocks[0] == "thinking" and final.content[0].thinking  # type: ignore[union-attr]
+    assert final.content[0].signature  # type: ignore[union-attr]
+    assert set(blocks) <= {"thinking", "text"}
+    assert final.stop_reason in ENDS and final.usage.output_tokens > 0
+
+
+def test_stream_text_deltas_match_the_whole_text(client: anthropic.Anthropic, model: str) -> None:
+    with client.messages.stream(model=model, max_tokens=8, messages=USER) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    whole = "".join(b.text for b in final.content if b.type == "text")
+    assert text == whole
+
+
+def test_tool_round_trip(client: anthropic.Anthropic, model: str) -> None:
+    first = client.messages.create(
+        model=model,
+        max_tokens=120,
+        messages=USER,
+        tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
+    assert first.stop_reason == "tool_use", first.content
+    call = next(b for b in first.content if b.type == "tool_use")
+    assert call.name == "get_weather" and call.input["city"] in ("Paris", "Rome")  # type: ignore[index]
+    second = client.messages.create(
+        model=model,
+        max_tokens=5,
+        tools=[WEATHER],
+        messages=[
+            *USER,
+            {"role": "assistant", "content": first.content},  # type: ignore[typeddict-item]
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call.id, "content": "18 C, sunny"},
+                    {"type": "text", "text": "And tomorrow?"},
+                ],
+            },
+        ],
+    )
+    assert second.stop_reason in (*ENDS, "tool_use")
+    assert second.usage.input_tokens > first.usage.input_tokens
+
+
+def test_streamed_tool_call_input(client: anthropic.Anthropic, model: str) -> None:
+    with client.messages.stream(
+        model=model,
+        max_tokens=120,
+        messages=USER,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+    ) as stream:
+        final = stream.get_final_message()
+    call = next(b for b in final.content if b.type == "tool_use")
+    assert final.stop_reason == "tool_use" and set(call.input) == {"city", "unit"}  # type: ignore[arg-type]
+
+
+def test_stop_sequence_is_reported(client: anthropic.Anthropic, model: str) -> None:
+    args = {"model": model, "max_tokens": 12, "messages": USER, "extra_body": {"temperature": 0.0}}
+    full = client.messages.create(**args)  # type: ignore[arg-type]
+    text = "".join(b.text for b in full.content if b.type == "text")
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    if not stop.strip():
+        pytest.skip(f"no usable stop sequence in {text!r}")
+    m = client.messages.create(**args, stop_sequences=[stop])  # type: ignore[arg-type]
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+
+
+def test_count_tokens_matches_the_prompt(client: anthropic.Anthropic, model: str) -> None:
+    counted = client.messages.count_tokens(model=model, messages=USER, tools=[WEATHER])
+    m = client.messages.create(model=model, max_tokens=1, messages=USER, tools=[WEATHER])
+    assert counted.input_tokens == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": USER}, "max_tokens"),
+        ({"max_tokens": 4, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"max_tokens": 4, "messages": USER, "temperature": 1.5}, "temperature"),
+        (
+            {
+                "max_tokens": 4,
+                "messages": USER,
+                "tools": [{**WEATHER, "input_schema": {"type": 3}}],
+            },
+            "tools[0].input_schema",
+        ),
+        (
+            {
+                "max_tokens": 4,
+                "messages": USER,
+                "thinking": {"type": "enabled", "budget_tokens": 9},
+            },
+            "thinking.budget_tokens",
+        ),
+        (
+            {
+                "max_tokens": 4,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "url", "url": "http://x/a.png"}}
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].source",
+        ),
+        (
+            {"max_tokens": 4, "messages": [*USER, {"role": "assistant", "content": "Hi"}]},
+            "messages[1]",
+        ),
+        (
+            {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "document"}]}]},
+            "messages[0].content",
+        ),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(
+    server: RunningServer, model: str, body: dict[str, object], field: str
+) -> None:
+    r = httpx.post(server.v1 + "/messages", json={"model": model, **body}, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+    assert field in err["error"]["message"], err
+
+
+def test_sdk_error_types(client: anthropic.Anthropic, model: str) -> None:
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client.messages.create(model=model, max_tokens=0, messages=USER)  # type: ignore[arg-type]
+    assert "max_tokens" in str(bad.value)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="claude-none", max_tokens=4, messages=USER)  # type: ignore[arg-type]
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model=model, messages=[])
+
+
+def test_x_api_key_and_auth_errors_in_anthropic_shape() -> None:
+    with serve(api_key="sekret") as running:
+        good = anthropic.Anthropic(base_url=running.base_url, api_key="sekret", max_retries=0)
+        ids = httpx.get(running.v1 + "/models", headers={"x-api-key": "sekret"}).json()
+        model = ids["data"][0]["id"]
+        assert good.messages.create(model=model, max_tokens=1, messages=USER).usage.output_tokens
+        bad = anthropic.Anthropic(base_url=running.base_url, api_key="wrong", max_retries=0)
+        with pytest.raises(anthropic.AuthenticationError) as err:
+            bad.messages.create(model=model, max_tokens=1, messages=USER)
+        assert err.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
