@@ -210,7 +210,7 @@ class Scheduler:
         prefills = [r for r in runnable if r.num_pending_tokens > 1]
         self.spec.plan_step(decodes)
         num_drafting = 0
-        for req in decodes + prefills:
+        for i, req in enumerate(decodes + prefills):
             if budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:
@@ -224,7 +224,8 @@ class Scheduler:
                 and seq.is_decode
                 and num_drafting < self.config.speculative_max_seqs
             ):
-                seq = self._add_lookahead(seq, budget - 1)
+                # Drafts take what the decodes after this one leave of the budget.
+                seq = self._add_lookahead(seq, budget - 1 - max(0, len(decodes) - i - 1))
                 num_drafting += seq.num_lookahead_tokens > 0
             if seq is not None:
                 scheduled[req.request_id] = seq

@@ -1,0 +1,177 @@
+"""The scheduler's side of speculation on a fake runner: lookahead rows, accepted drafts kept and
+the rest freed, stops among accepted drafts, the adaptive switch, and no leaks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scheduler_testing import FakeRunner, next_token
+from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, SpecOutcome
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.scheduler import Scheduler
+from sparkinfer.scheduler.spec_policy import PROBE_INTERVAL, SpecPolicy
+
+
+class FakeSpecRunner(FakeRunner):
+    """A decode row with lookahead drafts the fake model's own continuation, one draft in some
+    steps wrong (`error_rate`), and accepts them up to the first wrong one."""
+
+    def __init__(self, *, error_rate: float = 0.3, seed: int = 0, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.rng = random.Random(seed)
+        self.error_rate = error_rate
+
+    def run(self, batch: ScheduledBatch) -> ModelOutput:
+        if not batch.is_read_at_once:
+            return super().run(batch)
+        self.batches.append(batch)
+        before = [
+            (p, SampledToken(next_token(p.req.token_ids, self.vocab_size))) for p in self._inflight
+        ]
+        self._inflight = []
+        for s in batch.seqs:
+            assert not s.num_lookahead_tokens or not s.is_input_inflight
+            held = len(s.req.block_ids) * self.block_size
+            assert held >= s.num_cached_tokens + 1 + s.num_lookahead_tokens
+        samples, spec = [], {}
+        for s in (s for s in batch.seqs if s.is_sampled):
+            tokens = list(s.req.token_ids)
+            truth = []
+            for _ in range(s.num_lookahead_tokens + 1):
+                truth.append(next_token(tokens, self.vocab_size))
+                tokens.append(truth[-1])
+            drafts = [
+                t if self.rng.random() > self.error_rate else (t + 1) % self.vocab_size
+                for t in truth[: s.num_lookahead_tokens]
+            ]
+            a = next(
+                (j for j, (d, t) in enumerate(zip(drafts, truth, strict=False)) if d != t),
+                len(drafts),
+            )
+            samples += [(s, SampledToken(t)) for t in truth[: a + 1]]
+            if drafts:
+                spec[s.req.request_id] = SpecOutcome(len(drafts), a)
+        return ModelOutput(samples=tuple(before + samples), spec=spec)
+
+
+def config(**kw: object) -> SchedulerConfig:
+    base: dict[str, object] = {
+        "block_size": 4, "max_model_len": 128, "speculative": "ngram",
+        "speculative_adaptive": False, "num_speculative_tokens": 3,
+    }  # fmt: skip
+    return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def drain(sched: Scheduler, runner: FakeRunner) -> None:
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+
+
+def outputs(cfg: SchedulerConfig, runner: FakeRunner, prompts, params) -> list[list[int]]:
+    sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots, vocab_size=100)
+    reqs = [
+        sched.add_request(str(i), p, sp)
+        for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
+    ]
+    drain(sched, runner)
+    return [r.output_token_ids for r in reqs]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_speculation_keeps_the_output_with_stops_and_length_limits(overlap):
+    rng = random.Random(1)
+    prompts = [[rng.randrange(1, 100) for _ in range(rng.randint(1, 30))] for _ in range(12)]
+    params = [SamplingParams(temperature=0.0, max_tokens=rng.randint(1, 20)) for _ in prompts]
+    plain = outputs(config(speculative="off"), FakeRunner(overlap=overlap), prompts, params)
+    stops = [SamplingParams(temperature=0.0, max_tokens=20, stop_token_ids=(o[len(o) // 2],))
+             for o in plain]  # fmt: skip
+    plain_stops = outputs(config(speculative="off"), FakeRunner(overlap=overlap), prompts, stops)
+    runner = FakeSpecRunner(overlap=overlap)
+    assert outputs(config(), runner, prompts, params) == plain
+    assert outputs(config(), FakeSpecRunner(overlap=overlap), prompts, stops) == plain_stops
+    assert any(s.num_lookahead_tokens for b in runner.batches for s in b.seqs)
+
+
+def test_lookahead_stays_within_the_budget_the_blocks_and_max_len():
+    sched = Scheduler(config(max_num_batched_tokens=6), num_blocks=64, num_slots=8, vocab_size=100)
+    runner = FakeSpecRunner(error_rate=0.0)
+    reqs = [sched.add_request(str(i), [1 + i] * 3, SamplingParams(max_tokens=9)) for i in range(3)]
+    while sched.has_work():
+        decoding = [
+            r
+            for r in sched.running
+            if r.num_pending_tokens == 1 and r.num_output_tokens and not r.is_at_max_len
+        ]
+        batch = sched.schedule()
+        assert batch.num_tokens + sum(s.num_lookahead_tokens for s in batch.seqs) <= 6
+        assert {s.req for s in batch.seqs if s.is_decode} == set(decoding)  # drafts starve none
+        for s in batch.seqs:
+            assert s.req.num_tokens + s.num_lookahead_tokens < s.req.max_len
+        sched.update(batch, runner.run(batch))
+    assert any(s.num_lookahead_tokens == 3 for b in runner.batches for s in b.seqs)
+    assert all(r.num_output_tokens == 9 for r in reqs)
+    assert sched.blocks.num_free_blocks == 64
+
+
+def test_a_request_with_penalties_or_a_processor_decodes_one_token_a_step():
+    sched = Scheduler(config(), num_blocks=64, num_slots=8, vocab_size=100)
+    runner = FakeSpecRunner()
+    sched.add_request("p", [1, 2, 3], SamplingParams(max_tokens=6, presence_penalty=0.5))
+    sched.add_request(
+        "g", [1, 2, 3], SamplingParams(max_tokens=6, logits_processor=lambda h, r: None)
+    )
+    drain(sched, runner)
+    assert not any(s.num_lookahead_tokens for b in runner.batches for s in b.seqs)
+    assert not any(b.is_read_at_once for b in runner.batches)
+
+
+def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_off():
+    sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    runner = FakeSpecRunner(error_rate=1.0)  # every first draft is wrong
+    req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=100))
+    for _ in range(12):
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+    assert req.spec.num_verifies >= 2 and req.spec.cooldown_steps > 0
+    # Measured: verifies take five times a plain step; even full acceptance does not pay.
+    policy = SpecPolicy(config(speculative_adaptive=True))
+    for _ in range(8):
+        policy.record_step(num_rows=1, is_verify=False, seconds=0.01)
+        policy.record_step(num_rows=4, is_verify=True, seconds=0.05)
+        policy.record_step(num_rows=2, is_verify=True, seconds=0.05)
+    req.spec.cooldown_steps, req.spec.accepted_weight = 0, 100.0
+    policy.plan_step([req])
+    assert not policy.is_on
+    for _ in range(PROBE_INTERVAL - 2):
+        policy.plan_step([req])
+    assert not policy.is_on
+    policy.plan_step([req])
+    assert policy.is_on  # a probe refreshes the verify measurements
+    for _ in range(8):  # verifies as fast as plain steps: drafting pays
+        policy.record_step(num_rows=4, is_verify=True, seconds=0.01)
+    policy.plan_step([req])
+    assert policy.is_on
+
+
+def test_no_leaks_after_a_thousand_random_requests_with_aborts():
+    rng = random.Random(3)
+    cfg = config(max_num_seqs=8, max_num_batched_tokens=32, speculative_max_seqs=4)
+    sched = Scheduler(cfg, num_blocks=48, num_slots=8, vocab_size=100)
+    runner = FakeSpecRunner(num_blocks=48, num_slots=8, overlap=True)
+    for i in range(1000):
+        prompt = [rng.randrange(1, 100) for _ in range(rng.randint(1, 40))]
+        sched.add_request(str(i), prompt, SamplingParams(max_tokens=rng.randint(1, 24)))
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.2 and sched._requests:
+            sched.abort(rng.choice(sorted(sched._requests)))
+    drain(sched, runner)
+    stats = sched.stats()
+    assert stats.num_aborted > 50 and stats.spec.num_drafts > 100 and stats.num_preemptions > 0
+    assert stats.num_finished + stats.num_aborted == 1000
+    assert sched.blocks.num_free_blocks == 48 and sched.slots.num_free_slots == 8
