@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -13,7 +14,7 @@ from sparkinfer.api.grammar import GrammarCompiler, UnsupportedSchema, json_gram
 from sparkinfer.model.tokenizer import Tokenizer
 from xgrammar.structural_tag import StructuralTag
 
-from .conftest import RunningServer
+from .conftest import RunningServer, serve
 
 
 class CountingCompiler:
@@ -115,3 +116,68 @@ def test_health_answers_while_a_grammar_compiles(
         release.set()
         thread.join(60)
     assert responses[0].status_code == 200
+
+
+class HoldingCompiler(CountingCompiler):
+    """Holds only the compiles of tags whose JSON holds `marker`."""
+
+    def __init__(self, inner: xgr.GrammarCompiler, marker: str, release: threading.Event):
+        super().__init__(inner, release=release)
+        self.marker = marker
+
+    def compile_structural_tag(self, tag: StructuralTag) -> xgr.CompiledGrammar:
+        if self.marker not in tag.model_dump_json():
+            return self.inner.compile_structural_tag(tag)
+        return super().compile_structural_tag(tag)
+
+
+def _chat_with_schema(server: RunningServer, schema: dict[str, Any]) -> httpx.Response:
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    body = {"messages": [{"role": "user", "content": "hi"}], "response_format": fmt}
+    return httpx.post(server.v1 + "/chat/completions", json={**body, "max_tokens": 1}, timeout=60)
+
+
+def test_a_small_grammar_compiles_while_a_large_one_runs_and_a_slow_one_times_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with serve(grammar_compile_timeout_s=2.0) as s:
+        grammars: GrammarCompiler = s.app.state.server.grammars  # type: ignore[attr-defined]
+        release = threading.Event()
+        slow = f"slow{uuid.uuid4().hex}"
+        monkeypatch.setattr(
+            grammars, "_compiler", HoldingCompiler(grammars._compiler, slow, release)
+        )
+        try:
+            start = time.monotonic()
+            resp = _chat_with_schema(
+                s, {"type": "object", "properties": {slow: {"type": "integer"}}}
+            )
+            assert resp.status_code == 400 and time.monotonic() - start < 10
+            err = resp.json()["error"]
+            assert err["param"] == "response_format.json_schema.schema"
+            assert "grammar_compile_timeout_s" in err["message"]
+            # The held compile still occupies a thread: a new schema compiles beside it.
+            fresh = {"type": "object", "properties": {f"p{uuid.uuid4().hex}": {"type": "integer"}}}
+            assert _chat_with_schema(s, fresh).status_code == 200
+        finally:
+            release.set()
+
+
+def test_oversized_schemas_are_400_naming_them(server: RunningServer) -> None:
+    big = {"type": "string", "enum": [f"v{i}" for i in range(5000)]}
+    resp = _chat_with_schema(server, big)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == "response_format.json_schema.schema"
+    assert "max_schema_nodes" in err["message"] and "5003 JSON values" in err["message"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    props = {f"p{i}": {"type": "integer"} for i in range(2500)}
+    tools = [
+        tool,
+        {"type": "function", "function": {"name": "g", "parameters": {"properties": props}}},
+    ]
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "max_tokens": 1}
+    resp = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert (err["code"], err["param"]) == ("invalid_tool_schema", "tools[1].function.parameters")

@@ -10,6 +10,7 @@ from typing import Any
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.grammar import (
+    GrammarTimeout,
     UnsupportedSchema,
     json_grammar,
     reasoning_grammar,
@@ -90,8 +91,9 @@ async def prepare_chat(
 
     `media`: the request's decoded images and videos in message order (`media.load_media`).
     """
-    tools = check_tools(req)
-    schema = check_response_format_schema(req)
+    max_nodes = state.settings.max_schema_nodes
+    tools = check_tools(req, max_schema_nodes=max_nodes)
+    schema = check_response_format_schema(req, max_schema_nodes=max_nodes)
     if req.response_format is not None and req.response_format.type == "json_object":
         schema = {"type": "object"}
     thinking = resolve_thinking(req)
@@ -177,11 +179,18 @@ async def _compile(
     error: type[InvalidRequest | InvalidToolSchema],
 ) -> Any:
     """Compile a grammar built from the client's schema; one xgrammar refuses is `param`'s fault."""
+    timeout_s = state.settings.grammar_compile_timeout_s
     try:
-        return await state.grammars.compile_in_thread(tag)
+        return await state.grammars.compile_in_thread(tag, timeout_s=timeout_s)
     except UnsupportedSchema as exc:
         raise error(
             f"{param} cannot be enforced as a grammar ({exc}): fix or simplify the schema",
+            param=param,
+        ) from None
+    except GrammarTimeout as exc:
+        raise error(
+            f"{param} cannot be enforced as a grammar in time ({exc}; "
+            "grammar_compile_timeout_s): simplify the schema",
             param=param,
         ) from None
 

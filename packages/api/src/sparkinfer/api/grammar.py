@@ -8,16 +8,17 @@ which `</think>` is forced), then the constrained part starts.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import torch
 import xgrammar as xgr
 from sparkinfer.model.tokenizer import Tokenizer
-from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import (
     AnyTextFormat,
     ConstStringFormat,
@@ -40,15 +41,26 @@ class UnsupportedSchema(ValueError):
     """A JSON Schema that passes the metaschema but cannot become a grammar (e.g. min > max)."""
 
 
+class GrammarTimeout(ValueError):
+    """A grammar took longer than its deadline to compile (it finishes, and is cached, later)."""
+
+
 class GrammarCompiler:
     """Compiles grammars for one tokenizer and model vocabulary (thread-safe, cached).
 
     Identical tool sets and response formats repeat across requests, and an xgrammar compile is
     expensive, so the last `cache_size` compiled grammars are kept, keyed by the tag's JSON.
+    Different grammars compile in parallel on `num_threads` threads of their own, so a large one
+    never holds up a small one nor the threads that tokenize; identical ones compile once.
     """
 
     def __init__(
-        self, tokenizer: Tokenizer, *, model_vocab_size: int, cache_size: int = 64
+        self,
+        tokenizer: Tokenizer,
+        *,
+        model_vocab_size: int,
+        cache_size: int = 64,
+        num_threads: int = 4,
     ) -> None:
         if cache_size < 1:
             raise ValueError(f"cache_size is {cache_size}; it must be at least 1")
@@ -66,9 +78,10 @@ class GrammarCompiler:
             stop_token_ids=list(tokenizer.eos_token_ids),
         )
         self._compiler = xgr.GrammarCompiler(info, max_threads=2)
-        self._compile_lock = threading.Lock()  # one compile at a time
-        self._cache_lock = threading.Lock()  # guards _cache only, so hits never wait on a compile
+        self._executor = ThreadPoolExecutor(num_threads, thread_name_prefix="grammar")
+        self._lock = threading.Lock()  # guards _cache and _pending, never held while compiling
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
+        self._pending: dict[str, Future[xgr.CompiledGrammar]] = {}
         self._cache_size = cache_size
 
     def compile(self, tag: StructuralTag) -> xgr.CompiledGrammar:
@@ -78,33 +91,49 @@ class GrammarCompiler:
         as long as the compile takes: from async code use `compile_in_thread`.
         """
         key = tag.model_dump_json()
-        if (grammar := self._cached(key)) is not None:
-            return grammar
-        with self._compile_lock:
-            # An identical tag may have been compiled while this one waited for the lock.
-            if (grammar := self._cached(key)) is not None:
+        with self._lock:
+            if (grammar := self._cache.get(key)) is not None:
+                self._cache.move_to_end(key)
                 return grammar
-            try:
-                grammar = self._compiler.compile_structural_tag(tag)
-            except RuntimeError as exc:
-                reason = _SOURCE_LOCATION.sub("", str(exc).strip().splitlines()[-1])
-                raise UnsupportedSchema(reason) from exc
-        with self._cache_lock:
+            pending = self._pending.get(key)
+            is_owner = pending is None
+            if pending is None:
+                pending = self._pending[key] = Future()
+        if not is_owner:  # an identical tag is compiling: wait for its grammar
+            return pending.result()
+        try:
+            grammar = self._compile_uncached(tag)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                del self._pending[key]
+        with self._lock:
             self._cache[key] = grammar
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+        pending.set_result(grammar)
         return grammar
 
-    async def compile_in_thread(self, tag: StructuralTag) -> xgr.CompiledGrammar:
-        """`compile` in a worker thread: a large schema does not stall the event loop."""
-        return await run_in_threadpool(self.compile, tag)
+    def _compile_uncached(self, tag: StructuralTag) -> xgr.CompiledGrammar:
+        try:
+            return self._compiler.compile_structural_tag(tag)
+        except RuntimeError as exc:
+            reason = _SOURCE_LOCATION.sub("", str(exc).strip().splitlines()[-1])
+            raise UnsupportedSchema(reason) from exc
 
-    def _cached(self, key: str) -> xgr.CompiledGrammar | None:
-        with self._cache_lock:
-            grammar = self._cache.get(key)
-            if grammar is not None:
-                self._cache.move_to_end(key)
-            return grammar
+    async def compile_in_thread(
+        self, tag: StructuralTag, *, timeout_s: float | None = None
+    ) -> xgr.CompiledGrammar:
+        """`compile` on the compiler's own threads; `GrammarTimeout` after `timeout_s` seconds
+        (the compile still finishes there, and its grammar is cached for the next request)."""
+        loop = asyncio.get_running_loop()
+        pending = loop.run_in_executor(self._executor, self.compile, tag)
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending), timeout_s)
+        except TimeoutError:
+            raise GrammarTimeout(f"it took longer than {timeout_s:g} s to compile") from None
 
     def processor(self, grammar: xgr.CompiledGrammar) -> GrammarLogitsProcessor:
         """A fresh logits processor (its own matcher) for one sequence."""

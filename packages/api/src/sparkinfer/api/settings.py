@@ -140,6 +140,19 @@ class Settings(BaseSettings):
     max_logit_bias: int = Field(
         300, ge=0, description="Most logit_bias entries in one request (OpenAI's limit)"
     )
+    max_schema_nodes: int = Field(
+        4000,
+        ge=1,
+        description="Most JSON values in one request's tool parameter schemas (in all) or "
+        "response_format schema enforced as a grammar (1000 integer properties compile in "
+        "about 2.4 s on one CPU core)",
+    )
+    grammar_compile_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        description="Seconds a request waits for its grammar to compile before a 400 (the "
+        "compile finishes and is cached for the next request)",
+    )
     keep_alive_s: float = Field(
         15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
     )

@@ -19,6 +19,7 @@ from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice, 
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 _ANNOTATION_KEYS = ("$schema", "$comment")
 _MAX_SCHEMA_DEPTH = 64
+DEFAULT_MAX_SCHEMA_NODES = 4000  # the max_schema_nodes setting's default
 
 
 def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -33,6 +34,31 @@ def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str,
     elif isinstance(node, list):
         for i, value in enumerate(cast("list[Any]", node)):
             yield from _walk(value, f"{path}/{i}", depth + 1)
+
+
+def schema_size(schema: Any) -> int:
+    """The number of JSON values in a schema (objects, arrays and scalars alike): what its
+    grammar's compile time grows with."""
+    size, stack = 0, [schema]
+    while stack:
+        node = stack.pop()
+        size += 1
+        if isinstance(node, dict):
+            stack.extend(cast("dict[str, Any]", node).values())
+        elif isinstance(node, list):
+            stack.extend(cast("list[Any]", node))
+    return size
+
+
+def _check_size(
+    size: int, max_nodes: int, param: str, error: type[InvalidRequest | InvalidToolSchema]
+) -> None:
+    if size > max_nodes:
+        raise error(
+            f"{param} has {size} JSON values in its schemas; at most {max_nodes} are enforced "
+            "as a grammar (max_schema_nodes): send fewer properties, enum values or tools",
+            param=param,
+        )
 
 
 def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
@@ -145,15 +171,22 @@ def validator_for(schema: dict[str, Any] | bool | None) -> Draft202012Validator:
     return Draft202012Validator(schema, registry=_registry(schema))
 
 
-def check_tools(req: ChatCompletionRequest) -> ToolSet | None:
-    """Validate tools and tool_choice before anything is queued; None when there are no tools."""
+def check_tools(
+    req: ChatCompletionRequest, *, max_schema_nodes: int = DEFAULT_MAX_SCHEMA_NODES
+) -> ToolSet | None:
+    """Validate tools and tool_choice before anything is queued; None when there are no tools.
+
+    The tools' parameter schemas hold at most `max_schema_nodes` JSON values in all."""
     if not req.tools:
         if req.tool_choice not in (None, "none", "auto"):
             raise InvalidRequest("tool_choice needs a non-empty tools list", param="tool_choice")
         return None
     seen: set[str] = set()
     validators: dict[str, Draft202012Validator] = {}
+    total = 0
     for i, tool in enumerate(req.tools):
+        total += schema_size(tool.function.parameters)
+        _check_size(total, max_schema_nodes, f"tools[{i}].function.parameters", InvalidToolSchema)
         name = tool.function.name
         if name in seen:
             raise InvalidRequest(
@@ -175,7 +208,9 @@ def check_tools(req: ChatCompletionRequest) -> ToolSet | None:
     return ToolSet(tuple(req.tools), validators)
 
 
-def check_response_format_schema(req: ChatCompletionRequest) -> dict[str, Any] | None:
+def check_response_format_schema(
+    req: ChatCompletionRequest, *, max_schema_nodes: int = DEFAULT_MAX_SCHEMA_NODES
+) -> dict[str, Any] | None:
     """The json_schema response format's schema, validated; None for text/json_object."""
     fmt = req.response_format
     if fmt is None or fmt.type != "json_schema" or fmt.json_schema is None:
@@ -185,7 +220,9 @@ def check_response_format_schema(req: ChatCompletionRequest) -> dict[str, Any] |
         raise InvalidRequest(
             "response_format.json_schema.schema is required", param="response_format.json_schema"
         )
-    check_schema(schema, "response_format.json_schema.schema", error=InvalidRequest)
+    param = "response_format.json_schema.schema"
+    _check_size(schema_size(schema), max_schema_nodes, param, InvalidRequest)
+    check_schema(schema, param, error=InvalidRequest)
     return schema
 
 
