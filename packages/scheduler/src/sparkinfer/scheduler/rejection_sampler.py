@@ -13,6 +13,7 @@ drafts (a block drafter at temperature > 0) and is the reference the statistical
 from __future__ import annotations
 
 import torch
+from sparkinfer.scheduler.sampler import host_list
 
 
 def rejection_sample(
@@ -37,7 +38,7 @@ def rejection_sample(
         from the residual at the first rejection, or from row n when every draft was accepted).
     """
     n = int(draft_ids.shape[0])
-    ids: list[int] = [int(t) for t in draft_ids.tolist()]
+    ids: list[int] = host_list(draft_ids)
     device = target_probs.device
     for j in range(n):
         p = target_probs[j]
