@@ -7,6 +7,8 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ["kernels", "model", "scheduler", "multimodal", "api", "bench"]
+# Workspace members by import name: the six packages, and the development-only lab.
+MEMBERS = {name: ROOT / "packages" / name for name in PACKAGES} | {"lab": ROOT / "lab"}
 
 
 def test_import_direction_follows_style_table():
@@ -29,8 +31,7 @@ def test_import_direction_follows_style_table():
 
 
 def test_every_package_follows_the_layout():
-    for name in PACKAGES:
-        pkg = ROOT / "packages" / name
+    for name, pkg in MEMBERS.items():
         meta = tomllib.loads((pkg / "pyproject.toml").read_text())
         assert meta["project"]["name"] == f"sparkinfer-{name}"
         assert meta["tool"]["uv"]["build-backend"]["module-name"] == f"sparkinfer.{name}"
@@ -43,7 +44,7 @@ def test_every_package_follows_the_layout():
 
 
 def test_each_package_imports_on_its_own():
-    for name in PACKAGES:
+    for name in MEMBERS:
         code = f"import sparkinfer.{name}"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -103,23 +104,23 @@ def _third_party_imports(src: pathlib.Path) -> dict[str, str]:
 def test_each_package_declares_what_it_imports():
     # uv does not stop a member from importing what only another member declares; this does.
     missing = []
-    for name in PACKAGES:
-        pkg = ROOT / "packages" / name
+    for pkg in MEMBERS.values():
         declared = _declared(pkg / "pyproject.toml")
         for module, where in sorted(_third_party_imports(pkg / "src").items()):
             dist = _DIST_OF_MODULE.get(module, module).lower().replace("_", "-")
             if dist not in declared:
                 missing.append(
-                    f"{where} imports {module!r}: add {dist!r} to packages/{name}/pyproject.toml"
+                    f"{where} imports {module!r}: add {dist!r} to "
+                    f"{pkg.relative_to(ROOT)}/pyproject.toml"
                 )
     assert not missing, "\n".join(missing)
 
 
 def test_ruff_lint_and_format_are_clean():
-    # STYLE.md: ruff check and ruff format over every Python file of the workspace.
+    # docs/style.md: ruff check and ruff format over every Python file of the workspace.
     for args in (["check"], ["format", "--check"]):
         result = subprocess.run(
-            [sys.executable, "-m", "ruff", *args, "packages", "tests", "conftest.py"],
+            [sys.executable, "-m", "ruff", *args, "packages", "lab", "tests", "conftest.py"],
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -128,7 +129,7 @@ def test_ruff_lint_and_format_are_clean():
 
 
 def test_pyright_is_clean():
-    # STYLE.md: pyright in standard mode, strict for scheduler and api; [tool.pyright] holds the
+    # docs/style.md: pyright in standard mode, strict for scheduler and api; [tool.pyright] holds the
     # config. Its first run on a machine fetches the pyright npm package.
     result = subprocess.run(
         [sys.executable, "-m", "pyright"], capture_output=True, text=True, cwd=ROOT
@@ -144,3 +145,30 @@ def test_engine_bookkeeping_is_plain_python():
         if path.exists():
             imports = _third_party_imports_of(path)
             assert "torch" not in imports, f"{path.relative_to(ROOT)} imports torch"
+
+
+def _locked_closure(root: str) -> set[str]:
+    """Names of the packages `uv sync --package ROOT --no-dev` installs, from uv.lock (extras of
+    dependencies included, to err on the side of installing more)."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    deps_of = {}
+    for pkg in lock["package"]:
+        deps = list(pkg.get("dependencies", []))
+        for extra in pkg.get("optional-dependencies", {}).values():
+            deps += extra
+        deps_of[pkg["name"]] = {d["name"] for d in deps}
+    seen, todo = set(), [root]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += deps_of.get(name, ())
+    return seen
+
+
+def test_the_server_never_installs_the_lab_or_the_bench():
+    installed = _locked_closure("sparkinfer-api")
+    assert "sparkinfer-scheduler" in installed
+    assert not {"sparkinfer-lab", "sparkinfer-bench"} & installed
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "--package sparkinfer-api --no-dev" in dockerfile

@@ -1,7 +1,7 @@
 """The builds mode's log: rows from logged builds (no GPU), and its CPU refusal."""
 
-from sparkinfer.bench import builds
-from sparkinfer.bench.__main__ import main
+from sparkinfer.lab import builds
+from sparkinfer.lab.__main__ import main
 
 
 def test_a_take_sums_the_builds_since_the_last_one():

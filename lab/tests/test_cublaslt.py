@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from sparkinfer.bench.kernels._cublaslt import WORKSPACE_BYTES, LtMatmul
+from sparkinfer.lab.kernels._cublaslt import WORKSPACE_BYTES, LtMatmul
 
 
 def test_rejects_dtypes_it_does_not_plan():

@@ -1,6 +1,6 @@
 """Idle gaps between kernels."""
 
-from sparkinfer.bench.idle_gaps import Gap, Idle, idle
+from sparkinfer.lab.idle_gaps import Gap, Idle, idle
 
 
 def test_idle_counts_gaps_between_kernels_once_and_names_their_neighbours():

@@ -4,10 +4,10 @@ import sys
 
 import pytest
 import torch
-from sparkinfer.bench.__main__ import main
-from sparkinfer.bench.kernels import KernelBenchArgs, KernelSkipped, bench, discover, load
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.timing import Timing
+from sparkinfer.lab.__main__ import main
+from sparkinfer.lab.kernels import KernelBenchArgs, KernelSkipped, bench, discover, load
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
 
 
 def _fast(args):
@@ -64,7 +64,7 @@ def test_run_alone_prints_one_table_titled_by_the_doc(capsys):
 
 def test_every_kernel_module_takes_the_shared_flags(monkeypatch, capsys):
     for name in discover():
-        module = importlib.import_module(f"sparkinfer.bench.kernels.{name}")
+        module = importlib.import_module(f"sparkinfer.lab.kernels.{name}")
         monkeypatch.setattr(sys, "argv", [name, "--help"])
         with pytest.raises(SystemExit) as info:
             module.main()
@@ -77,7 +77,7 @@ def test_every_kernel_module_takes_the_shared_flags(monkeypatch, capsys):
 def test_linear_timing_after_the_models_producer_kernel(monkeypatch, k):
     """--after-norm times each projection after the kernel the model runs before it: an RMSNorm
     of x, or for down_proj's 17,408-wide input the SwiGLU that makes it."""
-    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+    linear_bench = importlib.import_module("sparkinfer.lab.kernels.linear")
     shapes = []
 
     def run_once(calls, *, warmup, iters):
@@ -98,7 +98,7 @@ def test_linear_timing_after_the_models_producer_kernel(monkeypatch, k):
 
 
 def test_gemv_tune_times_every_kernel_in_context_and_drops_an_engine_choice(monkeypatch, tmp_path):
-    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+    linear_bench = importlib.import_module("sparkinfer.lab.kernels.linear")
     contexts = set()
 
     class Timing:
@@ -122,7 +122,7 @@ def test_gemv_tune_times_every_kernel_in_context_and_drops_an_engine_choice(monk
 
 
 def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypatch, tmp_path):
-    linear_bench = importlib.import_module("sparkinfer.bench.kernels.linear")
+    linear_bench = importlib.import_module("sparkinfer.lab.kernels.linear")
 
     class Timing:
         def __init__(self, ms: float) -> None:
@@ -150,7 +150,7 @@ def test_tma_retune_takes_a_faster_descriptor_tile_for_the_decode_rows(monkeypat
 
 
 def test_same_bytes_copies_move_half_the_traffic_each_way_between_distinct_buffers():
-    from sparkinfer.bench.kernels._graph_timing import same_bytes_copies
+    from sparkinfer.lab.kernels._graph_timing import same_bytes_copies
 
     copies = same_bytes_copies(80, 3, torch.device("cpu"))
     outputs = [copy() for copy in copies]
@@ -165,7 +165,7 @@ def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
     is not already a multiple (FLOPs counted as the unpadded product's), then at the power cap."""
     from sparkinfer.bench import roofline
 
-    prefill_linear = importlib.import_module("sparkinfer.bench.kernels.prefill_linear")
+    prefill_linear = importlib.import_module("sparkinfer.lab.kernels.prefill_linear")
     monkeypatch.setattr(prefill_linear, "PREFILL_ROWS", 8)
     monkeypatch.setattr(prefill_linear, "SHAPES", ((200, 16), (256, 16), (248320, 16)))
     monkeypatch.setattr(roofline, "measure_peaks", lambda device: roofline.Peaks(1.0, 1e12))
@@ -191,8 +191,8 @@ def test_prefill_linear_pads_only_unaligned_widths(monkeypatch):
 
 
 def test_decode_split_costs_variants_keep_splits_a_power_of_two_up_to_128():
-    from sparkinfer.bench.kernels._decode_split_costs import _variants
     from sparkinfer.kernels.paged_attention.decode import DecodeConfig
+    from sparkinfer.lab.kernels.paged_attention_tune import _variants
 
     plans = {name: c.MAX_SPLITS for name, c in _variants(DecodeConfig(MAX_SPLITS=64)).items()}
     assert plans == {"default": 64, "half the splits": 32, "twice the splits": 128,

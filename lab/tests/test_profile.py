@@ -1,9 +1,9 @@
 from types import SimpleNamespace
 
 import pytest
-from sparkinfer.bench import idle_gaps, profile
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.tracker import OutputTracker
+from sparkinfer.lab import idle_gaps, profile
 
 
 def test_kernel_names_fall_into_their_ops():
@@ -86,7 +86,7 @@ def test_prefill_windows_list_their_idle_gaps():
 
 
 def test_the_profile_engine_is_configured_from_the_cli_defaults():
-    from sparkinfer.bench.__main__ import build_parser
+    from sparkinfer.lab.__main__ import build_parser
 
     args = build_parser().parse_args(["profile", "--decode-batches", "1,32"])
     config = profile.scheduler_config(args)

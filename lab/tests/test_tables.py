@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
-from sparkinfer.bench.__main__ import main
 from sparkinfer.bench.errors import UsageError
-from sparkinfer.bench.tables import COMMITTED, TableRun, parse_table, summary_tables
+from sparkinfer.lab.__main__ import main
+from sparkinfer.lab.tables import COMMITTED, TableRun, parse_table, summary_tables
 
 
 def test_parse_table_names_a_file_or_the_committed_table():

@@ -87,8 +87,8 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         for i, step in enumerate(SWEEP):
             log(f"builds: step {i + 1} of {len(SWEEP)}, prompts of {step[0]} tokens x {len(step)}")
             began = time.perf_counter()
-            prompts = offline._prompts(len(step), step[0], seed=i)
-            offline._run(engine, prompts, 4, f"builds{i}")
+            prompts = offline.random_prompts(len(step), step[0], seed=i)
+            offline.run_requests(engine, prompts, 4, f"builds{i}")
             torch.cuda.synchronize()
             rows.append(builds.take(f"{step[0]} tokens x {len(step)}", time.perf_counter() - began))
     after_start = rows[1:]

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from sparkinfer.bench import engine as offline
 from sparkinfer.bench.errors import DeviceError
-from sparkinfer.bench.idle_gaps import Idle, idle
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
 from sparkinfer.bench.tracker import OutputTracker
+from sparkinfer.lab.idle_gaps import Idle, idle
 
 if TYPE_CHECKING:
     from sparkinfer.scheduler.config import SchedulerConfig
@@ -182,7 +182,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     )
     tracker = OutputTracker(num_left=batch)
     ids = [f"p{batch}-{i}" for i in range(batch)]
-    for rid, prompt in zip(ids, offline._prompts(batch, context, seed=batch), strict=True):
+    for rid, prompt in zip(ids, offline.random_prompts(batch, context, seed=batch), strict=True):
         engine.add_request(rid, prompt, params, on_output=tracker.callback(rid))
 
     def all_decoding() -> bool:
@@ -234,7 +234,7 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
 
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
     tracker = OutputTracker(num_left=1)
-    prompt = offline._prompts(1, prompt_len, seed=prompt_len)[0]
+    prompt = offline.random_prompts(1, prompt_len, seed=prompt_len)[0]
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
@@ -275,7 +275,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     log("profile: starting the engine (caches, CUDA graphs)")
     windows: list[Window] = []
     with offline.started_engine(model, sched, device) as engine:
-        offline._run(engine, offline._prompts(2, 512, 1), 8, "warmup")
+        offline.run_requests(engine, offline.random_prompts(2, 512, 1), 8, "warmup")
         for b in args.decode_batches:
             log(f"profile: decode, {b} stream(s) at {args.context} context")
             window = profile_decode(engine, batch=b, context=args.context, window=args.window)

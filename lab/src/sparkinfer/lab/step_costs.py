@@ -24,8 +24,8 @@ import torch
 from sparkinfer.bench.engine import NUM_REAL_TOKENS, full_size_config, random_model, require_cuda
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, Table, log
-from sparkinfer.bench.stack import cached_batch, stack_caches
 from sparkinfer.bench.timing import time_cpu
+from sparkinfer.lab.stack import cached_batch, stack_caches
 
 WHOLE_STEP = "whole step"
 EVERY_KIND = "every kind above"
@@ -119,7 +119,7 @@ def measure(
 
 def _graph_timer(warmup: int, iters: int) -> Callable[[Callable[[], None]], float]:
     """Median ms of a CUDA graph's replays of the step (captured once per call)."""
-    from sparkinfer.bench.kernels._graph_timing import time_graph
+    from sparkinfer.lab.kernels._graph_timing import time_graph
 
     return lambda step: time_graph([step], warmup=warmup, iters=iters).median_ms
 

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     model = offline.random_model(cfg, device, "tables")
     sched = SchedulerConfig(
         max_num_seqs=max(args.concurrency),
-        max_model_len=max(args.context + args.new_tokens, offline._WARMUP_PROMPT + 16) + 1,
+        max_model_len=max(args.context + args.new_tokens, offline.WARMUP_PROMPT + 16) + 1,
         max_num_batched_tokens=args.max_batched_tokens,
     )
     runs: list[TableRun] = []
@@ -71,8 +71,8 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
                 log(f"tables: repetition {rep + 1} of {args.reps}, table {name}")
                 shape_table.use_table(path)
                 with offline.started_engine(model, sched, device) as engine:
-                    offline._run(
-                        engine, offline._prompts(2, offline._WARMUP_PROMPT, 1), 16, "warmup"
+                    offline.run_requests(
+                        engine, offline.random_prompts(2, offline.WARMUP_PROMPT, 1), 16, "warmup"
                     )
                     for b in args.concurrency:
                         r = offline.measure_decode(

@@ -1,6 +1,6 @@
-"""Kernel benchmarks: one module per op, found and run by `sparkinfer-bench kernels`.
+"""Kernel benchmarks: the ops of `registry.REGISTRY`, run by `sparkinfer-lab kernels`.
 
-Protocol for `sparkinfer/bench/kernels/<op>.py`:
+Protocol for each registered module `sparkinfer/lab/kernels/<op>.py`:
 
 - Define `run(args: KernelBenchArgs) -> list[dict[str, object]]`. Import the op inside the module;
   nothing runs at import time.
@@ -10,9 +10,10 @@ Protocol for `sparkinfer/bench/kernels/<op>.py`:
   "GB/s", "TFLOP/s", "of_peak" or "max_abs_err". The table's columns are the union of the rows'
   keys in first-seen order.
 - Time with `sparkinfer.bench.timing.time_cuda(fn, warmup=args.warmup, iters=args.iters)` and put
-  the fast op beside its reference (STYLE.md, Benchmarks). With `args.is_quick`, use small shapes.
+  the fast op beside its reference (docs/style.md, Benchmarks). With `args.is_quick`, use small
+  shapes.
 - Raise `KernelSkipped("reason")` when the op cannot run here (e.g. a baseline library is absent).
-- To run alone (`python -m sparkinfer.bench.kernels.<op>`), `main()` parses flags with
+- To run alone (`python -m sparkinfer.lab.kernels.<op>`), `main()` parses flags with
   `_cli.standalone_parser` and prints through `_cli.run_alone`.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +29,7 @@ import torch
 from sparkinfer.bench.errors import DeviceError, UsageError
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
+from sparkinfer.lab.kernels.registry import REGISTRY
 
 KernelBench = Callable[["KernelBenchArgs"], list[dict[str, object]]]
 
@@ -46,8 +47,12 @@ class KernelSkipped(Exception):
 
 
 def discover() -> list[str]:
-    """Names of the benchmark modules in this package, sorted."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    """Names of the registered ops, sorted."""
+    return sorted(REGISTRY)
+
+
+def _module_of(name: str) -> str:
+    return REGISTRY[name].module if name in REGISTRY else name
 
 
 def load(names: list[str]) -> dict[str, KernelBench | str]:
@@ -55,7 +60,7 @@ def load(names: list[str]) -> dict[str, KernelBench | str]:
     out: dict[str, KernelBench | str] = {}
     for name in names:
         try:
-            module = importlib.import_module(f"{__name__}.{name}")
+            module = importlib.import_module(f"{__name__}.{_module_of(name)}")
         except Exception as e:  # a module mid-development must not stop the others
             out[name] = f"import failed: {type(e).__name__}: {e}"
             continue

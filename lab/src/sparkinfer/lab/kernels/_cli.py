@@ -1,11 +1,11 @@
-"""Running one kernel benchmark alone: ``python -m sparkinfer.bench.kernels.<op> [--quick]``."""
+"""Running one kernel benchmark alone: ``python -m sparkinfer.lab.kernels.<op> [--quick]``."""
 
 from __future__ import annotations
 
 import argparse
 
 import torch
-from sparkinfer.bench.kernels import KernelBench, KernelBenchArgs, rows_table
+from sparkinfer.lab.kernels import KernelBench, KernelBenchArgs, rows_table
 
 
 def standalone_parser(doc: str | None, *, warmup: int, iters: int) -> argparse.ArgumentParser:

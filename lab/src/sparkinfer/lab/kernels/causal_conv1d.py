@@ -2,7 +2,7 @@
 
 Times the Triton op beside its plain-torch reference; the roofline is HBM copy bandwidth on the
 bytes that must move (prefill: x in, y out; decode: window read + write, x in, y out). Run alone:
-``python -m sparkinfer.bench.kernels.causal_conv1d [--quick]``.
+``python -m sparkinfer.lab.kernels.causal_conv1d [--quick]``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 import torch
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.causal_conv1d import (
     causal_conv1d,
@@ -19,6 +18,7 @@ from sparkinfer.kernels.causal_conv1d import (
     causal_conv1d_update,
     causal_conv1d_update_ref,
 )
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
 
 CHANNELS, WIDTH = 10240, 4
 COPY_TB_S = 4.24
@@ -76,7 +76,7 @@ def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: s
 
 
 def run(args: Any) -> list[Row]:
-    """The `sparkinfer-bench kernels` entry point (args: KernelBenchArgs)."""
+    """The `sparkinfer-lab kernels` entry point (args: KernelBenchArgs)."""
     return measure(
         warmup=args.warmup, iters=args.iters, quick=args.is_quick, device=str(args.device)
     )

@@ -3,10 +3,8 @@
 Times the Triton op beside its plain-torch reference and FLA (``fla.ops.gated_delta_rule``, when
 installed), as median/p90 over fixed iterations. Prefill is compared with a FLOP/IO roofline, decode
 with the copy bandwidth on its state read + write. Run alone:
-``python -m sparkinfer.bench.kernels.gated_delta_rule [--quick] [--tune]``; `--tune` times
-candidate `ChunkLaunch` configs of the prefill beside fla, `--tune-decode` the recurrent decode's
-V tiles and warps at large batches and the warps of its whole-head program (the gated norm
-inside) at small ones, `--breakdown` the prefill's device time kernel by kernel beside fla's.
+``python -m sparkinfer.lab.kernels.gated_delta_rule [--quick]``; launch sweeps:
+`gated_delta_rule_tune`.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from functools import partial
 from typing import Any
 
 import torch
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import COPY_PEER, same_bytes_copies, time_graph
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule,
@@ -26,6 +22,8 @@ from sparkinfer.kernels.gated_delta_rule import (
     fused_recurrent_gated_delta_rule_ref,
     gdn_gating,
 )
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import COPY_PEER, same_bytes_copies, time_graph
 
 NUM_HEADS, NUM_V_HEADS, HEAD_DIM = 16, 48, 128  # Qwen3.8-27B linear attention
 COPY_TB_S = 4.24  # H200 device-to-device copy bandwidth
@@ -264,46 +262,14 @@ def measure(*, warmup: int = 10, iters: int = 50, quick: bool = False, device: s
 
 
 def run(args: Any) -> list[Row]:
-    """The `sparkinfer-bench kernels` entry point (args: KernelBenchArgs)."""
+    """The `sparkinfer-lab kernels` entry point (args: KernelBenchArgs)."""
     return measure(
         warmup=args.warmup, iters=args.iters, quick=args.is_quick, device=str(args.device)
     )
 
 
 def main() -> None:
-    parser = standalone_parser(__doc__, warmup=10, iters=50)
-    parser.add_argument("--tune", action="store_true", help="time candidate launch configs")
-    parser.add_argument(
-        "--tune-decode", action="store_true", help="time the recurrent decode's V tiles and warps"
-    )
-    parser.add_argument(
-        "--breakdown",
-        action="store_true",
-        help="the prefill's device time kernel by kernel, beside fla's",
-    )
-    parser.add_argument(
-        "--tune-lengths",
-        type=lambda text: tuple(int(n) for n in text.split(",")),
-        default=(4096, 16384, 65536),
-        help="with --tune: prompt lengths, comma-separated (default 4096,16384,65536)",
-    )
-    cli = parser.parse_args()
-    from sparkinfer.bench.kernels._gated_delta_rule_sweeps import (
-        prefill_breakdown,
-        tune,
-        tune_decode,
-    )
-
-    if cli.breakdown:
-        prefill_breakdown()
-        return
-    if cli.tune:
-        tune(lengths=cli.tune_lengths)
-        return
-    if cli.tune_decode:
-        tune_decode()
-        return
-    run_alone(run, cli, __doc__)
+    run_alone(run, standalone_parser(__doc__, warmup=10, iters=50).parse_args(), __doc__)
 
 
 if __name__ == "__main__":

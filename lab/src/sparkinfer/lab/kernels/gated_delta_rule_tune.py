@@ -1,16 +1,21 @@
-"""Sweeps of the Gated-DeltaNet kernels' launch choices, run from the benchmark's CLI
-(``python -m sparkinfer.bench.kernels.gated_delta_rule --tune | --tune-decode | --breakdown``):
-they print, for a person choosing the defaults, rather than return table rows.
+"""Sweeps of the Gated-DeltaNet kernels' launch choices, for a person choosing the defaults
+(they print rather than return rows): `--tune` times candidate `ChunkLaunch` configs of the
+prefill beside fla, `--tune-decode` the recurrent decode's V tiles and warps at large batches and
+the warps of its whole-head program (the gated norm inside) at small ones, `--breakdown` the
+prefill's device time kernel by kernel beside fla's. Run:
+``python -m sparkinfer.lab.kernels.gated_delta_rule_tune --tune | --tune-decode | --breakdown``.
 """
 
 from __future__ import annotations
 
+import argparse
 from functools import partial
 from typing import Any
 
 import torch
-from sparkinfer.bench.kernels._graph_timing import time_graph
-from sparkinfer.bench.kernels.gated_delta_rule import (
+from sparkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule, gdn_gating
+from sparkinfer.lab.kernels._graph_timing import time_graph
+from sparkinfer.lab.kernels.gated_delta_rule import (
     COPY_TB_S,
     HEAD_DIM,
     NUM_V_HEADS,
@@ -22,14 +27,13 @@ from sparkinfer.bench.kernels.gated_delta_rule import (
     _inputs,
     _prefill_calls,
 )
-from sparkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule, gdn_gating
 
 
 def prefill_breakdown(lengths: tuple[int, ...] = PREFILL_LENGTHS, reps: int = 5) -> None:
     """Print the device time of each kernel of one chunked prefill, ours and fla's, from
     torch.profiler over `reps` eager calls after a warm-up: where the two differ stage by stage
     (the eager call's host time, which dominates at 4K, is left out)."""
-    from sparkinfer.bench.profile import kernel_times, summarise
+    from sparkinfer.lab.profile import kernel_times, summarise
 
     for num_tokens in lengths:
         calls = _prefill_calls(num_tokens, "cuda")
@@ -190,3 +194,32 @@ def tune(device: str = "cuda", lengths: tuple[int, ...] = (4096, 16384, 65536)) 
                 chunk.LAUNCH = default
         del x
         torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--tune", action="store_true", help="time candidate launch configs")
+    group.add_argument(
+        "--tune-decode", action="store_true", help="time the recurrent decode's V tiles and warps"
+    )
+    group.add_argument(
+        "--breakdown", action="store_true", help="the prefill's device time kernel by kernel"
+    )
+    parser.add_argument(
+        "--tune-lengths",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        default=(4096, 16384, 65536),
+        help="with --tune: prompt lengths, comma-separated (default 4096,16384,65536)",
+    )
+    cli = parser.parse_args()
+    if cli.breakdown:
+        prefill_breakdown()
+    elif cli.tune:
+        tune(lengths=cli.tune_lengths)
+    else:
+        tune_decode()
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ Rows report bandwidth as a fraction of this run's copy bandwidth (weights domina
 writes the dispatcher's table (`sparkinfer/kernels/linear/shape_table.json`); `--tune-gemv
 TABLE` then sweeps GEMV tiles for that table's one-row entries at the model's shapes and makes
 the GEMV the entry's kernel where it beats both. Run alone:
-``python -m sparkinfer.bench.kernels.linear [--quick] [--tune OUT.json [--tune-gemv TABLE]]``.
+``python -m sparkinfer.lab.kernels.linear [--quick] [--tune OUT.json [--tune-gemv TABLE]]``.
 """
 
 from __future__ import annotations
@@ -18,16 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import (
-    COPY_PEER,
-    bandwidth_row,
-    copy_bandwidth,
-    rotation_copies,
-    same_bytes_copies,
-    time_graph,
-)
 from sparkinfer.bench.timing import Timing
 from sparkinfer.kernels.activation import silu_and_mul
 from sparkinfer.kernels.linear import (
@@ -39,6 +29,16 @@ from sparkinfer.kernels.linear import (
     skinny_gemm,
 )
 from sparkinfer.kernels.rms_norm import rms_norm
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import (
+    COPY_PEER,
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    same_bytes_copies,
+    time_graph,
+)
 
 HIDDEN, INTERMEDIATE, Q_WIDTH, VOCAB = 5120, 17408, 6144, 248320
 # (N, K) of every decode matmul of Qwen3.8-27B, fused where the model fuses them.
@@ -213,7 +213,7 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point."""
+    """`sparkinfer-lab kernels` entry point."""
     return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
 
 

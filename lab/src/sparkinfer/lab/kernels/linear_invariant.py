@@ -5,7 +5,7 @@ table-dispatched `linear` and cuBLAS, as fractions of this run's copy bandwidth.
 (M = 4096): the fixed-tile GEMM against cuBLAS in TFLOP/s, with a sweep of candidate tiles so the
 one fixed tile can be chosen from measurements (`--sweep`). Each row also checks that results are
 bit-identical when the same rows run inside a larger batch. Run alone:
-``python -m sparkinfer.bench.kernels.linear_invariant [--quick] [--sweep]``.
+``python -m sparkinfer.lab.kernels.linear_invariant [--quick] [--sweep]``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,6 @@ from typing import Any
 
 import torch
 from sparkinfer.bench import roofline
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
-from sparkinfer.bench.kernels.linear import HIDDEN, INTERMEDIATE, Q_WIDTH
 from sparkinfer.bench.timing import Timing, time_cuda
 from sparkinfer.kernels.linear import (
     TiledGemmConfig,
@@ -30,6 +26,10 @@ from sparkinfer.kernels.linear import (
     skinny_gemm,
     tiled_gemm,
 )
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.lab.kernels.linear import HIDDEN, INTERMEDIATE, Q_WIDTH
 
 # (N, K) of Qwen3.8-27B's fused projections, its output projections and the lm_head.
 SHAPES: tuple[tuple[int, int], ...] = (
@@ -175,7 +175,7 @@ def bench(
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point (no tile sweep)."""
+    """`sparkinfer-lab kernels` entry point (no tile sweep)."""
     return bench(
         args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick, sweep=False
     )

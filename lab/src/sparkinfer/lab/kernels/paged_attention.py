@@ -4,8 +4,8 @@ Prefill: one causal sequence through the paged cache, against torch SDPA on cont
 ratio `vs_sdpa` > 1 means faster than SDPA). Decode: a batch of equal contexts, as a fraction of
 this run's copy bandwidth over the K/V bytes, beside SDPA on contiguous K/V and a copy moving
 the same bytes (up to 1 GiB). Every row is replayed from CUDA graphs: device time alone, as the
-engine's steps run them. `--tune` sweeps tile configs.
-Run alone: ``python -m sparkinfer.bench.kernels.paged_attention [--quick] [--tune]``.
+engine's steps run them. Run alone: ``python -m sparkinfer.lab.kernels.paged_attention
+[--quick]``; tile sweeps and split costs: `paged_attention_tune`.
 """
 
 from __future__ import annotations
@@ -16,16 +16,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import (
-    COPY_PEER,
-    bandwidth_row,
-    copy_bandwidth,
-    rotation_copies,
-    same_bytes_copies,
-    time_graph,
-)
 from sparkinfer.bench.timing import time_cuda
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode,
@@ -37,6 +27,16 @@ from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
     default_prefill_config,
     launch_prefill,
+)
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import (
+    COPY_PEER,
+    bandwidth_row,
+    copy_bandwidth,
+    rotation_copies,
+    same_bytes_copies,
+    time_graph,
 )
 
 H, HKV, D, BLOCK_SIZE = 24, 4, 256, 64
@@ -317,26 +317,12 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point."""
+    """`sparkinfer-lab kernels` entry point."""
     return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
 
 
 def main() -> None:
-    parser = standalone_parser(__doc__, warmup=3, iters=10)
-    parser.add_argument("--tune", action="store_true", help="print candidate tile timings")
-    parser.add_argument(
-        "--split-costs", action="store_true", help="print a decode call's passes timed apart"
-    )
-    cli = parser.parse_args()
-    if cli.split_costs:
-        from sparkinfer.bench.kernels._decode_split_costs import split_costs
-
-        split_costs(torch.device("cuda"))
-        return
-    if cli.tune:
-        tune(torch.device("cuda"))
-        return
-    run_alone(run, cli, __doc__)
+    run_alone(run, standalone_parser(__doc__, warmup=3, iters=10).parse_args(), __doc__)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,36 @@
-"""Where a decode-attention call's time goes (`python -m sparkinfer.bench.kernels.paged_attention
---split-costs`): the default plan whole, each of its two passes alone, a copy of the same bytes,
-and variants of the plan, at the benchmark's 27B shapes."""
+"""Paged attention's sweeps, for a person choosing its defaults (they print rather than return
+rows): `--tune` times candidate tile configs; `--split-costs` shows where a decode call's time
+goes (the default plan whole, each of its two passes alone, a copy of the same bytes, and
+variants of the plan), at the benchmark's 27B shapes. Run:
+``python -m sparkinfer.lab.kernels.paged_attention_tune --tune | --split-costs``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Callable
 
 import torch
-from sparkinfer.bench.kernels._graph_timing import (
-    COPY_PEER,
-    copy_bandwidth,
-    same_bytes_copies,
-    time_graph,
-)
-from sparkinfer.bench.kernels.paged_attention import (
-    HKV,
-    SCALE,
-    D,
-    _decode_call,
-    _decode_inputs,
-)
 from sparkinfer.kernels.paged_attention.decode import (
     DecodeConfig,
     default_decode_config,
     launch_decode_merge,
     launch_decode_splits,
+)
+from sparkinfer.lab.kernels._graph_timing import (
+    COPY_PEER,
+    copy_bandwidth,
+    same_bytes_copies,
+    time_graph,
+)
+from sparkinfer.lab.kernels.paged_attention import (
+    HKV,
+    SCALE,
+    D,
+    _decode_call,
+    _decode_inputs,
+    tune,
 )
 
 SPLIT_COST_SHAPES = ((1, 4096), (1, 32768), (1, 131072), (8, 4096), (8, 32768), (32, 4096))
@@ -86,3 +91,21 @@ def _merge_pass(x: dict[str, torch.Tensor], config: DecodeConfig):
                                  x["block_tables"], SCALE, config)  # fmt: skip
     o = torch.empty_like(x["q"])
     return lambda: launch_decode_merge(parts, x["context_lens"], x["gate"], o, config)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--tune", action="store_true", help="print candidate tile timings")
+    group.add_argument(
+        "--split-costs", action="store_true", help="print a decode call's passes timed apart"
+    )
+    cli = parser.parse_args()
+    if cli.split_costs:
+        split_costs(torch.device("cuda"))
+    else:
+        tune(torch.device("cuda"))
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ Then, on CUDA, the first `NUM_CANDIDATES` algorithms cuBLASLt's heuristic offers
 (`F.linear` runs its first), each timed as a burst (`time_graph`) and at the power cap
 (`time_at_power_cap`: after 0.4 s of the same calls), with F.linear at the cap beside them. A
 prompt's forward runs at the cap, so that column says what a choice of algorithm would gain.
-Run alone: ``python -m sparkinfer.bench.kernels.prefill_linear``.
+Run alone: ``python -m sparkinfer.lab.kernels.prefill_linear``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from sparkinfer.bench import roofline
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import time_graph
-from sparkinfer.bench.kernels.linear_invariant import PREFILL_ROWS, SHAPES, prefill_row
 from sparkinfer.bench.timing import Timing, time_at_power_cap
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import time_graph
+from sparkinfer.lab.kernels.linear_invariant import PREFILL_ROWS, SHAPES, prefill_row
 
 PAD_MULTIPLES = (128, 256)
 NUM_CANDIDATES = 8
@@ -69,7 +69,7 @@ def _candidate_rows(
 ) -> list[Row]:  # fmt: skip
     """cuBLASLt's candidates for x @ w.T: each as a burst and at the power cap, against F.linear
     timed the same way, and whether its output equals F.linear's bit for bit."""
-    from sparkinfer.bench.kernels._cublaslt import WORKSPACE_BYTES, LtMatmul
+    from sparkinfer.lab.kernels._cublaslt import WORKSPACE_BYTES, LtMatmul
 
     (m, k), n = x.shape, w.shape[0]
     plan = LtMatmul(m, n, k, x.dtype)
@@ -91,7 +91,7 @@ def _candidate_rows(
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point."""
+    """`sparkinfer-lab kernels` entry point."""
     return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
 
 

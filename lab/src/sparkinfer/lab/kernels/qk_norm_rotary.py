@@ -5,7 +5,7 @@ blocks of 64): the fused kernel beside `rms_norm` on q and k, `apply_rotary` and
 run back to back (the unfused Triton path), timed as CUDA-graph replays over inputs rotated out of
 L2. Memory-bound: rows report the fraction of this run's copy bandwidth over the bytes the fused
 kernel must move (q, k and v read; q, k and v written). Run alone:
-``python -m sparkinfer.bench.kernels.qk_norm_rotary [--quick]``.
+``python -m sparkinfer.lab.kernels.qk_norm_rotary [--quick]``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import (
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import (
     bandwidth_row,
     copy_bandwidth,
     rotation_copies,
@@ -89,7 +89,7 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point."""
+    """`sparkinfer-lab kernels` entry point."""
     return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
 
 

@@ -1,7 +1,7 @@
 """RMSNorm benchmark: fused (1+w) RMSNorm with residual add and gated RMSNorm vs torch eager.
 
 Memory-bound: rows report the fraction of this run's copy bandwidth. Run alone:
-``python -m sparkinfer.bench.kernels.rms_norm [--quick]``.
+``python -m sparkinfer.lab.kernels.rms_norm [--quick]``.
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from sparkinfer.bench.kernels import KernelBenchArgs
-from sparkinfer.bench.kernels._cli import run_alone, standalone_parser
-from sparkinfer.bench.kernels._graph_timing import (
+from sparkinfer.kernels.rms_norm import gated_rms_norm, gated_rms_norm_ref, rms_norm, rms_norm_ref
+from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
+from sparkinfer.lab.kernels._graph_timing import (
     bandwidth_row,
     copy_bandwidth,
     rotation_copies,
     time_graph,
 )
-from sparkinfer.kernels.rms_norm import gated_rms_norm, gated_rms_norm_ref, rms_norm, rms_norm_ref
 
 HIDDEN, V_HEADS, V_DIM, EPS = 5120, 48, 128, 1e-6
 NUM_ROWS = (1, 32, 4096)
@@ -58,7 +58,7 @@ def bench(device: torch.device, *, warmup: int, iters: int, is_quick: bool) -> l
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
-    """`sparkinfer-bench kernels` entry point."""
+    """`sparkinfer-lab kernels` entry point."""
     return bench(args.device, warmup=args.warmup, iters=args.iters, is_quick=args.is_quick)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkinfer.bench import corpus, device_modes, prefill, provenance, serving
-from sparkinfer.bench.cli_args import int_list
+from sparkinfer.bench.cli_args import check_counts, int_list, output_flags
 from sparkinfer.bench.client import OpenAIClient, ServerTarget
-from sparkinfer.bench.errors import BenchError, UsageError
+from sparkinfer.bench.errors import BenchError
 from sparkinfer.bench.evals import determinism, prefix_cache, workloads
 from sparkinfer.bench.report import Report, emit
 
@@ -42,12 +42,6 @@ def _http_flags(p: argparse.ArgumentParser, endpoint: str) -> None:
     )
 
 
-def _common_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")
-    p.add_argument("--record", type=Path, help="append the report as markdown (docs/benchmarks.md)")
-    p.add_argument("--git-rev", help="revision to record when running from a copy without .git")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """One subcommand per mode, each with the common output flags."""
     parser = argparse.ArgumentParser(prog="sparkinfer-bench", description=__doc__)
@@ -56,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_modes(sub)
     device_modes.add_parsers(sub)
     for p in sub.choices.values():
-        _common_flags(p)
+        output_flags(p)
     return parser
 
 
@@ -110,28 +104,6 @@ def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-tokens", type=int, default=32768)
     p.add_argument("--requests", type=int, default=3, help="requests sharing the prefix")
     p.add_argument("--max-tokens", type=int, default=16)
-
-
-def _check(args: argparse.Namespace) -> None:
-    for name in (
-        "input_len",
-        "output_len",
-        "num_prompts",
-        "iters",
-        "runs",
-        "max_tokens",
-        "prefix_tokens",
-        "requests",
-        "prompt_len",
-        "context",
-        "new_tokens",
-        "reps",
-        "warmup",
-        "timeout",
-    ):
-        value = getattr(args, name, None)
-        if value is not None and value < (0 if name == "warmup" else 1):
-            raise UsageError(f"--{name.replace('_', '-')} is {value}; it must be >= 1")
 
 
 async def _with_client(
@@ -312,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     info = provenance.collect(argv, git_rev=args.git_rev)
     try:
-        _check(args)
+        check_counts(args)
         if args.mode in HTTP_MODES:
             if args.seed is None:
                 args.seed = int(time.time()) % 1_000_000

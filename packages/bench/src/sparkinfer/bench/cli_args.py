@@ -1,8 +1,11 @@
-"""Argument types shared by the CLI's modes."""
+"""Flags and argument checks shared by the CLIs' modes (sparkinfer-bench, sparkinfer-lab)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from sparkinfer.bench.errors import UsageError
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -15,3 +18,33 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= 1")
     return values
+
+
+def output_flags(p: argparse.ArgumentParser) -> None:
+    """--out, --record and --git-rev, which every mode takes."""
+    p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")
+    p.add_argument("--record", type=Path, help="append the report as markdown (docs/benchmarks.md)")
+    p.add_argument("--git-rev", help="revision to record when running from a copy without .git")
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Raise UsageError for a count flag below 1 (--warmup: below 0)."""
+    for name in (
+        "input_len",
+        "output_len",
+        "num_prompts",
+        "iters",
+        "runs",
+        "max_tokens",
+        "prefix_tokens",
+        "requests",
+        "prompt_len",
+        "context",
+        "new_tokens",
+        "reps",
+        "warmup",
+        "timeout",
+    ):
+        value = getattr(args, name, None)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} is {value}; it must be >= 1")

@@ -1,5 +1,6 @@
-"""The CLI's device modes, which run the model or kernels in this process: their flags and
-their dispatch (each mode's module is imported only when it runs)."""
+"""The CLI's device modes, which run the model in this process (offline, vision): their flags
+and their dispatch (each mode's module is imported only when it runs). The GPU tuning and
+profiling modes live in the development-only `sparkinfer-lab`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sparkinfer.bench.report import Report
 from sparkinfer.scheduler.config import SchedulerConfig
 
 
-def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
+def dependent_launch_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-dependent-launch",
         dest="dependent_launch",
@@ -23,8 +24,7 @@ def _dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model or kernels in this process: offline, tables, stack,
-    step-costs, profile, builds, vision, kernels."""
+    """The modes that run the model in this process: offline, vision."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -81,71 +81,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_false",
         help="read each step's samples before scheduling the next (price the overlap)",
     )
-    _dependent_launch_flag(p)
+    dependent_launch_flag(p)
     p.add_argument(
         "--deterministic",
         action="store_true",
         help="batch-invariant numerics (SPARKINFER_DETERMINISTIC), to price them against the "
         "default fastest kernel per shape",
     )
-    p = sub.add_parser(
-        "tables", help="engine decode at 27B shapes with each of several linear shape tables (CUDA)"
-    )
-    p.add_argument(
-        "--table",
-        action="append",
-        required=True,
-        help="NAME=PATH of a shape table JSON, or 'committed' (the package's); repeat, the first "
-        "is the baseline",
-    )
-    p.add_argument("--concurrency", type=int_list, default=(1, 8, 32))
-    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--reps", type=int, default=2, help="repetitions, tables interleaved")
-    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
-    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
-    p = sub.add_parser(
-        "stack", help="one 27B layer-stack forward: torch reference ops vs Triton kernels (CUDA)"
-    )
-    p.add_argument("--prompt-len", type=int, default=4096, help="tokens of the prefill step")
-    p.add_argument("--context", type=int, default=4096, help="cached tokens of the decode steps")
-    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
-    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument(
-        "--skip-torch", action="store_true", help="Triton kernels only (the torch prefill is slow)"
-    )
-    p = sub.add_parser(
-        "step-costs",
-        help="the 27B decode step's CUDA graph with each kind of small kernel stood in for: "
-        "each kind's cost in place (CUDA)",
-    )
-    p.add_argument("--context", type=int, default=4096, help="cached tokens of each sequence")
-    p.add_argument("--decode-batches", type=int_list, default=(1, 8, 32))
-    p.add_argument("--reps", type=int, default=3, help="repetitions, variants interleaved")
-    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=30, help="timed replays per variant")
-    _dependent_launch_flag(p)
-    p = sub.add_parser(
-        "profile", help="engine decode/prefill steps at 27B shapes, kernel by kernel (CUDA)"
-    )
-    p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
-    p.add_argument("--decode-batches", type=int_list, default=(1, 32))
-    p.add_argument("--window", type=int, default=32, help="decode steps profiled per batch")
-    p.add_argument("--prefill-lengths", type=int_list, default=(4096,))
-    p.add_argument("--num-layers", type=int, help="fewer layers than 64 (not comparable)")
-    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
-    p.add_argument("--top", type=int, default=12, help="largest kernels listed per scenario")
-    p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
-    _dependent_launch_flag(p)
-    p = sub.add_parser(
-        "builds", help="Triton builds at engine start and in each shape's first requests (CUDA)"
-    )
-    p.add_argument("--num-layers", type=int, default=4, help="model depth (builds do not vary)")
-    p.add_argument("--max-batched-tokens", type=int, default=8192, help="engine step token budget")
-    p.add_argument("--cold", action="store_true", help="start from an empty Triton build cache")
     p = sub.add_parser(
         "vision", help="image/video preprocessing and vision tower latency at 27B shapes (CUDA)"
     )
@@ -154,25 +96,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--tiny", action="store_true", help="tiny tower and media (CPU smoke runs)")
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
-    p = sub.add_parser("kernels", help="run the kernel benchmarks under sparkinfer.bench.kernels")
-    p.add_argument("--only", help="comma-separated module names (default: all)")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--quick", action="store_true", help="small shapes only")
 
 
 # Each device mode's module under sparkinfer.bench, imported only when the mode runs.
-_MODULES = {
-    "offline": "engine",
-    "tables": "tables",
-    "stack": "stack",
-    "step-costs": "step_costs",
-    "profile": "profile",
-    "builds": "builds",
-    "vision": "vision",
-    "kernels": "kernels",
-}
+_MODULES = {"offline": "engine", "vision": "vision"}
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sparkinfer.scheduler.engine import Engine
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
-_WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
+WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
 # Prefix reuse: each request's own question after the shared prefix, the requests, the snapshots
 PREFIX_SUFFIX, PREFIX_REQUESTS, PREFIX_SNAPSHOTS = 32, 3, 4
 
@@ -113,7 +113,7 @@ def started_engine(
         engine.runner.close()
 
 
-def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> OutputTracker:
+def run_requests(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> OutputTracker:
     from sparkinfer.scheduler.request import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
@@ -125,7 +125,7 @@ def _run(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> OutputT
     return tracker
 
 
-def _prompts(num: int, length: int, seed: int) -> list[list[int]]:
+def random_prompts(num: int, length: int, seed: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [
         torch.randint(0, NUM_REAL_TOKENS, (length,), generator=gen).tolist() for _ in range(num)
@@ -143,7 +143,7 @@ def measure_decode(
     seed: int,
 ) -> DecodeRow:
     torch.cuda.reset_peak_memory_stats()
-    t = _run(engine, _prompts(batch, context, seed), new_tokens, f"decode{batch}")
+    t = run_requests(engine, random_prompts(batch, context, seed), new_tokens, f"decode{batch}")
     all_in = max(ev[0][0] for ev in t.events.values())
     end = max(ev[-1][0] for ev in t.events.values())
     after = sum(n for ev in t.events.values() for ts, n in ev if ts > all_in)
@@ -184,7 +184,9 @@ def measure_prefill(
     ttfts = []
     for i in range(iters):
         time.sleep(idle_s)
-        t = _run(engine, _prompts(1, prompt_len, seed + i), 1, f"prefill{prompt_len}-{i}")
+        t = run_requests(
+            engine, random_prompts(1, prompt_len, seed + i), 1, f"prefill{prompt_len}-{i}"
+        )
         ttfts.append(next(iter(t.events.values()))[0][0] - t.submitted_s)
     median = float(np.median(ttfts))
     return PrefillRow(
@@ -270,7 +272,7 @@ def _measure_prefix_reuse(
     log(f"offline: prefix reuse, {PREFIX_REQUESTS} requests sharing {args.prefix_reuse} tokens")
     with started_engine(model, sched, device) as engine:
         # A prompt of the same length but another prefix first, so no request pays for warm-up.
-        _run(engine, _prompts(1, prompt_len, seed=11), 1, "prefix-warmup")
+        run_requests(engine, random_prompts(1, prompt_len, seed=11), 1, "prefix-warmup")
         return prefix_reuse.measure_prefix_reuse(
             engine,
             prefix_len=args.prefix_reuse,
@@ -288,7 +290,7 @@ def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         max_model_len=max(
             max(args.prefill_lengths) + 1,
             args.context + args.new_tokens,
-            _WARMUP_PROMPT + _WARMUP_TOKENS,
+            WARMUP_PROMPT + _WARMUP_TOKENS,
         ),
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.enforce_eager,
@@ -306,7 +308,7 @@ def _prefix_scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     return replace(
         _scheduler_config(args),
         max_num_seqs=1,
-        max_model_len=max(args.prefix_reuse + PREFIX_SUFFIX + 1, _WARMUP_PROMPT + _WARMUP_TOKENS),
+        max_model_len=max(args.prefix_reuse + PREFIX_SUFFIX + 1, WARMUP_PROMPT + _WARMUP_TOKENS),
         prefix_cache_snapshots=max(PREFIX_SNAPSHOTS, args.prefix_cache_snapshots),
     )
 
@@ -315,7 +317,7 @@ def _measure(
     engine, cfg: TextConfig, peaks: roofline.Peaks, args: argparse.Namespace
 ) -> tuple[list[DecodeRow], list[PrefillRow]]:
     """A warm-up, then decode at each concurrency and prefill at each prompt length."""
-    _run(engine, _prompts(2, _WARMUP_PROMPT, 1), _WARMUP_TOKENS, "warmup")
+    run_requests(engine, random_prompts(2, WARMUP_PROMPT, 1), _WARMUP_TOKENS, "warmup")
     decode = []
     for b in args.concurrency:
         log(f"offline: decode, {b} stream(s) at {args.context} context")

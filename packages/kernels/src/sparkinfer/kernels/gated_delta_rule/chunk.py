@@ -48,7 +48,7 @@ BC = 16  # sub-block of the chunk for the triangular solve
 # A solve grid up to this many programs an SM takes ChunkLaunch.few_solve_warps. On the H200
 # (48 value heads, 132 SMs) two warps ran a whole 16-, 54- and 200-token prefill 1.21x, 1.14x
 # and 1.09x as fast as one (48-192 programs) and a 1,024-token one (768) 0.83x as fast, with the
-# same bits (`sparkinfer.bench.kernels.gated_delta_rule --tune`, docs/benchmarks.md).
+# same bits (`sparkinfer.lab.kernels.gated_delta_rule --tune`, docs/benchmarks.md).
 FEW_SOLVE_PROGRAMS_PER_SM = 2
 MAX_GRID_Y = 65535  # CUDA's limit on the second and third grid dimensions
 

@@ -36,10 +36,10 @@ Phase = Literal["decode", "prefill"]
 DECODE_BM = 16  # rows of a decode tile for one to 16 rows, and for fp32 at any M
 # Row tiles for 16-bit decode batches: the smallest holding M rows, the last beyond. On the H200
 # at the 27B shapes, tiles of 64 rows ran the decode projections of 64 rows 1.8x as fast as
-# 16-row ones (`sparkinfer.bench.kernels.linear_invariant --decode-tile-rows 32,64`).
+# 16-row ones (`sparkinfer.lab.kernels.linear_invariant --decode-tile-rows 32,64`).
 DECODE_TILE_ROWS = (16, 32, 64)
 # Measured on the H200 at Qwen3.8-27B's prefill shapes (M = 4096), the best over the model's
-# projections of the tiles swept by `sparkinfer.bench.kernels.linear_invariant --sweep`: the
+# projections of the tiles swept by `sparkinfer.lab.kernels.linear_invariant --sweep`: the
 # descriptor tile on 4 warps took 313 ms for a 4K prompt's projections, the pointer tile on 8
 # (the earlier choice) 329-337 and cuBLAS 277 (docs/benchmarks.md).
 PREFILL_CONFIG = TiledGemmConfig(num_warps=4, TMA=True)

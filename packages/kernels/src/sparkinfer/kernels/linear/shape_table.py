@@ -1,7 +1,7 @@
 """The measured shape table: (M bucket, N, K, dtype) -> the skinny-GEMM tile that beat cuBLAS,
 and for one row the GEMV tile where the GEMV beat both.
 
-`shape_table.json` (committed data, written by `sparkinfer.bench.kernels.linear --tune`) holds,
+`shape_table.json` (committed data, written by `sparkinfer.lab.kernels.linear --tune`) holds,
 per shape, the winner ("impl": triton, cublas or gemv) and its tile config on the GPU it names.
 "config" is the skinny tile measured best (kept in gemv and cublas entries re-timed by
 `--tune-gemv`: the batch-invariant decode mode runs the one-row tile), "gemv" the GEMV tile of a

@@ -1,0 +1,1 @@
+"""sparkinfer-lab: GPU tuning and profiling tools for development (not part of the product)."""
