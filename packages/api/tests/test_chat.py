@@ -276,3 +276,53 @@ def test_client_disconnect_aborts_a_whole_response_request(
             break
         asyncio.run(asyncio.sleep(0.05))
     assert stats.num_aborted > num_aborted and stats.num_running == 0
+
+
+def test_stream_helper_gets_the_parsed_call(client: openai.OpenAI, model: str) -> None:
+    """Every streamed tool-call delta says "type": "function", as the SDK's helper needs."""
+    with client.chat.completions.stream(
+        model=model,
+        messages=USER,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=160,
+        extra_body={"enable_thinking": False},
+    ) as stream:
+        for event in stream:
+            if event.type == "chunk":
+                for choice in event.chunk.choices:
+                    assert all(c.type == "function" for c in choice.delta.tool_calls or [])
+        final = stream.get_final_completion()
+    calls = final.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["get_weather"]
+    jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER["function"]["parameters"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_call_cut_by_max_tokens_is_length_without_markup(
+    server: RunningServer, model: str, stream: bool
+) -> None:
+    body = {
+        "model": model,
+        "messages": USER,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 6,  # inside `<tool_call>\n<function=get_weather>\n...`
+        "enable_thinking": False,
+        "stream": stream,
+    }
+    resp = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    if stream:
+        chunks = [
+            json.loads(line[6:]) for line in resp.text.splitlines() if line.startswith("data: {")
+        ]
+        content = "".join(
+            c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]
+        )
+        finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+    else:
+        message = resp.json()["choices"][0]["message"]
+        content, finish = message["content"] or "", resp.json()["choices"][0]["finish_reason"]
+    assert finish == "length"
+    assert "<tool_call>" not in content and "<function" not in content

@@ -87,3 +87,26 @@ def test_json_output_that_stopped_invalid_is_an_error_not_stop() -> None:
         out.feed(text)
         with pytest.raises(InvalidStructuredOutput, match="response_format"):
             out.final_message("stop")
+
+
+def test_auto_call_cut_short_is_length_and_leaves_no_markup() -> None:
+    out = _auto_output()
+    text = "Checking.\n" + _call("Paris") + "\n" + _call("Rome")[:40]
+    deltas = out.feed(text) + out.finish("length")
+    content = "".join(d.content or "" for d in deltas)
+    assert content == "Checking."
+    assert [c.function.name for c in out.tool_calls] == ["get_weather"]
+    assert out.finish_reason("length") == "length"
+    calls = [c for d in deltas for c in d.tool_calls or []]
+    assert calls and all(c.type == "function" for c in calls)
+
+
+def test_unclosed_call_in_a_stopped_output_stays_text() -> None:
+    out = _auto_output()
+    message, reason = _whole(out, "see <tool_call> in the docs", "stop")
+    assert (message.content, reason) == ("see <tool_call> in the docs", "stop")
+
+
+def _whole(out: ChatOutput, text: str, reason: str):
+    out.feed(text)
+    return out.final_message(reason)

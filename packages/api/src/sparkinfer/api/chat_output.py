@@ -28,7 +28,13 @@ from sparkinfer.api.schemas.chat import (
     ToolCallFunction,
 )
 from sparkinfer.api.schemas.common import TokenLogprobEntry, TopLogprob
-from sparkinfer.api.tool_parser import ToolCall, ToolCallDelta, ToolCallParser
+from sparkinfer.api.tool_parser import (
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallParser,
+)
 from sparkinfer.api.tools import ToolSet, validator_for
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
@@ -40,7 +46,8 @@ class InvalidStructuredOutput(InternalError):
 
 def _delta_call(d: ToolCallDelta) -> DeltaToolCall:
     fn = DeltaToolCallFunction(name=d.name, arguments=d.arguments)
-    return DeltaToolCall(index=d.index, id=d.id, type="function" if d.id else None, function=fn)
+    # Every delta says "function": the openai SDK's stream helper drops a call otherwise.
+    return DeltaToolCall(index=d.index, id=d.id, type="function", function=fn)
 
 
 def _response_call(c: ToolCall) -> ResponseToolCall:
@@ -72,6 +79,7 @@ class ChatOutput:
         self._schema = response_schema
         self._held = ""  # the whole answer of a forced call, checked at the end
         self._is_finished = False
+        self._is_truncated = False  # cut short by the token limit
         self.reasoning = ""
         self.content = ""
         self.tool_calls: list[ResponseToolCall] = []
@@ -80,15 +88,24 @@ class ChatOutput:
         """New text → the deltas that are certain now."""
         return self._emit(self._reasoning_parser.feed(text), is_final=False)
 
-    def finish(self) -> list[ChoiceDelta]:
-        """End of the choice: flush held text and resolve the tool calls (idempotent)."""
+    def finish(self, engine_reason: str | None = None) -> list[ChoiceDelta]:
+        """End of the choice: flush held text and resolve the tool calls (idempotent).
+
+        engine_reason "length": the output was cut short, so a call it left open is dropped
+        rather than returned as text (its markup never reaches the content)."""
         if self._is_finished:
             return []
         self._is_finished = True
+        self._is_truncated = engine_reason == "length"
         return self._emit(self._reasoning_parser.finish(), is_final=True)
 
     def finish_reason(self, engine_reason: str | None) -> str | None:
-        """The OpenAI finish reason; InvalidStructuredOutput for JSON that stopped invalid."""
+        """The OpenAI finish reason; InvalidStructuredOutput for JSON that stopped invalid.
+
+        Cut short, it is `length` even after complete calls: the calls asked for may not all
+        be there."""
+        if engine_reason == "length":
+            return "length"
         if self.tool_calls:
             return "tool_calls"
         if engine_reason == "stop" and not self.content_matches_schema():
@@ -100,7 +117,7 @@ class ChatOutput:
 
     def final_message(self, engine_reason: str | None) -> tuple[ResponseMessage, str | None]:
         """The whole message (non-streaming) and its finish reason."""
-        self.finish()
+        self.finish(engine_reason)
         reasoning = None if self._is_excluded or not self.reasoning else self.reasoning
         message = ResponseMessage(
             content=self.content or (None if self.tool_calls else ""),
@@ -137,7 +154,7 @@ class ChatOutput:
             return out
         parts = [self._call_stream.feed(r.content)]
         if is_final:
-            parts.append(self._call_stream.finish())
+            parts.append(self._call_stream.finish(is_truncated=self._is_truncated))
         for part in parts:
             self._add_content(part.content, out)
             if part.calls:
@@ -153,6 +170,10 @@ class ChatOutput:
 
     def _resolve_forced(self, out: list[ChoiceDelta]) -> None:
         assert self._call_parser is not None and self._tools is not None
+        if self._is_truncated:  # a call left open is a call's beginning: drop it
+            start = self._held.rfind(TOOL_CALL_START)
+            if start > self._held.rfind(TOOL_CALL_END):
+                self._held = self._held[:start]
         parsed = self._call_parser.parse(self._held)
         calls = parsed.calls
         is_valid = bool(calls) and all(

@@ -79,8 +79,13 @@ class ToolCallDelta:
     arguments: str
 
     def to_openai(self) -> dict[str, Any]:
+        # Every delta says "function": the openai SDK's stream helper drops a call otherwise.
         if self.id is None:
-            return {"index": self.index, "function": {"arguments": self.arguments}}
+            return {
+                "index": self.index,
+                "type": "function",
+                "function": {"arguments": self.arguments},
+            }
         function = {"name": self.name, "arguments": self.arguments}
         return {"index": self.index, "id": self.id, "type": "function", "function": function}
 
@@ -162,6 +167,7 @@ class StreamingToolCallParser:
         self._pending_ws: str = ""  # trailing whitespace of content, dropped if a call follows
         self._is_after_call = False  # only whitespace since the last call
         self._has_content = False
+        self._is_truncated = False  # the output was cut short: an unclosed call is dropped
         self._calls: list[ToolCall] = []
 
     @property
@@ -173,8 +179,10 @@ class StreamingToolCallParser:
         self._buffer += delta
         return self._drain(is_final=False)
 
-    def finish(self) -> ToolStreamDelta:
-        """End of output: flush held-back text; an unclosed call becomes text."""
+    def finish(self, *, is_truncated: bool = False) -> ToolStreamDelta:
+        """End of output: flush held-back text; an unclosed call becomes text, or is dropped when
+        the output was cut short (`is_truncated`: it is a call's beginning, not prose)."""
+        self._is_truncated = is_truncated
         return self._drain(is_final=True)
 
     def _drain(self, *, is_final: bool) -> ToolStreamDelta:
@@ -205,7 +213,8 @@ class StreamingToolCallParser:
             if end < 0:
                 if not is_final:
                     break
-                content.append(self._text(TOOL_CALL_START + self._buffer))  # truncated call
+                if not self._is_truncated:  # an unclosed call in a finished output is prose
+                    content.append(self._text(TOOL_CALL_START + self._buffer))
                 self._buffer, self._in_call = "", False
                 continue
             body = self._buffer[:end]

@@ -164,7 +164,7 @@ async def _chunks(
             out = outputs[ev.index]
             deltas = out.feed(ev.text)
             if ev.finish_reason is not None:
-                deltas += out.finish()
+                deltas += out.finish(ev.finish_reason)
             lp = None
             if body.logprobs and ev.logprobs:
                 lp = ChatLogprobs(content=to_chat_logprobs(state.tokenizer, ev.logprobs))
