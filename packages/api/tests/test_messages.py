@@ -106,7 +106,7 @@ def test_streamed_tool_call_input(client: anthropic.Anthropic, model: str) -> No
         max_tokens=120,
         messages=USER,
         tools=[WEATHER],
-        tool_choice={"type": "any"},
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
     ) as stream:
         final = stream.get_final_message()
     call = next(b for b in final.content if b.type == "tool_use")

@@ -22,7 +22,17 @@ from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.request_ids import RequestIdMiddleware
-from sparkinfer.api.routers import chat, completions, health, messages, models, score, tokenize
+from sparkinfer.api.response_store import ResponseStore
+from sparkinfer.api.routers import (
+    chat,
+    completions,
+    health,
+    messages,
+    models,
+    responses,
+    score,
+    tokenize,
+)
 from sparkinfer.api.settings import Settings, SettingsError, parse_args
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
@@ -214,10 +224,13 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     async def lifespan(app: FastAPI) -> AsyncGenerator[None, None]:
         server = state or build_state(settings)
         app.state.server = server
+        data_dir = None if settings.data_dir is None else Path(settings.data_dir)
+        app.state.responses = ResponseStore(data_dir, max_responses=settings.max_stored_responses)
         try:
             yield
         finally:
             server.engine.shutdown()
+            app.state.responses.close()
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
@@ -229,6 +242,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     for router in (models.router, chat.router, completions.router, score.router, tokenize.router):
         app.include_router(router, dependencies=guarded)
     app.include_router(messages.router, dependencies=guarded)
+    app.include_router(responses.router, dependencies=guarded)
     return app
 
 

@@ -153,6 +153,17 @@ class Settings(BaseSettings):
         description="Seconds a request waits for its grammar to compile before a 400 (the "
         "compile finishes and is cached for the next request)",
     )
+    data_dir: str | None = Field(
+        None,
+        description="Folder for server data: stored /v1/responses responses "
+        "(responses.sqlite3); unset: kept in memory and lost at exit",
+    )
+    max_stored_responses: int = Field(
+        1000,
+        ge=0,
+        description="Most stored /v1/responses responses kept (the oldest are dropped first; "
+        "0: none are stored)",
+    )
     keep_alive_s: float = Field(
         15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
     )
