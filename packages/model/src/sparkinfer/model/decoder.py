@@ -6,6 +6,8 @@ is a near-identity map (weights.py strips `language_model.` from the multimodal 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from sparkinfer.model.cache_spec import AttentionCacheSpec, CacheSpec, LinearStateSpec
 from sparkinfer.model.config import LINEAR_ATTENTION, ModelConfig, TextConfig
@@ -18,6 +20,7 @@ from sparkinfer.model.layers.gated_deltanet import GatedDeltaNet
 from sparkinfer.model.layers.mlp import MLP
 from sparkinfer.model.layers.norm import RMSNorm
 from sparkinfer.model.layers.rotary import RotaryEmbedding
+from sparkinfer.model.mtp import MTPHead
 from sparkinfer.model.vision import VisionModel
 from torch import nn
 
@@ -153,6 +156,7 @@ class Qwen3_8ForCausalLM(nn.Module):
         )
         if text.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.mtp: MTPHead | None = None  # speculative decoding's drafter, when `attach_mtp` ran
         self.visual: VisionModel | None = None
         if use_vision and config.vision is not None:
             if config.vision.out_hidden_size != text.hidden_size:
@@ -197,13 +201,24 @@ class Qwen3_8ForCausalLM(nn.Module):
                 # torch types Module attributes as Tensor | Module; ops is neither.
                 setattr(module, "ops", ops)  # noqa: B010
 
+    def attach_mtp(self, tensors: Mapping[str, torch.Tensor]) -> MTPHead:
+        """Build the MTP head (`mtp.py`) from the checkpoint's `mtp.*` tensors and keep it as
+        `mtp`; from then on `cache_spec` includes its KV."""
+        head = MTPHead(
+            self.config.text, ops=self.ops, device=self.lm_head.weight.device, dtype=self.dtype
+        )
+        head.load_weights(tensors)
+        self.mtp = head
+        return head
+
     @property
     def has_vision(self) -> bool:
         """Whether the model has a vision tower, i.e. takes image and video input."""
         return self.visual is not None
 
     def cache_spec(self) -> CacheSpec:
-        """KV for each full-attention layer, conv + fp32 recurrent state for each GDN layer."""
+        """KV for each full-attention layer (and the MTP head's layer when attached), conv + fp32
+        recurrent state for each GDN layer."""
         text = self.config.text
         attention = tuple(
             AttentionCacheSpec(i, text.num_key_value_heads, text.head_dim, self.dtype)
@@ -222,6 +237,8 @@ class Qwen3_8ForCausalLM(nn.Module):
             )
             for i in text.linear_attention_layers
         )
+        if self.mtp is not None:
+            attention = (*attention, self.mtp.cache_spec(self.dtype))
         return CacheSpec(attention=attention, linear=linear)
 
     def kernel_warmup_lengths(self, max_tokens: int) -> tuple[int, ...]:

@@ -289,7 +289,11 @@ def open_checkpoint(path_or_id: str | Path, *, progress: bool = True) -> Checkpo
 
 
 def _text_parameters(model: Qwen3_8ForCausalLM) -> dict[str, torch.nn.Parameter]:
-    return {n: p for n, p in model.named_parameters() if not n.startswith(_VISION_MODULE)}
+    return {
+        n: p
+        for n, p in model.named_parameters()
+        if not n.startswith((_VISION_MODULE, MTP_PREFIX))  # loaded from their own groups
+    }
 
 
 def checkpoint_views(model: Qwen3_8ForCausalLM) -> dict[str, torch.Tensor]:
@@ -358,6 +362,7 @@ def load_model(
     dtype: torch.dtype,
     progress: bool = True,
     num_real_tokens: int | None = None,
+    use_mtp: bool = False,
 ) -> Qwen3_8ForCausalLM:
     """Load the model of a local checkpoint directory or hub repo id.
 
@@ -365,6 +370,8 @@ def load_model(
     and the checkpoint holds `model.visual.*` tensors; a vision_config without them gives a
     text-only model (logged).
     num_real_tokens: the tokenizer's length when known; ids at or above it get -inf logits.
+    use_mtp: also build the MTP head (`model.mtp`, speculative decoding's drafter) from the
+        checkpoint's `mtp.*` tensors; raises CheckpointError when it has none.
     """
     ckpt = open_checkpoint(path_or_id, progress=progress)
     has_vision = ckpt.config.vision is not None
@@ -383,4 +390,11 @@ def load_model(
     load_text_weights(model, ckpt, progress=progress)
     if model.visual is not None:
         model.visual.load_weights(ckpt.read(ckpt.vision, progress=progress))
+    if use_mtp:
+        if not ckpt.mtp:
+            raise CheckpointError(
+                f"{ckpt.path} has no mtp.* tensors: the MTP drafter needs them; serve it with "
+                "speculative ngram or off"
+            )
+        model.attach_mtp(dict(ckpt.read(ckpt.mtp, progress=progress)))
     return model
