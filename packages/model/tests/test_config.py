@@ -17,14 +17,14 @@ from sparkinfer.model.config import (
     parse_generation_defaults,
     parse_model_config,
 )
-from sparkinfer.model.embedded import EMBEDDED_CONFIG
+from sparkinfer.model.embedded import RANDOM_CONFIG
 from sparkinfer.model.errors import ConfigError, UnsupportedCheckpoint
 
-TEXT = EMBEDDED_CONFIG["text_config"]
+TEXT = RANDOM_CONFIG["text_config"]
 
 
 def conditional(**top: Any) -> dict[str, Any]:
-    data = copy.deepcopy(EMBEDDED_CONFIG)
+    data = copy.deepcopy(RANDOM_CONFIG)
     data["vision_config"] = {
         "model_type": "qwen3_5",  # as in the shipped files; transformers renames it
         "depth": 27,

@@ -7,21 +7,21 @@ import torch
 from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.embedded import (
-    EMBEDDED_GENERATION_DEFAULTS,
+    RANDOM_GENERATION_DEFAULTS,
     EMBEDDED_MODEL_ID,
-    EMBEDDED_NUM_REAL_TOKENS,
-    build_embedded_model,
-    embedded_model_config,
+    RANDOM_NUM_REAL_TOKENS,
+    build_random_model,
+    random_model_config,
 )
 
 
 @pytest.fixture(scope="module")
 def model() -> Qwen3_8ForCausalLM:
-    return build_embedded_model(device="cpu", dtype=torch.bfloat16)
+    return build_random_model(device="cpu", dtype=torch.bfloat16)
 
 
 def test_config_has_the_qwen38_shape() -> None:
-    config = embedded_model_config()
+    config = random_model_config()
     text = config.text
     assert EMBEDDED_MODEL_ID == "sparkinfer/qwen3.8-embedded-random"
     assert text.vocab_size == 248320 and text.num_hidden_layers == 8
@@ -33,12 +33,12 @@ def test_config_has_the_qwen38_shape() -> None:
     assert (config.image_token_id, config.video_token_id) == (248056, 248057)
     assert config.vision is not None and config.vision.out_hidden_size == text.hidden_size
     assert (config.vision.patch_size, config.vision.spatial_merge_size) == (16, 2)
-    assert EMBEDDED_GENERATION_DEFAULTS.eos_token_ids == (248046, 248044)
-    assert (EMBEDDED_GENERATION_DEFAULTS.top_k, EMBEDDED_GENERATION_DEFAULTS.top_p) == (20, 0.95)
+    assert RANDOM_GENERATION_DEFAULTS.eos_token_ids == (248046, 248044)
+    assert (RANDOM_GENERATION_DEFAULTS.top_k, RANDOM_GENERATION_DEFAULTS.top_p) == (20, 0.95)
 
 
 def test_weights_are_deterministic(model) -> None:
-    again = build_embedded_model(device="cpu", dtype=torch.bfloat16)
+    again = build_random_model(device="cpu", dtype=torch.bfloat16)
     for (name, a), (_, b) in zip(model.named_parameters(), again.named_parameters(), strict=True):
         assert torch.equal(a, b), name
     assert model.model.layers[0].linear_attn.A_log.dtype == torch.float32
@@ -66,8 +66,8 @@ def test_greedy_generation_is_sane_and_reproducible(model, paged_runner) -> None
         return tokens, first
 
     tokens, logits = generate()
-    assert torch.isfinite(logits[:EMBEDDED_NUM_REAL_TOKENS]).all()
-    assert torch.isneginf(logits[EMBEDDED_NUM_REAL_TOKENS:]).all()
-    assert 0.01 < logits[:EMBEDDED_NUM_REAL_TOKENS].std() < 100
-    assert all(t < EMBEDDED_NUM_REAL_TOKENS for t in tokens)
+    assert torch.isfinite(logits[:RANDOM_NUM_REAL_TOKENS]).all()
+    assert torch.isneginf(logits[RANDOM_NUM_REAL_TOKENS:]).all()
+    assert 0.01 < logits[:RANDOM_NUM_REAL_TOKENS].std() < 100
+    assert all(t < RANDOM_NUM_REAL_TOKENS for t in tokens)
     assert generate()[0] == tokens

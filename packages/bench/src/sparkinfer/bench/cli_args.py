@@ -23,7 +23,12 @@ def int_list(text: str) -> tuple[int, ...]:
 def output_flags(p: argparse.ArgumentParser) -> None:
     """--out, --record and --git-rev, which every mode takes."""
     p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")
-    p.add_argument("--record", type=Path, help="append the report as markdown (docs/benchmarks.md)")
+    p.add_argument(
+        "--record",
+        type=Path,
+        help="append the report as markdown to this file (a run log; the results page is "
+        "generated from docs/records)",
+    )
     p.add_argument("--git-rev", help="revision to record when running from a copy without .git")
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sparkinfer.bench import roofline
 from sparkinfer.bench.report import Gate, Plot, Table
 
-# Targets on an H200 (release goals, as ratios they match the 0.5.5 figures on an RTX 5090).
+# Release goals on one H200 (docs/benchmarks.md lists them beside the measured figures).
 GOAL_DECODE_1 = 76.0  # single stream at 4K context, tok/s
 GOAL_DECODE_AT = (32, 1600.0)  # aggregate tok/s at this concurrency
 GOAL_PREFILL = {4096: 13_000.0, 262_144: 5_300.0}  # prompt tok/s

@@ -120,8 +120,8 @@ def time_at_power_cap(
 ) -> Timing:
     """Per-call time of `iters` calls launched back to back after `warm_s` seconds of the same
     calls: the GPU's sustained speed. A burst of a few milliseconds runs at full clock; under
-    seconds of dense matmuls an H200 sits at its 700 W cap and clocked 1245-1650 MHz instead of
-    1980 (docs/benchmarks.md), as a prompt's forward does. On the CPU: wall clock, no warm-up."""
+    seconds of dense matmuls the GPU sits at its power cap at a lower clock, as a prompt's forward
+    does (figures: docs/benchmarks.md). On the CPU: wall clock, no warm-up."""
     if device.type != "cuda":
         return time_back_to_back(device, fn, warmup=0, iters=iters, calls=1)
     start = time.perf_counter()

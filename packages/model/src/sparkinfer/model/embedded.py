@@ -1,14 +1,20 @@
-"""The built-in default model: a small random-weight model of the Qwen3.8 shape.
+"""The two built-in models, served offline with no download.
 
-`sparkinfer-api` serves it when no --model is given, so the server, the engine and every client
-path run end to end without downloading a checkpoint. Same config schema, 3:1 layer pattern,
-real vocabulary size and special-token ids as Qwen3.8, and a tiny vision tower with the real patch
-geometry (16-px patches, 2 frames, 2x2 merge), so image and video requests run end to end too; the
-weights are deterministic (seeded) noise, so its output is meaningless but reproducible.
+- `EMBEDDED_MODEL_ID`, the default (`sparkinfer-api` with no --model): a 9M-parameter code model of
+  the Qwen3.8 architecture with its MTP head, trained for testing (not a general assistant), shipped
+  as an HF-layout checkpoint in this package (`embedded_checkpoint/`, its model card says how it was
+  made). Its own 8K byte-level BPE carries every Qwen control token; its tiny vision tower has
+  random weights, so image and video requests run end to end but the model does not see them.
+- `RANDOM_MODEL_ID`: a random-weight model of the Qwen3.8 shape with Qwen's real vocabulary and the
+  248,320-row head (same config schema, 3:1 layer pattern, special-token ids, and a tiny vision
+  tower with the real patch geometry). Its weights are seeded noise, so its output is meaningless
+  but reproducible: for tests that need Qwen's ids or the full-size head.
 """
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,13 +22,21 @@ from sparkinfer.model.config import GenerationDefaults, ModelConfig, parse_model
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.weights import checkpoint_views
 
-EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
-EMBEDDED_SEED = 0
-EMBEDDED_VISION_SEED = 1  # its own stream: the text weights do not depend on the tower
-EMBEDDED_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (SPEC §12)
+EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-code-tiny"
+RANDOM_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
+BUILTIN_MODEL_IDS = (EMBEDDED_MODEL_ID, RANDOM_MODEL_ID)
+RANDOM_SEED = 0
+RANDOM_VISION_SEED = 1  # its own stream: the text weights do not depend on the tower
+RANDOM_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (SPEC §12)
 WEIGHT_STD = 0.02  # small enough that activations stay O(1) through 8 layers
 
-EMBEDDED_CONFIG: dict[str, Any] = {
+
+def embedded_checkpoint_dir() -> Path:
+    """The folder of the default model's checkpoint, inside this package."""
+    return Path(str(resources.files("sparkinfer.model") / "embedded_checkpoint"))
+
+
+RANDOM_CONFIG: dict[str, Any] = {
     "architectures": ["Qwen3_5ForConditionalGeneration"],
     "model_type": "qwen3_5",
     "image_token_id": 248056,
@@ -78,14 +92,14 @@ EMBEDDED_CONFIG: dict[str, Any] = {
     },
 }  # fmt: skip
 
-EMBEDDED_GENERATION_DEFAULTS = GenerationDefaults(
+RANDOM_GENERATION_DEFAULTS = GenerationDefaults(
     temperature=1.0, top_k=20, top_p=0.95, eos_token_ids=(248046, 248044)
 )
 
 
-def embedded_model_config() -> ModelConfig:
-    """The embedded model's parsed config."""
-    return parse_model_config(EMBEDDED_CONFIG)
+def random_model_config() -> ModelConfig:
+    """The random model's parsed config."""
+    return parse_model_config(RANDOM_CONFIG)
 
 
 def _random_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
@@ -109,26 +123,26 @@ def _random_vision_value(name: str, shape: torch.Size, gen: torch.Generator) -> 
 
 
 @torch.no_grad()
-def build_embedded_model(
+def build_random_model(
     *,
     device: torch.device | str,
     dtype: torch.dtype,
-    num_real_tokens: int | None = EMBEDDED_NUM_REAL_TOKENS,
+    num_real_tokens: int | None = RANDOM_NUM_REAL_TOKENS,
 ) -> Qwen3_8ForCausalLM:
-    """The embedded model with its seeded random weights (same values on every device).
+    """The random model with its seeded weights (same values on every device).
 
     Values are drawn per checkpoint tensor name (`weights.checkpoint_views`: parameter order, a
     fused parameter's parts in row order) into the rows each fills, so fused projections hold the
     same values as separate ones would.
     """
     model = Qwen3_8ForCausalLM(
-        embedded_model_config(), device=device, dtype=dtype, num_real_tokens=num_real_tokens
+        random_model_config(), device=device, dtype=dtype, num_real_tokens=num_real_tokens
     )
-    gen = torch.Generator().manual_seed(EMBEDDED_SEED)
+    gen = torch.Generator().manual_seed(RANDOM_SEED)
     for name, view in checkpoint_views(model).items():
         view.copy_(_random_value(name, view.shape, gen))
     if model.visual is not None:
-        gen = torch.Generator().manual_seed(EMBEDDED_VISION_SEED)
+        gen = torch.Generator().manual_seed(RANDOM_VISION_SEED)
         for name, param in model.visual.named_parameters():
             param.copy_(_random_vision_value(name, param.shape, gen))
     return model

@@ -1,10 +1,11 @@
 """The determinism eval's offline twin: the same prompts through sparkinfer.model + Engine on CPU.
 
-With `determinism --reference CHECKPOINT` (or `--reference embedded`, the server's built-in random
-model) every depth's greedy answer is also computed here in fp32 on the CPU, with the plain-torch
-reference ops, and compared with the server's text. Both sides then tokenize the raw prompt the same
-way, so the server is asked through /v1/completions. A bf16 GPU server can legitimately drift from
-the fp32 reference after some tokens; an exact match is expected from a CPU fp32 server.
+With `determinism --reference CHECKPOINT` (or `--reference embedded`, the server's default
+built-in model) every depth's greedy answer is also computed here in fp32 on the CPU, with the
+plain-torch reference ops, and compared with the server's text. Both sides then tokenize the raw
+prompt the same way, so the server is asked through /v1/completions. A bf16 GPU server can
+legitimately drift from the fp32 reference after some tokens; an exact match is expected from a
+CPU fp32 server.
 """
 
 from __future__ import annotations
@@ -33,22 +34,19 @@ def _load(source: str) -> _Loaded:
     from sparkinfer.model.weights import load_model, read_checkpoint_configs
 
     if source == EMBEDDED:
-        tokenizer = Tokenizer.embedded()
-        model = embedded.build_embedded_model(device="cpu", dtype=torch.float32)
-        gen_eos = embedded.EMBEDDED_GENERATION_DEFAULTS.eos_token_ids
-    else:
-        try:
-            configs = read_checkpoint_configs(source)
-        except (OSError, ValueError) as e:
-            raise UsageError(
-                f"--reference {source!r} is not a readable checkpoint ({e}): give a small "
-                f"checkpoint folder or '{EMBEDDED}'"
-            ) from e
-        tokenizer = Tokenizer.from_checkpoint(configs.path)
-        model = load_model(
-            configs.path, device="cpu", dtype=torch.float32, num_real_tokens=tokenizer.vocab_size
-        )
-        gen_eos = configs.generation.eos_token_ids
+        source = str(embedded.embedded_checkpoint_dir())
+    try:
+        configs = read_checkpoint_configs(source)
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"--reference {source!r} is not a readable checkpoint ({e}): give a small "
+            f"checkpoint folder or '{EMBEDDED}'"
+        ) from e
+    tokenizer = Tokenizer.from_checkpoint(configs.path)
+    model = load_model(
+        configs.path, device="cpu", dtype=torch.float32, num_real_tokens=tokenizer.vocab_size
+    )
+    gen_eos = configs.generation.eos_token_ids
     eos = tuple(dict.fromkeys((*gen_eos, *tokenizer.eos_token_ids)))
     return _Loaded(tokenizer, model, eos)
 
