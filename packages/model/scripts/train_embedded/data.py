@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import random
 import sysconfig
 from collections.abc import Sequence
@@ -132,9 +133,27 @@ class ChatCounts:
     greetings: int
 
 
+_worker_encoder: ChatEncoder | None = None
+
+
+def _start_worker(folder: Path) -> None:
+    global _worker_encoder
+    tokenizer = Tokenizer.from_checkpoint(folder)
+    _worker_encoder = ChatEncoder(tokenizer, ChatTemplate.builtin(tokenizer))
+
+
+def _encode_turn(job: tuple[synthetic.Turn, bool]) -> list[int]:
+    assert _worker_encoder is not None
+    return _worker_encoder.encode(job[0], thinking=job[1])
+
+
+def _tasks_of(text: str) -> list[FunctionTask]:
+    return list(function_tasks(text))
+
+
 def chat_documents(
     sources: Sequence[str],
-    encoder: ChatEncoder,
+    tokenizer_folder: Path,
     *,
     rng: random.Random,
     max_tasks: int,
@@ -142,15 +161,36 @@ def chat_documents(
     num_json: int,
     num_greetings: int,
 ) -> tuple[list[list[int]], ChatCounts]:
-    """Encoded chat turns: function tasks from the sources, then the synthetic kinds."""
-    tasks = [t for text in sources for t in function_tasks(text)]
+    """Encoded chat turns: function tasks from the sources, then the synthetic kinds. The turns
+    and their thinking switches come from `rng` in order; workers only parse and encode."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(initializer=_start_worker, initargs=(tokenizer_folder,)) as pool:
+        tasks = [t for found in pool.map(_tasks_of, sources, chunksize=16) for t in found]
+        docs, counts = _encode_turns(
+            pool, tasks, rng=rng, max_tasks=max_tasks, num_tool_calls=num_tool_calls,
+            num_json=num_json, num_greetings=num_greetings,
+        )  # fmt: skip
+    return docs, counts
+
+
+def _encode_turns(
+    pool,
+    tasks: list[FunctionTask],
+    *,
+    rng: random.Random,
+    max_tasks: int,
+    num_tool_calls: int,
+    num_json: int,
+    num_greetings: int,
+) -> tuple[list[list[int]], ChatCounts]:
     rng.shuffle(tasks)
     turns = [task_turn(t) for t in tasks[:max_tasks]]
     for _ in range(num_tool_calls):
         turns += synthetic.tool_call_turns(rng)
     turns += [synthetic.json_turn(rng) for _ in range(num_json)]
     turns += [synthetic.greeting_turn(rng) for _ in range(num_greetings)]
-    docs = [encoder.encode(t, thinking=rng.random() < 0.5) for t in turns]
+    jobs = [(t, rng.random() < 0.5) for t in turns]
+    docs = pool.map(_encode_turn, jobs, chunksize=64)
     counts = ChatCounts(min(len(tasks), max_tasks), 2 * num_tool_calls, num_json, num_greetings)
     return docs, counts
 

@@ -31,7 +31,6 @@ import data
 import export
 import model_config
 from mtp_head import MTPHead
-from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS, Tokenizer
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
@@ -41,7 +40,7 @@ MTP_WEIGHTS = (0.3, 0.15)  # loss weight of the head's first and second draft st
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 1800
+    steps: int = 1300
     batch_size: int = 32
     seq_len: int = 1024
     lr: float = 2e-3
@@ -143,9 +142,8 @@ def main() -> None:
 
     plain = data.plain_encoder(raw_tok)
     raw_docs = [e.ids for e in plain.encode_batch(sources.train, add_special_tokens=False)]
-    encoder = data.ChatEncoder(tokenizer, ChatTemplate.builtin(tokenizer))
     chat_docs, counts = data.chat_documents(
-        sources.train, encoder, rng=random.Random(cfg.seed), max_tasks=cfg.max_tasks,
+        sources.train, args.out, rng=random.Random(cfg.seed), max_tasks=cfg.max_tasks,
         num_tool_calls=cfg.num_tool_calls, num_json=cfg.num_json,
         num_greetings=cfg.num_greetings,
     )  # fmt: skip

@@ -122,26 +122,35 @@ def build_state(settings: Settings) -> ServerState:
     """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
     device = _device(settings)
     dtype = _dtype(settings, device)
-    if settings.model is None:
-        loaded = _build_embedded(settings, device, dtype)
+    if settings.model in (None, embedded.EMBEDDED_MODEL_ID):
+        logger.warning(
+            "no --model given: serving the embedded %s, a 9M-parameter code model trained for "
+            "testing (it writes short Python functions, tool calls and JSON; it is not a general "
+            "assistant, and its vision tower has random weights). Serve a real checkpoint with "
+            "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",
+            embedded.EMBEDDED_MODEL_ID,
+        )
+        checkpoint = str(embedded.embedded_checkpoint_dir())
+        loaded = _load_checkpoint(settings, checkpoint, embedded.EMBEDDED_MODEL_ID, device, dtype)
+    elif settings.model == embedded.RANDOM_MODEL_ID:
+        loaded = _build_random(settings, device, dtype)
     else:
-        loaded = _load_checkpoint(settings, device, dtype)
+        loaded = _load_checkpoint(settings, settings.model, settings.model, device, dtype)
     return _start(settings, loaded, device)
 
 
-def _build_embedded(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
+def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
     logger.warning(
-        "no --model given: serving the embedded %s with RANDOM WEIGHTS (its output is "
-        "noise; it is for trying the API). Serve a real checkpoint with "
-        "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",
-        embedded.EMBEDDED_MODEL_ID,
+        "serving the built-in %s with RANDOM WEIGHTS (its output is noise; it has Qwen's real "
+        "vocabulary, for tests that need it)",
+        embedded.RANDOM_MODEL_ID,
     )
     tokenizer = Tokenizer.embedded()
-    model = embedded.build_embedded_model(device=device, dtype=dtype)
+    model = embedded.build_random_model(device=device, dtype=dtype)
     return _LoadedModel(
-        served=settings.served_model_name or embedded.EMBEDDED_MODEL_ID,
+        served=settings.served_model_name or embedded.RANDOM_MODEL_ID,
         config=model.config,
-        gen=embedded.EMBEDDED_GENERATION_DEFAULTS,
+        gen=embedded.RANDOM_GENERATION_DEFAULTS,
         tokenizer=tokenizer,
         chat_template=ChatTemplate.builtin(tokenizer),
         model=model,
@@ -149,17 +158,18 @@ def _build_embedded(settings: Settings, device: torch.device, dtype: torch.dtype
     )
 
 
-def _load_checkpoint(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
-    assert settings.model is not None
-    configs = read_checkpoint_configs(settings.model)
+def _load_checkpoint(
+    settings: Settings, source: str, model_id: str, device: torch.device, dtype: torch.dtype
+) -> _LoadedModel:
+    configs = read_checkpoint_configs(source)
     tokenizer = Tokenizer.from_checkpoint(configs.path)
     chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
-    logger.info("loading %s on %s as %s", settings.model, device, dtype)
+    logger.info("loading %s on %s as %s", source, device, dtype)
     model = load_model(
         configs.path, device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size
     )
     return _LoadedModel(
-        served=settings.served_model_name or settings.model,
+        served=settings.served_model_name or model_id,
         config=configs.model,
         gen=configs.generation,
         tokenizer=tokenizer,

@@ -23,7 +23,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     model: str | None = Field(
-        None, description="Checkpoint folder or Hugging Face hub id; unset: the embedded model"
+        None,
+        description="Checkpoint folder or Hugging Face hub id; unset: the embedded code model "
+        "(sparkinfer/qwen3.8-code-tiny); sparkinfer/qwen3.8-embedded-random: the random-weight "
+        "model with Qwen's vocabulary",
     )
     host: str = Field("127.0.0.1", description="Address to listen on")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free port)")

@@ -1,0 +1,151 @@
+"""The embedded default model through HTTP: transformers' greedy tokens, forced tool calls and
+JSON answers that close and validate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import jsonschema
+import openai
+import pytest
+import torch
+from sparkinfer.model.embedded import EMBEDDED_MODEL_ID, embedded_checkpoint_dir
+from sparkinfer.model.tokenizer import Tokenizer
+
+from .conftest import RunningServer, serve
+
+CODE_PROMPTS = (
+    "def fibonacci(n):\n",
+    "import os\n\n\ndef list_python_files(folder):\n",
+    "class Stack:\n    def __init__(self):\n",
+    'def read_json(path):\n    """Read a JSON file and return its contents."""\n',
+    "for i in range(10):\n",
+)
+NEW_TOKENS = 24
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book_hotel",
+        "description": "Book a hotel.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city"},
+                "nights": {"type": "integer", "description": "The nights"},
+            },
+            "required": ["city", "nights"],
+        },
+    },
+}
+TOOL_REQUESTS = (
+    "Please book the hotel with city Paris and nights 3.",
+    "Book the hotel for city Tokyo and nights 2.",
+    "Can you book a hotel? Use city Lima and nights 5.",
+    "I need to book the hotel: city Oslo and nights 1.",
+    "Use the tool to book the hotel with city Cairo and nights 7.",
+    "Please book a hotel in Berlin for 4 nights.",
+    "Book the hotel with city Madrid and nights 10.",
+    "I need a hotel in Toronto for 2 nights.",
+    "Please book the hotel with city Nairobi and nights 6.",
+    "Book the hotel for city Rome and nights 3.",
+)
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "city": {"type": "string"},
+                   "age": {"type": "integer"}},
+    "required": ["name", "city", "age"],
+    "additionalProperties": False,
+}  # fmt: skip
+PEOPLE = (
+    ("Alice", "Paris", 31), ("Bob", "Tokyo", 45), ("Carol", "Lima", 27), ("Dmitri", "Oslo", 52),
+    ("Esther", "Cairo", 38), ("Farid", "Madrid", 19), ("Grace", "Berlin", 64),
+    ("Hiro", "Toronto", 23), ("Ingrid", "Nairobi", 40), ("Jamal", "Rome", 33),
+)  # fmt: skip
+GOAL = 8  # of 10 prompts
+
+
+@pytest.fixture(scope="module")
+def default_server() -> Iterator[RunningServer]:
+    with serve(max_num_seqs=10) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(default_server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=default_server.v1, api_key="none", max_retries=0)
+
+
+def test_serves_the_trained_checkpoint(default_server: RunningServer) -> None:
+    models = httpx.get(default_server.v1 + "/models", timeout=10).json()["data"]
+    assert [m["id"] for m in models] == [EMBEDDED_MODEL_ID]
+
+
+def test_greedy_text_equals_transformers_generate(default_server: RunningServer) -> None:
+    from transformers import Qwen3_5ForCausalLM
+
+    folder = embedded_checkpoint_dir()
+    tok = Tokenizer.from_checkpoint(folder)
+    hf = Qwen3_5ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    for prompt in CODE_PROMPTS:
+        ids = tok.encode(prompt)
+        with torch.no_grad():
+            out = hf.generate(
+                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                eos_token_id=None,
+            )  # fmt: skip
+        body = {"prompt": ids, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True}
+        resp = httpx.post(default_server.v1 + "/completions", json=body, timeout=120)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["text"] == tok.decode(out[0, len(ids) :].tolist())
+
+
+def test_forced_tool_calls_close_and_validate(client: openai.OpenAI) -> None:
+    good = 0
+    for request in TOOL_REQUESTS:
+        r = client.chat.completions.create(
+            model=EMBEDDED_MODEL_ID,
+            messages=[{"role": "user", "content": request}],
+            tools=[TOOL],  # type: ignore[list-item]
+            tool_choice="required",
+            temperature=0,
+            max_tokens=64,
+        )
+        choice = r.choices[0]
+        calls = choice.message.tool_calls or []
+        if choice.finish_reason != "tool_calls" or len(calls) != 1:
+            continue
+        try:
+            jsonschema.validate(json.loads(calls[0].function.arguments),  # type: ignore[union-attr]
+                                TOOL["function"]["parameters"])  # fmt: skip
+        except (ValueError, jsonschema.ValidationError):
+            continue
+        good += 1
+    assert good >= GOAL
+
+
+def test_json_schema_answers_close_and_validate(client: openai.OpenAI) -> None:
+    good = 0
+    for name, city, age in PEOPLE:
+        prompt = (
+            "Reply with a JSON object with the fields name (a string), city (a string), age "
+            f"(an integer) for: {name} lives in {city} and is {age} years old."
+        )
+        r = client.chat.completions.create(
+            model=EMBEDDED_MODEL_ID,
+            messages=[{"role": "user", "content": prompt}],
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person", "schema": PERSON}},
+            temperature=0,
+            max_tokens=64,
+        )  # fmt: skip
+        choice = r.choices[0]
+        if choice.finish_reason != "stop" or choice.message.content is None:
+            continue
+        try:
+            jsonschema.validate(json.loads(choice.message.content), PERSON)
+        except (ValueError, jsonschema.ValidationError):
+            continue
+        good += 1
+    assert good >= GOAL
