@@ -1,4 +1,4 @@
-"""Workspace-wide rules: the import direction of STYLE.md and each package's layout."""
+"""Workspace-wide rules: the import direction of docs/style.md and each package's layout."""
 
 import pathlib
 import subprocess
@@ -129,8 +129,8 @@ def test_ruff_lint_and_format_are_clean():
 
 
 def test_pyright_is_clean():
-    # docs/style.md: pyright in standard mode, strict for scheduler and api; [tool.pyright] holds the
-    # config. Its first run on a machine fetches the pyright npm package.
+    # docs/style.md: pyright in standard mode, strict for scheduler and api; [tool.pyright] holds
+    # the config. Its first run on a machine fetches the pyright npm package.
     result = subprocess.run(
         [sys.executable, "-m", "pyright"], capture_output=True, text=True, cwd=ROOT
     )
@@ -138,7 +138,7 @@ def test_pyright_is_clean():
 
 
 def test_engine_bookkeeping_is_plain_python():
-    # STYLE.md: the scheduler, block manager, state slots and prefix cache never import torch.
+    # docs/style.md: the scheduler, block manager, state slots and prefix cache never import torch.
     src = ROOT / "packages" / "scheduler" / "src" / "sparkinfer" / "scheduler"
     for name in ("scheduler.py", "block_manager.py", "state_slots.py", "prefix_cache.py"):
         path = src / name

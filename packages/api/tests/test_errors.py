@@ -1,4 +1,4 @@
-"""One test per row of STYLE.md's error table, against the real server."""
+"""One test per row of docs/style.md's error table, against the real server."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 def test_full_size_config_matches_the_27b_parameter_count():
     text = engine.full_size_config().text
     assert len(text.full_attention_layers) == 16 and text.full_attention_layers[0] == 3
-    # SPEC §2: 25,624,600,064 text params without the embedding table, minus norms and conv
+    # docs/model.md §2: 25,624,600,064 text params without the embedding table, minus norms and conv
     assert abs(roofline.matmul_params(text) - 25_624_600_064) / 25_624_600_064 < 0.002
     assert roofline.kv_bytes_per_token(text) == 64 * 1024
     assert abs(roofline.state_bytes_per_seq(text) - 153_944_064) < 1024

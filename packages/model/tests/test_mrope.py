@@ -1,4 +1,4 @@
-"""MRoPE positions against transformers' Qwen3_5Model.get_rope_index, and SPEC §9 examples."""
+"""MRoPE positions against transformers' Qwen3_5Model.get_rope_index, and model.md §9 examples."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_rope_positions_match_transformers(hf_model, case: str) -> None:
 
 
 def test_rope_positions_image_worked_example() -> None:
-    """SPEC §9 example 1: 196 pads at (q+1, q+1+r, q+1+c); vision_end at q+15; 16 positions."""
+    """model.md §9 example 1: 196 pads at (q+1, q+1+r, q+1+c), vision_end at q+15: 16 positions."""
     q = 2
     ids = [7, 8, *image_block((1, 28, 28)), 9]
     pos, delta = get_rope_positions(ids, [(1, 28, 28)], [], **IDS)
@@ -107,7 +107,7 @@ def test_rope_positions_image_worked_example() -> None:
 
 
 def test_rope_positions_video_worked_example() -> None:
-    """SPEC §9 example 2: 6 groups of (6 + 1 + 196 + 1) tokens use 6 x 22 = 132 positions."""
+    """model.md §9 example 2: 6 groups of (6 + 1 + 196 + 1) tokens use 6 x 22 = 132 positions."""
     ids = video_block((6, 28, 28))
     assert len(ids) == 1224
     pos, delta = get_rope_positions(ids, [], [(6, 28, 28)], **IDS)

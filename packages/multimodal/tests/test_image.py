@@ -45,7 +45,7 @@ def hf_processor(config: ImageConfig):
         ((7, 5), "RGB", "PNG"),  # tiny: scaled up to the 65,536-pixel minimum
         ((1000, 37), "RGB", "PNG"),  # wide
         ((37, 700), "RGB", "PNG"),  # tall
-        ((448, 448), "RGB", "PNG"),  # SPEC worked example 1
+        ((448, 448), "RGB", "PNG"),  # docs/model.md §9, example 1
         ((333, 517), "RGB", "JPEG"),  # not multiples of 32
         ((300, 200), "RGBA", "PNG"),  # alpha composited on white
         ((64, 300), "P", "GIF"),  # palette
@@ -75,7 +75,7 @@ def test_image_downscaled_to_max_pixels_matches_transformers(image_bytes) -> Non
 
 
 def test_image_worked_example_token_count(image_bytes) -> None:
-    """448x448 -> grid (1, 28, 28): 784 patches, 196 tokens (SPEC §9 example 1)."""
+    """448x448 -> grid (1, 28, 28): 784 patches, 196 tokens (docs/model.md §9 example 1)."""
     image = decode_image(image_bytes(448, 448), field="f", limits=LIMITS)
     patches = image_to_patches(image, patch=PATCH, config=ImageConfig())
     assert patches.grid_thw == (1, 28, 28)

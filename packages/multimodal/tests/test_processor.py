@@ -1,4 +1,4 @@
-"""Media parts -> pixel tensors, grids, placeholder counts and the expanded prompt (SPEC §9)."""
+"""Media parts -> pixel tensors, grids, placeholder counts and the expanded prompt (model.md §9)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def char_encode(text: str) -> list[int]:
 
 
 def six_token_encode(text: str) -> list[int]:
-    """A stand-in with the Qwen tokenizer's count for `<X.X seconds>`: 6 tokens (SPEC §9)."""
+    """A stand-in with the Qwen tokenizer's count for `<X.X seconds>`: 6 tokens (model.md §9)."""
     return [7] * 6
 
 
@@ -73,11 +73,11 @@ def test_process_image_from_data_url(image_bytes, data_url) -> None:
     assert media.num_patches == 784 and media.num_tokens == 196
     assert media.content_hash == hashlib.sha256(image_bytes(448, 448)).hexdigest()
     prompt = expand_prompt([1, START, IMG, END, 2], [media], token_ids=IDS, encode_text=char_encode)
-    assert prompt == [1, START, *[IMG] * 196, END, 2]  # 198-token block (SPEC example 1)
+    assert prompt == [1, START, *[IMG] * 196, END, 2]  # 198-token block (model.md §9, example 1)
 
 
 def test_process_video_worked_example(clip_bytes, data_url) -> None:
-    """6 s 448x448 at 30 fps: grid (6, 28, 28), 1,176 pads, 1,224 prompt tokens (SPEC example 2)."""
+    """6 s 448x448 at 30 fps: grid (6, 28, 28), 1,176 pads, 1,224 prompt tokens (model.md §9)."""
     data = clip_bytes(6, 30, 448, 448, noise=False)
     media = process_video(data_url("video/mp4", data), field="f", config=CONFIG, limits=LIMITS)
     assert media.kind == "video" and media.grid_thw == (6, 28, 28)
@@ -173,7 +173,7 @@ def test_process_refuses_bad_media(image_bytes, clip_bytes, data_url) -> None:
 
 
 def test_parse_processor_config_from_checkpoint_files() -> None:
-    """SPEC §1 preprocessor_config / video_preprocessor_config; fps and frame budget are policy."""
+    """model.md §1 preprocessor configs (image, video); fps and frame budget are policy."""
     pre = {
         "image_processor_type": "Qwen2VLImageProcessorFast",
         "size": {"shortest_edge": 65536, "longest_edge": 16777216},

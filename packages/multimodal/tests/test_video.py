@@ -95,7 +95,7 @@ def test_video_without_pixel_cap_matches_transformers(clip_bytes, tmp_path) -> N
 
 
 def test_sample_frame_indices_worked_example() -> None:
-    """SPEC §9 example 2: 180 frames at 30 fps -> 12 frames."""
+    """docs/model.md §9 example 2: 180 frames at 30 fps -> 12 frames."""
     assert sample_frame_indices(180, 30.0, CONFIG) == [
         0,
         16,
@@ -129,7 +129,7 @@ def test_sample_frame_indices_short_clips(total: int, fps: float, expected: int)
 
 
 def test_group_timestamps_worked_example() -> None:
-    """Group time = mean of the pair's timestamps, shown with 1 decimal (SPEC §9 example 2)."""
+    """Group time = mean of the pair's timestamps, shown with 1 decimal (model.md §9 example 2)."""
     indices = sample_frame_indices(180, 30.0, CONFIG)
     shown = [f"{t:.1f}" for t in group_timestamps(indices, 30.0)]
     assert shown == ["0.3", "1.4", "2.4", "3.5", "4.6", "5.7"]

@@ -1,4 +1,4 @@
-"""The one mapping from exceptions to OpenAI-style error bodies (STYLE.md error table)."""
+"""The one mapping from exceptions to OpenAI-style error bodies (docs/style.md error table)."""
 
 from __future__ import annotations
 

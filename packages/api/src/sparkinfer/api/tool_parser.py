@@ -1,6 +1,6 @@
 """Qwen's XML tool calls → OpenAI tool calls, for whole outputs and for streams.
 
-The model writes (SPEC §13)::
+The model writes (docs/model.md §13)::
 
     <tool_call>
     <function=NAME>

@@ -31,14 +31,14 @@ if TYPE_CHECKING:
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.engine import Engine
 
-NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (SPEC §11)
+NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (docs/model.md §11)
 WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
 # Prefix reuse: each request's own question after the shared prefix, the requests, the snapshots
 PREFIX_SUFFIX, PREFIX_REQUESTS, PREFIX_SNAPSHOTS = 32, 3, 4
 
 
 def full_size_config(num_layers: int | None = None) -> ModelConfig:
-    """Qwen3.8-27B's text config (SPEC §1); `num_layers` keeps the 3:1 pattern with fewer layers."""
+    """Qwen3.8-27B's text config (model.md §1); `num_layers` keeps the 3:1 layer pattern."""
     n = num_layers or 64
     text = TextConfig(
         vocab_size=248_320,

@@ -109,7 +109,7 @@ def prefill_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, prompt_len: int) ->
 
 
 def vision_flops(cfg: VisionConfig, grid_thw: Sequence[tuple[int, int, int]]) -> float:
-    """FLOPs of one vision tower forward over these items (matmuls and attention; SPEC §9).
+    """FLOPs of one vision tower forward over these items (matmuls and attention; docs/model.md §9).
 
     Per patch: the patch embedding, then per block qkv, proj, fc1 and fc2; per merged token the
     merger's two matmuls. Attention is 4 * L^2 * hidden per block for each segment of L patches.

@@ -1,6 +1,6 @@
 """The `vision` mode: media preprocessing on the CPU and the vision tower on the device.
 
-For each case (SPEC §9's worked examples and a large image) the media made in the run go through
+For each case (model.md §9's worked examples and a large image) the media made in the run go through
 `sparkinfer.multimodal` as `data:` URLs, then their patches through `sparkinfer.model`'s
 `VisionModel` at Qwen3.8-27B's vision shapes with random weights. transformers'
 `Qwen3_5VisionModel` runs on the same weights and inputs where it imports, and the roofline is the
@@ -24,7 +24,7 @@ from sparkinfer.bench.vision_report import PeerResult, VisionRow
 from sparkinfer.model.config import VisionConfig
 from sparkinfer.model.vision import VisionModel
 
-# SPEC §1 vision_config of Qwen3.8-27B (patch 16, temporal 2, merge 2 are the defaults)
+# docs/model.md §1 vision_config of Qwen3.8-27B (patch 16, temporal 2, merge 2 are the defaults)
 VISION_27B = VisionConfig(
     depth=27,
     hidden_size=1152,

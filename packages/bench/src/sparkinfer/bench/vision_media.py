@@ -41,7 +41,7 @@ class Case:
     fps: int = 0
 
 
-# SPEC §9: worked example 1 (196 tokens), worked example 2 (1,176 tokens), a 12,544-patch image
+# model.md §9: worked example 1 (196 tokens), worked example 2 (1,176 tokens), a 12,544-patch image
 FULL_CASES = (
     Case("image 448x448", "image", 448, 448, (1, 28, 28)),
     Case("video 6 s 448x448 30 fps", "video", 448, 448, (6, 28, 28), seconds=6.0, fps=30),

@@ -193,7 +193,7 @@ def plots(rows: list[VisionRow]) -> list[Plot]:
 
 
 def grid_gate(rows: list[VisionRow]) -> Gate:
-    """Each case's grid matches SPEC §9 and the tower returns one row per pad token."""
+    """Each case's grid matches docs/model.md §9 and the tower returns one row per pad token."""
     bad = [
         f"{r.case}: grid {r.grid_thw}, expected {r.expected_grid}; tower rows "
         f"{r.num_output_rows} for {r.num_tokens} tokens"

@@ -30,7 +30,7 @@ _POSITIVE_TEXT_FIELDS = (
 
 @dataclass(frozen=True)
 class TextConfig:
-    """The language model: hybrid Gated-DeltaNet / gated-attention stack (SPEC §1, §4-§6)."""
+    """The language model: hybrid Gated-DeltaNet / gated-attention stack (model.md §1, §4-§6)."""
 
     vocab_size: int
     hidden_size: int
@@ -122,7 +122,7 @@ class TextConfig:
 
 @dataclass(frozen=True)
 class VisionConfig:
-    """The vision tower's config, kept as parsed data for `vision.py` (SPEC §1 vision_config)."""
+    """The vision tower's config, parsed data for `vision.py` (model.md §1 vision_config)."""
 
     depth: int
     hidden_size: int

@@ -27,7 +27,7 @@ RANDOM_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
 BUILTIN_MODEL_IDS = (EMBEDDED_MODEL_ID, RANDOM_MODEL_ID)
 RANDOM_SEED = 0
 RANDOM_VISION_SEED = 1  # its own stream: the text weights do not depend on the tower
-RANDOM_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (SPEC §12)
+RANDOM_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (model.md §12)
 WEIGHT_STD = 0.02  # small enough that activations stay O(1) through 8 layers
 
 

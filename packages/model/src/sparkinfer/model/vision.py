@@ -1,5 +1,5 @@
 """The vision tower (`model.visual`): patch embedding, learned and rotary 2-D positions, pre-LN ViT
-blocks with bidirectional attention per frame group, and the 2x2 patch merger (SPEC §9).
+blocks with bidirectional attention per frame group, and the 2x2 patch merger (docs/model.md §9).
 
 Input rows are the processor's 1536-value patch vectors in merge-block order; output rows are one
 `out_hidden_size` embedding per 2x2 block, in the order their pad tokens appear in the prompt.
@@ -67,7 +67,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class VisionRotary(nn.Module):
-    """2-D rotary over the whole head dim: angles [row * f, col * f], duplicated (SPEC §9)."""
+    """2-D rotary over the whole head dim: angles [row * f, col * f], duplicated (model.md §9)."""
 
     inv_freq: torch.Tensor  # [head_dim / 4] fp32 buffer
 

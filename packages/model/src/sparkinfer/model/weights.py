@@ -1,6 +1,6 @@
 """Checkpoint files (local directory or hub id) -> a loaded `Qwen3_8ForCausalLM`.
 
-Accepted tensor layouts (SPEC §11):
+Accepted tensor layouts (docs/model.md §11):
 - Qwen3_5ForConditionalGeneration: `model.language_model.*`, `lm_head.weight`, `model.visual.*`,
   `mtp.*`
 - Qwen3_5ForCausalLM: `model.*`, `lm_head.weight`

@@ -2,7 +2,7 @@
 
 Resizing is bicubic with antialiasing on uint8 (`torch.nn.functional.interpolate`), the same
 arithmetic as the checkpoint's `Qwen2VLImageProcessorFast`; a patch vector holds
-(channel, temporal, py, px) values, patches come in merge-block order (SPEC §9).
+(channel, temporal, py, px) values, patches come in merge-block order (docs/model.md §9).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class PatchConfig:
 
 @dataclass(frozen=True)
 class ImageConfig:
-    """Resize bounds of an image in pixels (SPEC §1 preprocessor_config: 256² to 4096²)."""
+    """Resize bounds of an image in pixels (docs/model.md §1 preprocessor_config: 256² to 4096²)."""
 
     min_pixels: int = 65_536
     max_pixels: int = 16_777_216
@@ -99,7 +99,7 @@ def smart_resize(
     max_pixels: int,
     field: str = "image",
 ) -> tuple[int, int]:
-    """Target (height, width): multiples of `factor`, area within bounds, aspect kept (SPEC §9)."""
+    """Target (height, width): multiples of `factor`, area in bounds, aspect kept (model.md §9)."""
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
         raise MediaError(
             f"{field} is {width}x{height}, an aspect ratio above {MAX_ASPECT_RATIO}: crop or pad it"

@@ -1,4 +1,4 @@
-"""Media in a request → pixel tensors, grids and the expanded prompt (SPEC §9).
+"""Media in a request → pixel tensors, grids and the expanded prompt (docs/model.md §9).
 
 Everything here is a pure function of its arguments and safe to call from worker threads, so the
 api runs it off the event loop. The api's flow for one request:
@@ -39,7 +39,7 @@ _ARTICLE = {"image": "an image", "video": "a video"}
 
 @dataclass(frozen=True)
 class VisionTokenIds:
-    """Token ids of the vision placeholders (config.json top level, SPEC §1, §12)."""
+    """Token ids of the vision placeholders (config.json top level, docs/model.md §1, §12)."""
 
     image_pad: int = 248056
     video_pad: int = 248057
@@ -213,7 +213,7 @@ def expand_prompt(
 ) -> list[int]:
     """Replace each template triple `vision_start, image_pad|video_pad, vision_end` with its block.
 
-    The whole triple is replaced (SPEC §9 placement rule), so a video has no outer vision_start
+    The whole triple is replaced (model.md §9 placement rule), so a video has no outer vision_start
     or vision_end. Media are matched to triples in order; any mismatch in count or kind, or a pad
     token outside a triple, raises PlaceholderMismatch.
     """

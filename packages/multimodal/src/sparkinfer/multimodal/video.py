@@ -43,7 +43,7 @@ VIDEO_MIME_TYPES = {
 
 @dataclass(frozen=True)
 class VideoConfig:
-    """Frame sampling and per-video resize bounds (SPEC §1 video_preprocessor_config, §9).
+    """Frame sampling and per-video resize bounds (docs/model.md §1 video_preprocessor_config, §9).
 
     max_frames is the sampling budget: longer clips are sampled more sparsely. With
     cap_pixels_per_frame, each frame is held to max_tokens_per_frame merged tokens and an even

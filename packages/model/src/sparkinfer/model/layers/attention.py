@@ -1,4 +1,4 @@
-"""Gated full attention with GQA over the paged KV cache (SPEC §4).
+"""Gated full attention with GQA over the paged KV cache (docs/model.md §4).
 
 qkv_proj is one GEMM giving [q_and_gate | k | v] (the checkpoint's q_proj, k_proj and v_proj,
 stacked by rows in weights.py); the three parts are views of its output, no copies. q_and_gate

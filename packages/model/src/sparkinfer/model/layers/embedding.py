@@ -1,4 +1,4 @@
-"""Token embedding and the untied LM head with padded-vocabulary masking (SPEC §6)."""
+"""Token embedding and the untied LM head with padded-vocabulary masking (docs/model.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gated DeltaNet linear attention with conv and recurrent state per slot (SPEC §5).
+"""Gated DeltaNet linear attention with conv and recurrent state per slot (docs/model.md §5).
 
 in_proj gives [q | k | v | z | b | a] in one GEMM (the checkpoint's in_proj_qkv, in_proj_z,
 in_proj_b and in_proj_a, stacked by rows in weights.py). Its output is split by views, no copies:

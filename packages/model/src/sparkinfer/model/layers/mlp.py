@@ -1,4 +1,4 @@
-"""SwiGLU MLP: down_proj(silu(gate) * up) with [gate | up] from one GEMM (SPEC §6).
+"""SwiGLU MLP: down_proj(silu(gate) * up) with [gate | up] from one GEMM (docs/model.md §6).
 
 gate_up_proj stacks the checkpoint's gate_proj and up_proj by rows (weights.py), so decode reads
 both weights in one launch; the kernels' silu_and_mul reads both halves of its output in one pass,

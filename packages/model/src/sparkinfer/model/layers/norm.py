@@ -1,4 +1,4 @@
-"""The two RMSNorm flavours of Qwen3.5/3.8 (SPEC §3): zero-centred (1+w) and gated (plain w)."""
+"""The two RMSNorm flavours of Qwen3.5/3.8 (model.md §3): zero-centred (1+w) and gated (plain w)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rotary cos/sin tables: interleaved MRoPE over (t, h, w) positions, partial rotary (SPEC §8).
+"""Rotary cos/sin tables: interleaved MRoPE over (t, h, w) positions, partial rotary (model.md §8).
 
 Only the first `rotary_dim` dims of each head rotate (rotate_half style). Frequency j takes its
 angle from one of the three position axes: H for j % 3 == 1 within the first 3 * section[1]
