@@ -1,8 +1,8 @@
 """Triton kernel builds: how many the engine makes at start and how many the first requests wait
 on, over a sweep of step shapes (prompt lengths, several prompts at once, chunked prompts).
 
-A build of the attention prefill kernel takes 1.5-2 s on an H200, so a request that meets an
-unbuilt variant waits that long. `--cold` points Triton's build cache at an empty folder, so
+A build of the attention prefill kernel takes seconds, so a request that meets an unbuilt
+variant waits that long. `--cold` points Triton's build cache at an empty folder, so
 every build compiles as in a fresh container; without it, builds cached on disk by an earlier
 process load in milliseconds but still count.
 """

@@ -25,10 +25,9 @@ def rotation_copies(bytes_per_call: int, *, max_copies: int = 32) -> int:
     return max(1, min(max_copies, -(-L2_FLUSH_BYTES // max(bytes_per_call, 1))))
 
 
-# A replay runs at least this long (its calls repeated up to MAX_REPEATS times): the gap between
-# two graphs on the GPU then adds a few per mille. Timed one replay at a time, the graph's host
-# launch (about 10 us on an H200) landed inside each timed interval: a rotation of one or two
-# calls (a decode call over 128 MiB or more) read 5-10 us slower per call.
+# A replay runs at least this long (its calls repeated up to MAX_REPEATS times), so the gap
+# between two graphs on the GPU stays a small share; replays run back to back, so the host's
+# launch of the graph lands outside the timed intervals.
 MIN_REPLAY_MS = 0.5
 MAX_REPEATS = 128
 

@@ -167,8 +167,7 @@ def tune(
 
 
 def _cublas(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The dispatcher's own cuBLAS call (matmul with w.t() picked slower kernels for some shapes
-    on the H200)."""
+    """The dispatcher's own cuBLAS call (matmul with w.t() can pick other, slower kernels)."""
     return F.linear(x, w)
 
 
