@@ -112,7 +112,7 @@ def render(docs: Path = DOCS) -> str:
     for workload in load(docs / "records"):
         lines += _table(workload)
     lines += _notes(docs / "notes")
-    return "\n".join(lines) + OUTRO
+    return "\n".join(lines) + "\n" + OUTRO
 
 
 def main(argv: list[str] | None = None) -> int:
