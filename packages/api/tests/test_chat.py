@@ -143,8 +143,8 @@ def test_required_tool_choice_yields_a_valid_call(
     args = json.loads(calls[0].function.arguments)
     if calls[0].function.name == "get_weather":
         jsonschema.validate(args, WEATHER["function"]["parameters"])
-    if thinking:
-        assert choice.message.reasoning_content  # type: ignore[attr-defined]
+    reasoning = choice.message.reasoning_content  # type: ignore[attr-defined]
+    assert thinking or not reasoning  # with thinking off, the call is never reasoning
 
 
 def test_named_tool_choice_streams_the_call(client: openai.OpenAI, model: str) -> None:
@@ -326,3 +326,59 @@ def test_call_cut_by_max_tokens_is_length_without_markup(
         content, finish = message["content"] or "", resp.json()["choices"][0]["finish_reason"]
     assert finish == "length"
     assert "<tool_call>" not in content and "<function" not in content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_counts_reasoning_tokens(client: openai.OpenAI, model: str, stream: bool) -> None:
+    """The tokens up to the model's `</think>` (all of them if it never closes)."""
+    kw = {"model": model, "messages": USER, "max_tokens": 12, "logprobs": True, "seed": 3}
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                **kw, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        usage = chunks[-1].usage
+        entries = [
+            e
+            for c in chunks
+            if c.choices and c.choices[0].logprobs
+            for e in c.choices[0].logprobs.content or []
+        ]
+    else:
+        r = client.chat.completions.create(**kw)
+        usage = r.usage
+        assert r.choices[0].logprobs is not None
+        entries = r.choices[0].logprobs.content or []
+    tokens = [e.token for e in entries]
+    want = tokens.index("</think>") + 1 if "</think>" in tokens else len(tokens)
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == want
+    off = client.chat.completions.create(**kw, extra_body={"enable_thinking": False}).usage
+    assert off is not None and off.completion_tokens_details is not None
+    assert off.completion_tokens_details.reasoning_tokens == 0
+
+
+def test_forced_call_with_bounded_strings_closes(client: openai.OpenAI, model: str) -> None:
+    """maxLength and pattern hold inside the call, so random weights still close it."""
+    params = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "note": {"type": "string", "maxLength": 4},
+        },
+        "required": ["code", "note"],
+    }
+    tool = {"type": "function", "function": {"name": "tag", "parameters": params}}
+    r = client.chat.completions.create(
+        model=model,
+        messages=USER,
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice="required",
+        max_tokens=80,
+        extra_body={"enable_thinking": False},
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message
+    args = json.loads((choice.message.tool_calls or [])[0].function.arguments)
+    jsonschema.validate(args, params)

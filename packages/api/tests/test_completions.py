@@ -74,3 +74,36 @@ def test_out_of_vocab_token_ids_are_400_naming_the_prompt(
     err = resp.json()["error"]
     want = "prompt" if len(prompt) == 1 else "prompt[1]"
     assert (err["code"], err["param"]) == ("invalid_value", want)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_tokens_zero_with_echo_returns_the_scored_prompt(
+    client: openai.OpenAI, model: str, stream: bool
+) -> None:
+    """What scoring clients (lm-eval) send: the prompt's logprobs and no new token."""
+    prompt = "Once upon a time"
+    kw = {"model": model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
+    if stream:
+        chunks = list(client.completions.create(**kw, stream=True))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        tokens = [
+            t
+            for c in chunks
+            if c.choices and c.choices[0].logprobs
+            for t in c.choices[0].logprobs.tokens or []
+        ]
+    else:
+        r = client.completions.create(**kw)
+        text, finish = r.choices[0].text, r.choices[0].finish_reason
+        assert r.usage is not None and r.usage.completion_tokens == 0
+        assert r.choices[0].logprobs is not None
+        tokens = r.choices[0].logprobs.tokens or []
+    assert (text, finish) == (prompt, "length")
+    assert "".join(tokens) == prompt
+
+
+def test_max_tokens_zero_needs_echo(server: RunningServer) -> None:
+    body = {"prompt": "hi", "max_tokens": 0}
+    resp = httpx.post(server.v1 + "/completions", json=body, timeout=60)
+    assert resp.status_code == 400 and "max_tokens 0 needs echo" in resp.json()["error"]["message"]

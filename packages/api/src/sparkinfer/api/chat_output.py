@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 from sparkinfer.api.errors import InternalError
-from sparkinfer.api.reasoning_parser import ReasoningDelta, StreamingReasoningParser
+from sparkinfer.api.reasoning_parser import THINK_END, ReasoningDelta, StreamingReasoningParser
 from sparkinfer.api.schemas.chat import (
     ChoiceDelta,
     DeltaToolCall,
@@ -190,6 +190,33 @@ class ChatOutput:
             for d in (ToolCallDelta(i, c.id, c.name, ""), ToolCallDelta(i, None, None, c.arguments))
         ]
         out.append(ChoiceDelta(tool_calls=[_delta_call(d) for d in deltas]))
+
+
+class ReasoningTokenCounter:
+    """Counts one choice's reasoning tokens: with thinking on, those up to its `</think>` (a
+    tokenizer without that token: the reasoning text re-encoded)."""
+
+    def __init__(self, tokenizer: Tokenizer, *, is_thinking: bool) -> None:
+        self._tokenizer = tokenizer
+        self._is_thinking = is_thinking
+        self._end_id = tokenizer.token_to_id(THINK_END) if is_thinking else None
+        self._is_open = self._end_id is not None
+        self._count = 0
+
+    def push(self, token_ids: Sequence[int]) -> None:
+        if not self._is_open:
+            return
+        for token_id in token_ids:
+            self._count += 1
+            if token_id == self._end_id:
+                self._is_open = False
+                return
+
+    def count(self, reasoning: str) -> int:
+        """The choice's reasoning tokens; `reasoning` is its reasoning text."""
+        if self._is_thinking and self._end_id is None:
+            return len(self._tokenizer.encode(reasoning))
+        return self._count
 
 
 def to_chat_logprobs(

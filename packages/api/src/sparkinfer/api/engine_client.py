@@ -189,10 +189,13 @@ class EngineClient:
                 self.metrics.rejections.labels(code=type(exc).__name__).inc()
             raise
 
-    def abort_all(self, streams: Sequence[RequestStream]) -> None:
-        """Abort every stream that has not finished (client gone, error, stop string)."""
+    def abort_all(self, streams: Sequence[RequestStream], *, reason: str = "abort") -> None:
+        """Abort every stream that has not finished (client gone, error, stop string), counting
+        each under `reason` in the finished-requests metric ("stop" for a stop string)."""
         for stream in streams:
             if not stream.is_finished:
                 stream.is_finished = True
                 logger.info("request %s aborted before it finished", stream.request_id)
                 self.engine.abort(stream.request_id)
+                if self.metrics is not None:
+                    self.metrics.requests.labels(finish_reason=reason).inc()

@@ -88,6 +88,7 @@ async def run_choice(
             result.num_cached_tokens = out.num_cached_tokens
             text = stops.feed(detok.push(out.new_token_ids))
             if stops.is_stopped:
+                client.abort_all([stream], reason="stop")  # counted as the stop it is
                 yield ChoiceEvent(
                     job.index, text, out.new_token_ids, out.logprobs, "stop", out.prompt_logprobs,
                     stops.matched,

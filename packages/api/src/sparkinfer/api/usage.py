@@ -13,13 +13,19 @@ def _end_ms(result: ChoiceResult) -> float:
     return (result.metrics.ttft_ms or 0.0) + (result.metrics.generation_ms or 0.0)
 
 
-def make_usage(results: Sequence[ChoiceResult], prompt_lens: Sequence[int]) -> Usage:
+def make_usage(
+    results: Sequence[ChoiceResult],
+    prompt_lens: Sequence[int],
+    *,
+    reasoning_tokens: int | None = None,
+) -> Usage:
     """Usage of `results`, ordered prompt by prompt with the same number of choices each.
 
     Each prompt counts once however many choices it has (as OpenAI bills n > 1), with the fewest
     cached tokens any of its choices had; completion tokens add up over every choice. Telemetry
     (ttft_ms, generation_ms, decode_tps) is that of the slowest choice, the one that finished
-    last, so ttft_ms + generation_ms spans the whole response.
+    last, so ttft_ms + generation_ms spans the whole response. `reasoning_tokens` (those of the
+    choices' reasoning blocks, in all) goes to completion_tokens_details.
     """
     n = len(results) // max(1, len(prompt_lens))
     groups = [results[p * n : (p + 1) * n] for p in range(len(prompt_lens))]
@@ -32,6 +38,9 @@ def make_usage(results: Sequence[ChoiceResult], prompt_lens: Sequence[int]) -> U
         completion_tokens=completion,
         total_tokens=num_prompt + completion,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+        completion_tokens_details=(
+            None if reasoning_tokens is None else {"reasoning_tokens": reasoning_tokens}
+        ),
         ttft_ms=slowest.ttft_ms if slowest else None,
         generation_ms=slowest.generation_ms if slowest else None,
         decode_tps=slowest.decode_tps if slowest else None,

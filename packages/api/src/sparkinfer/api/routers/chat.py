@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sparkinfer.api.chat_output import ChatOutput, to_chat_logprobs
+from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
@@ -79,6 +79,8 @@ async def create_chat_completion(
     prep = await prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
+    thinking = prep.thinking.is_enabled
+    counters = [ReasoningTokenCounter(state.tokenizer, is_thinking=thinking) for _ in jobs]
     choices = await start_choices(state.engine, state.tokenizer, jobs)
     num_prompt = len(prep.prompt_token_ids)
     logger.info(
@@ -88,13 +90,16 @@ async def create_chat_completion(
     if not body.stream:
         async with contextlib.aclosing(choices):
             whole = await unless_disconnected(
-                request, _whole(body, state, choices, outputs, rid=rid, num_prompt=num_prompt)
+                request,
+                _whole(body, state, choices, (outputs, counters), rid=rid, num_prompt=num_prompt),
             )
         return whole or Response(status_code=CLIENT_CLOSED_REQUEST)
     created = now()
 
     def usage_chunk() -> bytes:
-        usage = make_usage(choices.results, [num_prompt])
+        usage = make_usage(
+            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
+        )
         chunk = ChatCompletionChunk(
             id=rid, created=created, model=state.model_id, choices=[], usage=usage
         )
@@ -102,7 +107,7 @@ async def create_chat_completion(
 
     opts = body.stream_options
     return sse_response(
-        _chunks(body, state, choices, outputs, rid=rid, created=created),
+        _chunks(body, state, choices, (outputs, counters), rid=rid, created=created),
         rid,
         keep_alive_s=state.settings.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
@@ -113,16 +118,18 @@ async def _whole(
     body: ChatCompletionRequest,
     state: ServerState,
     choices: Choices,
-    outputs: list[ChatOutput],
+    parsers: tuple[list[ChatOutput], list[ReasoningTokenCounter]],
     *,
     rid: str,
     num_prompt: int,
 ) -> ChatCompletionResponse:
     """Read every choice to its end and answer with the whole messages (the caller closes)."""
+    outputs, counters = parsers
     finish: list[str | None] = [None] * len(outputs)
     logprobs = [ChatLogprobs(content=[]) if body.logprobs else None for _ in outputs]
     async for ev in choices.events:
         outputs[ev.index].feed(ev.text)
+        counters[ev.index].push(ev.token_ids)
         finish[ev.index] = ev.finish_reason or finish[ev.index]
         if (lp := logprobs[ev.index]) is not None and lp.content is not None:
             lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
@@ -137,20 +144,27 @@ async def _whole(
         created=now(),
         model=state.model_id,
         choices=messages,
-        usage=make_usage(choices.results, [num_prompt]),
+        usage=make_usage(
+            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
+        ),
     )
+
+
+def _reasoning_tokens(outputs: list[ChatOutput], counters: list[ReasoningTokenCounter]) -> int:
+    return sum(c.count(out.reasoning) for out, c in zip(outputs, counters, strict=True))
 
 
 async def _chunks(
     body: ChatCompletionRequest,
     state: ServerState,
     choices: Choices,
-    outputs: list[ChatOutput],
+    parsers: tuple[list[ChatOutput], list[ReasoningTokenCounter]],
     *,
     rid: str,
     created: int,
 ) -> AsyncGenerator[bytes, None]:
     """The choices' chunks: the assistant role first, then reasoning, content and tool deltas."""
+    outputs, counters = parsers
 
     def chunk(choice: ChunkChoice) -> bytes:
         return sse_data(
@@ -162,6 +176,7 @@ async def _chunks(
             yield chunk(ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content="")))
         async for ev in choices.events:
             out = outputs[ev.index]
+            counters[ev.index].push(ev.token_ids)
             deltas = out.feed(ev.text)
             if ev.finish_reason is not None:
                 deltas += out.finish(ev.finish_reason)

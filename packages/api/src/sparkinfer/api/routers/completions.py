@@ -16,7 +16,9 @@ from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
+    ChoiceEvent,
     ChoiceJob,
+    ChoiceResult,
     Choices,
     start_choices,
     unless_disconnected,
@@ -99,11 +101,13 @@ def _jobs(
 ) -> list[ChoiceJob]:
     """n engine jobs per prompt, indexed prompt by prompt."""
     jobs: list[ChoiceJob] = []
+    # max_tokens 0: the engine draws one token (prefill yields the prompt's logprobs), dropped.
+    max_tokens = 1 if body.max_tokens == 0 else body.max_tokens
     for p, ids in enumerate(prompts):
         for c in range(body.n):
             index = p * body.n + c
             params = build_params(
-                body, state, max_tokens=body.max_tokens, logprobs=body.logprobs, choice_idx=c
+                body, state, max_tokens=max_tokens, logprobs=body.logprobs, choice_idx=c
             )
             if body.echo and body.logprobs is not None:
                 params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
@@ -126,6 +130,8 @@ async def create_completion(
     prompt_lens = [len(p) for p in prompts]
     echoes = [texts[j.index // body.n] for j in jobs]
     choices = await start_choices(state.engine, state.tokenizer, jobs)
+    if body.max_tokens == 0:
+        choices.events = _prompt_only(choices.events, choices.results)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if not body.stream:
         async with contextlib.aclosing(choices):
@@ -149,6 +155,17 @@ async def create_completion(
         keep_alive_s=state.settings.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
     )
+
+
+async def _prompt_only(
+    events: AsyncGenerator[ChoiceEvent, None], results: list[ChoiceResult]
+) -> AsyncGenerator[ChoiceEvent, None]:
+    """The events of max_tokens 0: the drawn token is dropped (its text, logprobs and count)."""
+    async with contextlib.aclosing(events):
+        async for ev in events:
+            results[ev.index].num_output_tokens = 0
+            finish = None if ev.finish_reason is None else "length"
+            yield dataclasses.replace(ev, text="", token_ids=(), logprobs=(), finish_reason=finish)
 
 
 async def _whole(

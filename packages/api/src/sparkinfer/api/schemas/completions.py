@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from sparkinfer.api.schemas.common import MAX_TOP_LOGPROBS, SamplingFields, Usage
+from sparkinfer.api.schemas.common import MAX_COUNT, MAX_TOP_LOGPROBS, SamplingFields, Usage
 
 MAX_CHOICES = 64  # prompts x n in one request: each is a sequence in the engine
 
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
+    # 0 with echo: the prompt alone comes back (with its logprobs, if asked for), as scoring
+    # clients send it.
+    max_tokens: int | None = Field(None, ge=0, le=MAX_COUNT)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
@@ -30,7 +33,9 @@ class CompletionRequest(SamplingFields):
         return v
 
     @model_validator(mode="after")
-    def _check_num_choices(self) -> CompletionRequest:
+    def _check_counts(self) -> CompletionRequest:
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 needs echo true (then the prompt alone is returned)")
         num = len(self.prompts()) * self.n
         if num > MAX_CHOICES:
             raise ValueError(
