@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 from sparkinfer.api.main import create_app
 from sparkinfer.api.settings import load_settings
+from sparkinfer.model.embedded import RANDOM_MODEL_ID
 
 
 @dataclass(frozen=True)
@@ -56,4 +57,12 @@ def serve(**overrides: Any) -> Iterator[RunningServer]:
 @pytest.fixture(scope="session")
 def server() -> Iterator[RunningServer]:
     with serve(max_num_seqs=8) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def random_server() -> Iterator[RunningServer]:
+    """The built-in random-weights model: its reasoning never closes by itself, so a reasoning
+    budget always yields both reasoning and an answer (the trained default may skip thinking)."""
+    with serve(model=RANDOM_MODEL_ID, max_num_seqs=2) as running:
         yield running

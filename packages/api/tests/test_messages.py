@@ -1,10 +1,11 @@
-"""The Anthropic Messages API through the official `anthropic` client (random weights)."""
+"""The Anthropic Messages API through the official `anthropic` client."""
 
 from __future__ import annotations
 
 import anthropic
 import httpx
 import pytest
+from sparkinfer.model.embedded import RANDOM_MODEL_ID
 
 from .conftest import RunningServer, serve
 
@@ -43,9 +44,10 @@ def test_message_text_and_usage(client: anthropic.Anthropic, model: str) -> None
     assert m.usage.input_tokens > 0 and m.usage.cache_read_input_tokens is not None
 
 
-def test_stream_thinking_then_text(client: anthropic.Anthropic, model: str) -> None:
+def test_stream_thinking_then_text(random_server: RunningServer) -> None:
+    client = anthropic.Anthropic(base_url=random_server.base_url, api_key="unused")
     with client.messages.stream(
-        model=model,
+        model=RANDOM_MODEL_ID,
         max_tokens=12,
         messages=USER,
         thinking={"type": "enabled", "budget_tokens": 3},
@@ -122,6 +124,16 @@ def test_stop_sequence_is_reported(client: anthropic.Anthropic, model: str) -> N
         pytest.skip(f"no usable stop sequence in {text!r}")
     m = client.messages.create(**args, stop_sequences=[stop])  # type: ignore[arg-type]
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+
+
+def test_system_messages_inside_messages(client: anthropic.Anthropic, model: str) -> None:
+    """Claude Code sends role "system" messages after the first user message."""
+    messages = [*USER, {"role": "system", "content": "Agents: Explore, Plan."}]
+    counted = client.messages.count_tokens(model=model, messages=messages)  # type: ignore[arg-type]
+    plain = client.messages.count_tokens(model=model, messages=USER)  # type: ignore[arg-type]
+    assert counted.input_tokens > plain.input_tokens
+    m = client.messages.create(model=model, max_tokens=2, messages=messages)  # type: ignore[arg-type]
+    assert m.usage.output_tokens >= 1
 
 
 def test_count_tokens_matches_the_prompt(client: anthropic.Anthropic, model: str) -> None:

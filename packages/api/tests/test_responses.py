@@ -1,4 +1,4 @@
-"""The Responses API through the official `openai` client and the Agents SDK (random weights)."""
+"""The Responses API through the official `openai` client and the Agents SDK."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Literal
 import httpx
 import openai
 import pytest
+from sparkinfer.model.embedded import RANDOM_MODEL_ID
 
 from .conftest import RunningServer
 
@@ -55,10 +56,11 @@ def test_create_text_and_usage(client: openai.OpenAI, model: str) -> None:
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
 
 
-def test_stream_reasoning_then_text(client: openai.OpenAI, model: str) -> None:
+def test_stream_reasoning_then_text(random_server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=random_server.v1, api_key="unused")
     events = list(
         client.responses.create(
-            model=model,
+            model=RANDOM_MODEL_ID,
             input="Hi there",
             max_output_tokens=12,
             stream=True,

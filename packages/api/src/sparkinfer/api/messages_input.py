@@ -136,6 +136,28 @@ def _assistant(b: _Builder, msg: InputMessage, i: int) -> None:
     b.add(message, where)
 
 
+def _system_message(b: _Builder, msg: InputMessage, i: int) -> None:
+    """A system message inside `messages`: joins the system prompt while nothing else came
+    before it; later, it is a user turn in its place (the chat template takes one system
+    message, first, and keeping it in place keeps the prompt's prefix, and its cache, stable)."""
+    where = f"messages[{i}]"
+    blocks = list(enumerate(msg.content)) if isinstance(msg.content, list) else []
+    if any(not isinstance(block, TextBlock) for _, block in blocks):
+        raise InvalidRequest(f"{where}.content takes text blocks only", param=f"{where}.content")
+    text = (
+        msg.content
+        if isinstance(msg.content, str)
+        else "".join(block.text for _, block in blocks if isinstance(block, TextBlock))
+    )
+    if b.messages and all(m["role"] == "system" for m in b.messages):
+        b.messages[0]["content"] += "\n\n" + text
+        return
+    if not b.messages:
+        b.add({"role": "system", "content": text}, where)
+        return
+    b.add({"role": "user", "content": text}, where)
+
+
 def _system(req: CountTokensRequest) -> str | None:
     if req.system is None or isinstance(req.system, str):
         return req.system or None
@@ -209,7 +231,10 @@ def to_conversation(req: CountTokensRequest) -> Conversation:
     if system is not None:
         b.add({"role": "system", "content": system}, "system")
     for i, msg in enumerate(req.messages):
-        (_user if msg.role == "user" else _assistant)(b, msg, i)
+        if msg.role == "system":
+            _system_message(b, msg, i)
+        else:
+            (_user if msg.role == "user" else _assistant)(b, msg, i)
     if req.messages[-1].role == "assistant":
         last = len(req.messages) - 1
         raise InvalidRequest(

@@ -62,7 +62,7 @@ _KNOWN_BLOCKS = ("text", "image", "tool_use", "tool_result", "thinking", "redact
 
 
 class InputMessage(RequestBody):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
     @field_validator("content", mode="before")
