@@ -303,7 +303,7 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
         stream=CpuStream(),  # type: ignore[arg-type]
     )
     runner.graphs = graphs
-    return _replay_on_cpu(graphs, monkeypatch, lambda: runner._numerics(is_decode=True))
+    return _replay_on_cpu(graphs, monkeypatch, lambda: runner.numerics(is_decode=True))
 
 
 def attach_cpu_prefill_graphs(
@@ -322,7 +322,7 @@ def attach_cpu_prefill_graphs(
         stream=CpuStream(),  # type: ignore[arg-type]
     )
     runner.prefill_graphs = graphs
-    return _replay_on_cpu(graphs, monkeypatch, lambda: runner._numerics(is_decode=False))
+    return _replay_on_cpu(graphs, monkeypatch, lambda: runner.numerics(is_decode=False))
 
 
 def _replay_on_cpu(

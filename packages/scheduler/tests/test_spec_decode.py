@@ -74,7 +74,7 @@ def generate(
 ) -> MixedRun:
     runner = Runner(model, cfg)  # type: ignore[arg-type]
     if drafter is not None:
-        runner.drafter = drafter  # type: ignore[assignment]
+        runner.spec_step.drafter = drafter  # type: ignore[assignment]
     return run_mixed_steps(runner, cfg, prompts, params)
 
 
@@ -168,7 +168,7 @@ def test_roll_back_leaves_the_state_and_kv_of_a_run_without_rejected_drafts(tiny
     for speculative in ("off", "ngram"):
         cfg = config(speculative=speculative)
         runner = Runner(tiny_model, cfg)
-        runner.drafter = drafter  # type: ignore[assignment]
+        runner.spec_step.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
         sched.add_request("r", prompt, params)
         while sched.has_work():
@@ -201,7 +201,7 @@ def test_a_prefix_cache_hit_under_speculation_gives_the_output_without_either(ti
     for snapshots in (2, 0):
         cfg = config(**base, prefix_cache_snapshots=snapshots)
         runner = Runner(tiny_model, cfg)
-        runner.drafter = drafter  # type: ignore[assignment]
+        runner.spec_step.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(
             cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
             snapshot_rows=runner.snapshot_rows,
@@ -235,7 +235,7 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     rng = random.Random(7)
     cfg = config(max_num_seqs=6, num_kv_blocks=24, prefix_cache_snapshots=0)
     runner = Runner(tiny_model, cfg)
-    runner.drafter = _scripted(plain)  # type: ignore[assignment]
+    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     for i in range(24):
         sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))

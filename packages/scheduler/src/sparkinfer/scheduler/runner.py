@@ -45,17 +45,9 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
-from sparkinfer.scheduler.request import MultimodalInputs, Request, TokenLogprob
+from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
-from sparkinfer.scheduler.spec_decode import (
-    Drafter,
-    VerifyRows,
-    accept,
-    layout_verify,
-    make_drafter,
-    verify_batch,
-    verify_input_ids,
-)
+from sparkinfer.scheduler.spec_step import SpecStep, make_drafter
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -136,7 +128,7 @@ class Runner:
             config.block_size,
             self.plan.num_slots,
         )
-        with self._on_stream():  # zeroed on the stream that reads and writes them
+        with self.on_stream():  # zeroed on the stream that reads and writes them
             self.caches = allocate_caches(
                 spec,
                 num_blocks=self.plan.num_blocks,
@@ -148,11 +140,11 @@ class Runner:
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
         self.vision = VisionInputs(model, self.device)
-        self.drafter: Drafter | None = make_drafter(config) if config.is_speculative else None
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self._is_closed = False
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
+        self.spec_step = SpecStep(self, make_drafter(config, model, self.caches, self.device))
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
             if config.prefill_graph_sizes():
@@ -190,16 +182,16 @@ class Runner:
             raise RuntimeError("the runner is closed (its engine shut down): start a new engine")
         inflight, self._inflight = self._inflight, None  # a failed step drops it too
         if batch.is_read_at_once:
-            return self._run_read_at_once(batch, inflight)
+            return self.spec_step.run(batch, inflight)
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
-        with self._on_stream():
-            self._copy_states(batch.state_copies)
+        with self.on_stream():
+            self.copy_states(batch.state_copies)
             self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
-        with self._on_stream():
+        with self.on_stream():
             for group in self._groups(batch.seqs):
-                with self._numerics(is_decode=all(s.is_decode for s in group)):
+                with self.numerics(is_decode=all(s.is_decode for s in group)):
                     logits.append(self._forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
             before: list[tuple[ScheduledSeq, SampledToken]] | None = None
@@ -212,89 +204,6 @@ class Runner:
                 # Read after this step is queued: the wait ends with the step before, not this.
                 before = inflight.resolve() if inflight is not None else []
         return ModelOutput(samples=tuple(before + now), prompt_logprobs=prompt_logprobs)
-
-    def _run_read_at_once(
-        self, batch: ScheduledBatch, inflight: StepInFlight | None
-    ) -> ModelOutput:
-        """A step whose samples come back in this call: the verify of speculating requests'
-        drafts (`spec_decode`), or a step that feeds a drafter the tokens it drafts from."""
-        before = inflight.resolve() if inflight is not None else []
-        known = {seq.req: sample.token_id for seq, sample in before}
-        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
-        decodes, prefills = (
-            [s for s in batch.seqs if s.is_decode],
-            [s for s in batch.seqs if not s.is_decode],
-        )
-        with self._on_stream():
-            self._copy_states(batch.state_copies)
-            self.vision.prepare(batch.seqs)
-            wanted = [s.num_lookahead_tokens for s in decodes]
-            drafts = self.drafter.propose(decodes, wanted) if self.drafter and any(wanted) else []
-            rows, bounds = layout_verify(
-                decodes, drafts or [[] for _ in decodes], self.spec_state_rows
-            )
-            logits: list[torch.Tensor] = []
-            if decodes:
-                with self._numerics(is_decode=True):
-                    if any(drafts):
-                        logits.append(self._verify(rows, bounds, inflight))
-                    else:
-                        logits.append(self._forward(decodes, prompt_logprobs, inflight))
-            row_seqs = list(rows.row_seqs)
-            row_idxs = [
-                s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
-            ]
-            if prefills:
-                with self._numerics(is_decode=False):
-                    logits.append(self._forward(prefills, prompt_logprobs, inflight))
-                sampled = [s for s in prefills if s.is_sampled]
-                row_seqs += sampled
-                row_idxs += [s.output_idx for s in sampled]
-            drawn = self._draw_now(row_seqs, row_idxs, logits, inflight, known)
-            accepted = accept(rows, drawn[: len(rows.row_seqs)])
-            self._copy_states(accepted.restores)
-        now = accepted.samples + list(
-            zip(row_seqs[len(rows.row_seqs) :], drawn[len(rows.row_seqs) :], strict=True)
-        )
-        return ModelOutput(
-            samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
-        )
-
-    def _verify(
-        self, rows: VerifyRows, bounds: list[tuple[int, int]], inflight: StepInFlight | None
-    ) -> torch.Tensor:
-        """The verify forward of a step's decode rows and their drafts -> logits [rows, vocab]."""
-        batch = verify_batch(
-            rows, bounds, caches=self.caches, block_size=self.config.block_size, device=self.device
-        )
-        first = list(dict.fromkeys(rows.row_seqs))
-        sources = inflight.source_rows(first) if inflight is not None else _no_sources(first)
-        ids, feeds = verify_input_ids(rows, {id(s): r for s, r in zip(first, sources, strict=True)})
-        host = torch.tensor([ids, feeds], dtype=torch.int64)
-        dev = host_to_device(host, self.device)
-        input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
-        return self.model.compute_logits(self.model(input_ids, batch))
-
-    def _draw_now(
-        self,
-        seqs: list[ScheduledSeq],
-        idxs: list[int],
-        logits: list[torch.Tensor],
-        inflight: StepInFlight | None,
-        known: dict[Request, int],
-    ) -> list[SampledToken]:
-        """Draw a token for every row (a request's rows at successive output indices) and read
-        them on the host."""
-        if not seqs:
-            return []
-        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
-        reqs = [s.req for s in seqs]
-        late: list[torch.Tensor | None] = []
-        if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
-            late = inflight.outputs_of(seqs)
-        pending = [known.get(r) for r in reqs] if known else []
-        drawn = self.sampler.draw(rows, reqs, idxs, late, pending)
-        return drawn.to_host(non_blocking=False).samples()
 
     def _sample(
         self,
@@ -322,7 +231,7 @@ class Runner:
             return []
         return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
 
-    def _copy_states(self, copies: Sequence[tuple[int, int]]) -> None:
+    def copy_states(self, copies: Sequence[tuple[int, int]]) -> None:
         """Copy GDN state rows (conv and recurrent, every layer), one pair after the other:
         a row a prefix-cache snapshot was just taken into may be restored from in the same step.
 
@@ -377,6 +286,20 @@ class Runner:
             bucket = self.prefill_graphs.bucket_for(seqs)
             if bucket is not None:
                 return self.prefill_graphs.run(seqs, bucket, sources, inflight)
+        return self.forward_eager(seqs, prompt_logprobs, inflight, all_rows=False)[0]
+
+    def forward_eager(
+        self,
+        seqs: list[ScheduledSeq],
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
+        inflight: StepInFlight | None,
+        *,
+        all_rows: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One packed eager forward -> (logits [num sampled seqs, vocab] fp32, hidden rows: every
+        row [T, hidden] with `all_rows` or prompt logprobs, else the sampled rows')."""
+        is_scoring = any(s.num_prompt_logprobs for s in seqs)
+        sources = inflight.source_rows(seqs) if inflight is not None else _no_sources(seqs)
         batch = ForwardBatch.build(
             [s.num_new_tokens for s in seqs],
             [s.num_cached_tokens for s in seqs],
@@ -391,12 +314,13 @@ class Runner:
         rows = host_to_device(_step_inputs(seqs, sources), self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
-        if not is_scoring:  # the last layer's MLP runs on the sampled rows only
+        if not (is_scoring or all_rows):  # the last layer's MLP runs on the sampled rows only
             hidden = self.model(input_ids, batch, inputs_embeds=embeds, logits_rows_only=True)
-            return self.model.compute_logits(hidden)
+            return self.model.compute_logits(hidden), hidden
         hidden = self.model(input_ids, batch, inputs_embeds=embeds)
-        prompt_logprobs.update(self._score_prompt(seqs, hidden))
-        return self.model.compute_logits(hidden[batch.logits_indices])
+        if is_scoring:
+            prompt_logprobs.update(self._score_prompt(seqs, hidden))
+        return self.model.compute_logits(hidden[batch.logits_indices]), hidden
 
     def _score_prompt(
         self, seqs: list[ScheduledSeq], hidden: torch.Tensor
@@ -418,7 +342,7 @@ class Runner:
         return out
 
     @contextlib.contextmanager
-    def _numerics(self, *, is_decode: bool) -> Generator[None, None, None]:
+    def numerics(self, *, is_decode: bool) -> Generator[None, None, None]:
         """Batch-invariant numerics for one forward when `deterministic` asks for them."""
         if not self.config.deterministic:
             yield
@@ -429,7 +353,7 @@ class Runner:
             with BatchInvariantMode():
                 yield
 
-    def _on_stream(self) -> contextlib.AbstractContextManager[object]:
+    def on_stream(self) -> contextlib.AbstractContextManager[object]:
         if self._stream is None:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._stream)
@@ -455,7 +379,7 @@ class Runner:
             [num_tokens], [0], [list(range(num_blocks))], [0],
             caches=scratch, block_size=cfg.block_size, device=self.device,
         )  # fmt: skip
-        with self._on_stream(), self._numerics(is_decode=False):
+        with self.on_stream(), self.numerics(is_decode=False):
             ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
             hidden = self.model(ids, batch)
             vocab_size = self.model.compute_logits(hidden[-1:]).shape[1]
@@ -464,7 +388,7 @@ class Runner:
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device) - start
         del hidden, batch
-        with self._on_stream(), self._numerics(is_decode=False):
+        with self.on_stream(), self.numerics(is_decode=False):
             self._warm_up_kernels(scratch, num_tokens)
         del scratch
         torch.cuda.empty_cache()
@@ -503,7 +427,7 @@ class Runner:
             stream=self._stream,
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
-        with torch.inference_mode(), self._numerics(is_decode=True):
+        with torch.inference_mode(), self.numerics(is_decode=True):
             graphs.capture()
         return graphs
 
@@ -519,7 +443,7 @@ class Runner:
             stream=self._stream,
         )
         logger.info("capturing prefill CUDA graphs for %s tokens", graphs.token_sizes)
-        with torch.inference_mode(), self._numerics(is_decode=False):
+        with torch.inference_mode(), self.numerics(is_decode=False):
             graphs.capture()
         return graphs
 

@@ -37,8 +37,6 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout, host_to_device
 from sparkinfer.scheduler.batch import SampledToken, ScheduledSeq, SpecOutcome
-from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.ngram_drafter import NgramDrafter
 
 
 @dataclass(frozen=True)
@@ -214,10 +212,3 @@ def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
 def _slot(seq: ScheduledSeq) -> int:
     assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
     return seq.req.state_slot
-
-
-def make_drafter(config: SchedulerConfig) -> Drafter:
-    """The drafter `config.speculative` names."""
-    if config.speculative == "ngram":
-        return NgramDrafter()
-    raise ValueError(f"speculative is {config.speculative!r}; this runner drafts with 'ngram'")

@@ -1,0 +1,202 @@
+"""A step read at once (`ScheduledBatch.is_read_at_once`): drafts, the verify forward, the
+draws, acceptance and roll-back, and what the drafter learns from the step (`spec_decode`).
+
+The runner hands such a step here. The step before is read first (a drafter drafts from every
+token); the prompt chunks run as in any step; the decode rows run as one verify forward when
+any of them has drafts, else as a plain decode forward (CUDA graphs then still apply). Verify
+forwards run eagerly, and with a drafter that reads hidden states (MTP) every forward does, since
+a graph returns only logits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from sparkinfer.model.forward_batch import host_to_device
+from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.mtp_drafter import MTPDrafter
+from sparkinfer.scheduler.ngram_drafter import NgramDrafter
+from sparkinfer.scheduler.request import Request, TokenLogprob
+from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.spec_decode import (
+    Accepted,
+    Drafter,
+    TargetStep,
+    VerifyRows,
+    accept,
+    layout_verify,
+    verify_batch,
+    verify_input_ids,
+)
+
+if TYPE_CHECKING:  # the runner owns this step; a cycle only for annotations
+    from sparkinfer.model.cache_spec import ModelCaches
+    from sparkinfer.scheduler.runner import Runner
+
+
+def make_drafter(
+    config: SchedulerConfig, model: CausalLM, caches: ModelCaches, device: torch.device
+) -> Drafter | None:
+    """The drafter `config.speculative` names (None: off)."""
+    if config.speculative == "ngram":
+        return NgramDrafter()
+    if config.speculative != "mtp":
+        return None
+    head = getattr(model, "mtp", None)
+    if head is None:
+        raise ValueError(
+            "speculative is 'mtp' but the model has no MTP head: load the checkpoint with its "
+            "mtp.* tensors (load_model(..., use_mtp=True)) or use speculative 'ngram'"
+        )
+    return MTPDrafter(model, head, caches, block_size=config.block_size, device=device)
+
+
+class SpecStep:
+    """Runs the steps read at once for a runner; owns its drafter."""
+
+    def __init__(self, runner: Runner, drafter: Drafter | None) -> None:
+        self.runner = runner
+        self.drafter = drafter
+
+    @property
+    def needs_hidden(self) -> bool:
+        return self.drafter is not None and self.drafter.needs_hidden
+
+    def run(self, batch: ScheduledBatch, inflight: StepInFlight | None) -> ModelOutput:
+        """This step's samples (after the step before's), each verify's outcome."""
+        r = self.runner
+        before = inflight.resolve() if inflight is not None else []
+        known = {seq.req: sample.token_id for seq, sample in before}
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
+        decodes = [s for s in batch.seqs if s.is_decode]
+        prefills = [s for s in batch.seqs if not s.is_decode]
+        with r.on_stream():
+            r.copy_states(batch.state_copies)
+            r.vision.prepare(batch.seqs)
+            wanted = [s.num_lookahead_tokens for s in decodes]
+            drafts: list[list[int]] = [[] for _ in decodes]
+            if self.drafter is not None and any(wanted):
+                drafts = self.drafter.propose(decodes, wanted)
+            rows, bounds = layout_verify(decodes, drafts, r.spec_state_rows)
+            logits: list[torch.Tensor] = []
+            hidden: list[torch.Tensor] = []
+            if decodes:
+                with r.numerics(is_decode=True):
+                    self._forward(decodes, rows, bounds, logits, hidden, inflight, prompt_logprobs)
+            sampled = [s for s in prefills if s.is_sampled]
+            if prefills:
+                with r.numerics(is_decode=False):
+                    self._forward(prefills, None, [], logits, hidden, inflight, prompt_logprobs)
+            row_seqs = [*rows.row_seqs, *sampled]
+            row_idxs = [
+                s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
+            ]
+            row_idxs += [s.output_idx for s in sampled]
+            drawn = self._draw_now(row_seqs, row_idxs, logits, inflight, known)
+            num_verify = len(rows.row_seqs)
+            accepted = accept(rows, drawn[:num_verify])
+            r.copy_states(accepted.restores)
+            now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
+            if self.drafter is not None and self.needs_hidden:
+                self.drafter.observe(self._target_step(batch, rows, accepted, now, hidden))
+        return ModelOutput(
+            samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
+        )
+
+    def _forward(
+        self,
+        seqs: list[ScheduledSeq],
+        rows: VerifyRows | None,
+        bounds: list[tuple[int, int]],
+        logits: list[torch.Tensor],
+        hidden: list[torch.Tensor],
+        inflight: StepInFlight | None,
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
+    ) -> None:
+        """One group's forward: the verify of the decode rows when any has drafts; appends its
+        logits (and with `needs_hidden` its every row's hidden state)."""
+        r = self.runner
+        if rows is not None and len(rows.row_seqs) > len(seqs):
+            batch = verify_batch(
+                rows, bounds, caches=r.caches, block_size=r.config.block_size, device=r.device
+            )
+            first = list(dict.fromkeys(rows.row_seqs))
+            sources = inflight.source_rows(first) if inflight is not None else [None] * len(first)
+            ids, feeds = verify_input_ids(
+                rows, {id(s): x for s, x in zip(first, sources, strict=True)}
+            )
+            dev = host_to_device(torch.tensor([ids, feeds], dtype=torch.int64), r.device)
+            h = r.model(merge_inflight_inputs(dev[0], dev[1], inflight), batch)
+            logits.append(r.model.compute_logits(h))
+            hidden.append(h)
+        elif self.needs_hidden:
+            out, h = r.forward_eager(seqs, prompt_logprobs, inflight, all_rows=True)
+            logits.append(out)
+            hidden.append(h)
+        else:
+            logits.append(r._forward(seqs, prompt_logprobs, inflight))  # pyright: ignore[reportPrivateUsage]
+
+    def _draw_now(
+        self,
+        seqs: list[ScheduledSeq],
+        idxs: list[int],
+        logits: list[torch.Tensor],
+        inflight: StepInFlight | None,
+        known: dict[Request, int],
+    ) -> list[SampledToken]:
+        """A token for every row (a request's verify rows at successive output indices), read
+        on the host."""
+        if not seqs:
+            return []
+        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
+        reqs = [s.req for s in seqs]
+        late: list[torch.Tensor | None] = []
+        if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
+            late = inflight.outputs_of(seqs)
+        pending = [known.get(req) for req in reqs] if known else []
+        drawn = self.runner.sampler.draw(rows, reqs, idxs, late, pending)
+        return drawn.to_host(non_blocking=False).samples()
+
+    def _target_step(
+        self,
+        batch: ScheduledBatch,
+        rows: VerifyRows,
+        accepted: Accepted,
+        samples: list[tuple[ScheduledSeq, SampledToken]],
+        hidden: list[torch.Tensor],
+    ) -> TargetStep:
+        """The step's accepted rows, each with the token after it, for the drafter."""
+        sampled: dict[int, list[int]] = {}
+        for seq, sample in samples:
+            sampled.setdefault(id(seq), []).append(sample.token_id)
+        decodes = [s for s in batch.seqs if s.is_decode]
+        prefills = [s for s in batch.seqs if not s.is_decode]
+        picks: list[int] = []  # rows of the concatenated hidden states
+        counts: list[int] = []
+        next_ids: list[int] = []
+        for seq in decodes:
+            n = accepted.num_rows[id(seq)]
+            picks += [rows.row_index[(id(seq), j)] for j in range(n)]
+            counts.append(n)
+            next_ids += sampled[id(seq)][:n]
+        offset = len(rows.row_seqs)
+        for seq in prefills:
+            n, start = seq.num_new_tokens, seq.num_cached_tokens
+            picks += range(offset, offset + n)
+            offset += n
+            counts.append(n)
+            after = seq.req.token_ids[start + 1 : start + n + 1]
+            next_ids += after + sampled.get(id(seq), [])[: n - len(after)]
+        device = self.runner.device
+        index = host_to_device(torch.tensor(picks, dtype=torch.int64), device)
+        return TargetStep(
+            seqs=(*decodes, *prefills),
+            rows_per_seq=tuple(counts),
+            start_positions=tuple(s.num_cached_tokens for s in (*decodes, *prefills)),
+            hidden=torch.cat(hidden)[index],
+            next_token_ids=tuple(next_ids),
+        )

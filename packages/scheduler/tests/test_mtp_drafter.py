@@ -1,0 +1,145 @@
+"""The MTP drafter on the tiny random model with a random MTP head (CPU, deterministic): the
+output is plain decoding's, and every draft is the one a plain forward of the head over the whole
+sequence gives (its KV kept across chunks, verifies and rejections)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+import torch
+from scheduler_testing import MixedRun, build_tiny_model, run_mixed_steps
+from sparkinfer.model.cache_spec import allocate_caches
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.mtp import MTPHead
+from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.mtp_drafter import MTPDrafter
+from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.runner import Runner
+
+RNG = random.Random(3)
+PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(6)]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=10, logprobs=1)
+
+
+@pytest.fixture(scope="module")
+def mtp_model() -> Qwen3_8ForCausalLM:
+    model = build_tiny_model(seed=0)
+    head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cpu"), dtype=model.dtype)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    model.mtp = head.eval()
+    return model
+
+
+def config(**kw: object) -> SchedulerConfig:
+    base: dict[str, object] = {
+        "block_size": 16, "max_model_len": 128, "max_num_batched_tokens": 128,
+        "deterministic": True, "speculative": "mtp", "speculative_adaptive": False,
+    }  # fmt: skip
+    return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+class RecordingDrafter(MTPDrafter):
+    """Records (tokens so far, drafts) of every proposal."""
+
+    proposals: list[tuple[list[int], list[int]]]
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        out = super().propose(seqs, num_drafts)
+        for seq, drafts in zip(seqs, out, strict=True):
+            if drafts:
+                self.proposals.append((list(seq.req.token_ids), drafts))
+        return out
+
+
+def _recording_runner(model: Qwen3_8ForCausalLM, cfg: SchedulerConfig) -> Runner:
+    runner = Runner(model, cfg)
+    assert model.mtp is not None
+    drafter = RecordingDrafter(
+        model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device
+    )
+    drafter.proposals = []
+    runner.spec_step.drafter = drafter
+    return runner
+
+
+@pytest.fixture(scope="module")
+def plain(mtp_model) -> tuple[MixedRun, list[MixedRun]]:
+    """Every prompt together, and the first two alone, without speculation."""
+    off = config(speculative="off")
+    together = run_mixed_steps(Runner(mtp_model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
+    alone = [run_mixed_steps(Runner(mtp_model, off), off, [p], [GREEDY]) for p in PROMPTS[:2]]
+    return together, alone
+
+
+@pytest.mark.parametrize("num_drafts", [1, 3])
+def test_mtp_speculation_gives_plain_decoding_bit_for_bit(mtp_model, plain, num_drafts):
+    off, alone = plain
+    cfg = config(num_speculative_tokens=num_drafts, max_num_batched_tokens=48)
+    runner = _recording_runner(mtp_model, cfg)
+    on = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert on.tokens == off.tokens
+    assert on.tokens[:2] == [a.tokens[0] for a in alone]
+    assert on.logprobs[:2] == [a.logprobs[0] for a in alone]
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, RecordingDrafter) and drafter.proposals
+    assert max(len(d) for _, d in drafter.proposals) == num_drafts
+
+
+def _reference_drafts(model: Qwen3_8ForCausalLM, tokens: list[int], k: int) -> list[int]:
+    """Drafts after `tokens` from plain forwards on fresh caches: the target over every token,
+    the head over every (next token, hidden) pair in one prefill, then k - 1 head rows."""
+    head = model.mtp
+    assert head is not None
+    bs, n = 16, len(tokens)
+    spec = model.cache_spec()
+    num_blocks = -(-(n + k) // bs)
+    caches = allocate_caches(spec, num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu")
+    table = list(range(num_blocks))
+
+    def batch(num: int, cached: int) -> ForwardBatch:
+        positions = torch.arange(cached + 1, cached + 1 + num)
+        return ForwardBatch.build(
+            [num], [cached], [table], [0], caches=caches, block_size=bs, device="cpu",
+            positions=positions,
+        )  # fmt: skip
+
+    with torch.inference_mode():
+        target = ForwardBatch.build(
+            [n], [0], [table], [0], caches=caches, block_size=bs, device="cpu"
+        )
+        hidden = model(torch.tensor(tokens), target)
+        # Pairs (t_{p+1}, H_p) for p = 0 .. n - 2; the last one (t_n, H_{n-1}) drafts t_{n+1}.
+        embeds = model.embed_input_ids(torch.tensor(tokens[1:]))
+        out = head(embeds, hidden[:-1], batch(n - 1, 0))
+        # The last row pairs the latest token with the hidden state before it: index n - 2.
+        h = out[-1:]
+        drafts = [int(model.compute_logits(h).argmax(-1))]
+        for j in range(1, k):
+            e = model.embed_input_ids(torch.tensor(drafts[-1:]))
+            h = head(e, h, batch(1, n - 2 + j))
+            drafts.append(int(model.compute_logits(h).argmax(-1)))
+    return drafts
+
+
+def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)  # prompts in chunks
+    runner = _recording_runner(mtp_model, cfg)
+    params = [replace(GREEDY, max_tokens=14)] * 3
+    run_mixed_steps(runner, cfg, PROMPTS[:3], params)
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, RecordingDrafter)
+    assert len(drafter.proposals) > 5
+    same = [
+        drafts == _reference_drafts(mtp_model, tokens, len(drafts))
+        for tokens, drafts in drafter.proposals
+    ]
+    assert sum(same) >= 0.9 * len(same), same  # rounding may flip a near tie, rarely
