@@ -10,7 +10,12 @@ from typing import Any
 import httpx
 import pytest
 import xgrammar as xgr
-from sparkinfer.api.grammar import GrammarCompiler, UnsupportedSchema, json_grammar
+from sparkinfer.api.grammar import (
+    GrammarCompiler,
+    UnsupportedSchema,
+    json_grammar,
+    tool_call_grammar,
+)
 from sparkinfer.model.tokenizer import Tokenizer
 from xgrammar.structural_tag import StructuralTag
 
@@ -181,3 +186,31 @@ def test_oversized_schemas_are_400_naming_them(server: RunningServer) -> None:
     assert resp.status_code == 400
     err = resp.json()["error"]
     assert (err["code"], err["param"]) == ("invalid_tool_schema", "tools[1].function.parameters")
+
+
+def _call_matcher(grammars: GrammarCompiler, props: dict[str, Any]) -> xgr.GrammarMatcher:
+    schema = {"type": "object", "properties": props, "required": list(props)}
+    tag = tool_call_grammar(
+        [("f", schema)], is_parallel=False, is_thinking=False, reasoning_budget=None
+    )
+    matcher = xgr.GrammarMatcher(grammars.compile(tag))
+    assert matcher.accept_string(f"<tool_call>\n<function=f>\n<parameter={next(iter(props))}>\n")
+    return matcher
+
+
+@pytest.mark.parametrize(
+    ("prop", "good", "bad"),
+    [
+        ({"type": "string", "maxLength": 5}, "Paris", "Parisx"),
+        ({"type": "string", "pattern": "^[A-Z]{3}$"}, "FRA", "Fr"),
+        ({"type": "integer"}, "12", " "),  # no padding before the value
+        ({"type": "integer"}, "12", "12  "),  # nor after it
+        ({"enum": ["a", "b"]}, '"a"', "\n"),
+    ],
+)
+def test_forced_call_strings_keep_their_bounds_and_whitespace_is_canonical(
+    tokenizer: Tokenizer, prop: dict[str, Any], good: str, bad: str
+) -> None:
+    grammars = GrammarCompiler(tokenizer, model_vocab_size=tokenizer.vocab_size)
+    assert _call_matcher(grammars, {"x": prop}).accept_string(good + "\n</parameter>\n")
+    assert not _call_matcher(grammars, {"x": prop}).accept_string(bad)

@@ -1,9 +1,11 @@
 """Constrained decoding with xgrammar: forced tool calls and JSON output, as a logits processor.
 
 The grammar follows Qwen's XML tool-call format exactly as the chat template shows it (one `\\n`
-where the template has one), so every sampled call parses and validates. With thinking on, the
-output first runs free inside the reasoning block (bounded by `reasoning_budget` tokens, after
-which `</think>` is forced), then the constrained part starts.
+where the template has one), so every sampled call parses and validates; a string parameter's
+`pattern` and `maxLength` hold inside the call, so a bounded schema closes within a bounded
+number of tokens whatever the weights. With thinking on, the output first runs free inside the
+reasoning block (bounded by `reasoning_budget` tokens, after which `</think>` is forced), then the
+constrained part starts.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from xgrammar.structural_tag import (
     JSONSchemaFormat,
     OptionalFormat,
     OrFormat,
+    RegexFormat,
     SequenceFormat,
     StructuralTag,
     TagFormat,
@@ -33,6 +36,7 @@ from xgrammar.structural_tag import (
 )
 
 _MAX_WS = 1  # JSON whitespace runs: bounded so that sampling cannot wander off in blanks
+_MAX_REGEX_MIN_LENGTH = 8  # a string's minLength up to this is enforced by the grammar
 _THINK_MARKERS = ["<think>", "</think>"]
 _SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:42: "
 
@@ -218,10 +222,30 @@ def _parameter(name: str, sub: Any, root: dict[str, Any]) -> Any:
         if values and all(isinstance(v, str) for v in values):
             options: list[Format] = [ConstStringFormat(value=f"{begin}{v}{end}") for v in values]
             return options[0] if len(options) == 1 else OrFormat(elements=options)
-        return TagFormat(begin=begin, content=AnyTextFormat(excludes=[end.strip()]), end=end)
+        return TagFormat(begin=begin, content=_string_value(node, end.strip()), end=end)
     schema = _with_defs(sub, root) if sub is not None else True
     content = JSONSchemaFormat(json_schema=schema, style="json", max_whitespace_cnt=_MAX_WS)
     return TagFormat(begin=begin, content=content, end=end)
+
+
+def _string_value(node: dict[str, Any], end: str) -> Format:
+    """A string parameter's raw text: its `pattern` (anchored), else at most `maxLength`
+    characters (a short `minLength` too), else free text up to the closing tag.
+
+    Large repeat counts are costly as regular expressions (64 exact repeats take seconds to
+    compile), so length bounds become a character budget and only a short minimum a regex; what
+    the grammar leaves open the schema check after the call still decides.
+    """
+    pattern = node.get("pattern")
+    if isinstance(pattern, str):
+        return RegexFormat(pattern=pattern.removeprefix("^").removesuffix("$"))
+    low, high = node.get("minLength"), node.get("maxLength")
+    low = low if isinstance(low, int) and 0 < low <= _MAX_REGEX_MIN_LENGTH else 0
+    high = high if isinstance(high, int) and high >= low else None
+    rest = AnyTextFormat(excludes=[end], max_chars=None if high is None else high - low)
+    if not low:
+        return rest
+    return SequenceFormat(elements=[RegexFormat(pattern=f"[\\s\\S]{{{low}}}"), rest])
 
 
 def _arguments(schema: dict[str, Any] | None) -> Any:
