@@ -157,6 +157,7 @@ def chat_documents(
     *,
     rng: random.Random,
     max_tasks: int,
+    task_repeats: int,
     num_tool_calls: int,
     num_json: int,
     num_greetings: int,
@@ -167,7 +168,8 @@ def chat_documents(
     with ctx.Pool(initializer=_start_worker, initargs=(tokenizer_folder,)) as pool:
         tasks = [t for found in pool.map(_tasks_of, sources, chunksize=16) for t in found]
         docs, counts = _encode_turns(
-            pool, tasks, rng=rng, max_tasks=max_tasks, num_tool_calls=num_tool_calls,
+            pool, tasks, rng=rng, max_tasks=max_tasks, task_repeats=task_repeats,
+            num_tool_calls=num_tool_calls,
             num_json=num_json, num_greetings=num_greetings,
         )  # fmt: skip
     return docs, counts
@@ -179,12 +181,13 @@ def _encode_turns(
     *,
     rng: random.Random,
     max_tasks: int,
+    task_repeats: int,
     num_tool_calls: int,
     num_json: int,
     num_greetings: int,
 ) -> tuple[list[list[int]], ChatCounts]:
     rng.shuffle(tasks)
-    turns = [task_turn(t) for t in tasks[:max_tasks]]
+    turns = [task_turn(t) for t in tasks[:max_tasks]] * task_repeats
     for _ in range(num_tool_calls):
         turns += synthetic.tool_call_turns(rng)
     turns += [synthetic.json_turn(rng) for _ in range(num_json)]

@@ -60,42 +60,48 @@ def write_checkpoint(
 
 def model_card(s: dict[str, Any]) -> str:
     c, cfg, held = s["corpus"], s["config"], s["held_out"]
-    return f"""# {MODEL_ID}
-
-A small code model of the Qwen3.8 architecture, trained for testing SparkInfer: it is **not a
-general assistant**. It writes short Python functions, makes Qwen XML tool calls for a given tool
-schema, answers with JSON objects for a described schema, and gives the server, its speculative
-decoder and its quality checks a model whose output means something.
-
-- Architecture: 8 layers (Gated DeltaNet ×3, gated attention ×1, twice), hidden 256, SwiGLU 640,
-  4 query / 2 key-value heads of 64 with a gated q and partial rotary (16 dims), (1+w) norms,
-  tied embeddings, an MTP head in Qwen's layout (`mtp.*`), and a tiny vision tower with **random
-  weights** (2 blocks, hidden 32) so image and video requests run end to end.
-  {s["parameters"]:,} trained parameters.
-- Tokenizer: byte-level BPE of {cfg["vocab_size"]:,} ids trained on the same corpus (Qwen's
-  pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end of the vocabulary.
-- Corpus: Python source read at training time from the training machine's Python {s["python"]}
-  installation: {c["stdlib_train_files"]:,} standard-library files of the train split and
-  {c["package_files"]:,} installed-package files ({c["raw_tokens"]:,} tokens), plus
-  {c["tasks"]:,} "write a function" chat turns made from them, {c["tool_calls"]:,} tool-call turns,
-  {c["json"]:,} JSON turns and {c["greetings"]:,} greetings ({c["chat_tokens"]:,} tokens),
-  rendered by
-  the built-in chat template with thinking on and off.
-- Split rule (`sparkinfer.bench.evals.code_corpus.is_held_out`): a file is held out when the
-  SHA-256 of its name (folder/name for `__init__.py` and `__main__.py`) falls in the first
-  {5} of 100 buckets; package files the rule holds out, or equal to a held-out file, are skipped.
-- Training: {cfg["steps"]:,} steps of {cfg["batch_size"]}×{cfg["seq_len"]} tokens
-  ({s["train_tokens"]:,} tokens) in {s["train_seconds"]:.0f} s on one {s["gpu"]}
-  ({s["tokens_per_second"]:,} tokens/s): AdamW (lr {cfg["lr"]}, betas 0.9/0.95, weight decay
-  {cfg["weight_decay"]}), {cfg["warmup_steps"]} warmup steps then cosine to
-  {cfg["min_lr_ratio"]}×, gradient clipping at {cfg["grad_clip"]}, bf16 autocast, seed
-  {cfg["seed"]}; trunk and MTP head jointly (loss weights 1, 0.3 for t+2, 0.15 for t+3).
-- Final train loss {s["final_train_loss"]:.3f}; held-out loss {held["loss"]:.3f} (perplexity
-  {held["ppl"]:.2f} per token, against {cfg["vocab_size"]:,} for a uniform guess); the MTP head's
-  first draft agrees with the trunk's own next-but-one token on {held["mtp_t2_agreement"]:.1%} of
-  held-out positions.
-
-Command (one GPU; PYTHONPATH over the packages' `src` folders):
-
-    python3 packages/model/scripts/train_embedded/train.py --out DIR
-"""
+    lines = [
+        f"# {MODEL_ID}",
+        "",
+        "A small code model of the Qwen3.8 architecture, trained for testing SparkInfer: it is "
+        "**not a general assistant**. It writes short Python functions, makes Qwen XML tool "
+        "calls for a given tool schema, answers with JSON objects for a described schema, and "
+        "gives the server, its speculative decoder and its quality checks a model whose output "
+        "means something.",
+        "",
+        "- **Architecture**: 8 layers (Gated DeltaNet x3, gated attention x1, twice), hidden 256, "
+        "SwiGLU 640, 4 query / 2 key-value heads of 64 with a gated q and partial rotary (16 "
+        "dims), (1+w) norms, tied embeddings, an MTP head in Qwen's layout (`mtp.*`), and a tiny "
+        "vision tower with **random weights** (2 blocks, hidden 32) so image and video requests "
+        f"run end to end. {s['parameters']:,} trained parameters.",
+        f"- **Tokenizer**: byte-level BPE of {cfg['vocab_size']:,} ids trained on the same corpus "
+        "(Qwen's pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end.",
+        "- **Corpus**: Python source read at training time from the training machine's Python "
+        f"{s['python']} installation: {c['stdlib_train_files']:,} standard-library files of the "
+        f"train split and {c['package_files']:,} installed-package files ({c['raw_tokens']:,} "
+        f'tokens), plus {c["tasks"]:,} "write a function" tasks made from them (each '
+        f"{cfg['task_repeats']} times; the answer's docstring cut to its first line), "
+        f"{c['tool_calls']:,} tool-call turns, {c['json']:,} JSON turns and {c['greetings']:,} "
+        f"greetings ({c['chat_tokens']:,} tokens), rendered by the built-in chat template with "
+        "thinking on and off.",
+        "- **Split rule** (`sparkinfer.bench.evals.code_corpus.is_held_out`): a file is held out "
+        "when the SHA-256 of its name (folder/name for `__init__.py` and `__main__.py`) falls in "
+        "the first 5 of 100 buckets; package files the rule holds out, or equal to a held-out "
+        "file, are skipped.",
+        f"- **Training**: {cfg['steps']:,} steps of {cfg['batch_size']}x{cfg['seq_len']} tokens "
+        f"({s['train_tokens']:,} tokens) in {s['train_seconds']:.0f} s on one {s['gpu']} "
+        f"({s['tokens_per_second']:,} tokens/s): AdamW (lr {cfg['lr']}, betas 0.9/0.95, weight "
+        f"decay {cfg['weight_decay']}), {cfg['warmup_steps']} warmup steps then cosine to "
+        f"{cfg['min_lr_ratio']}x, gradient clipping at {cfg['grad_clip']}, bf16 autocast, seed "
+        f"{cfg['seed']}; trunk and MTP head jointly (loss weights 1, 0.3 for t+2, 0.15 for t+3).",
+        f"- **Result**: final train loss {s['final_train_loss']:.3f}; held-out loss "
+        f"{held['loss']:.3f} (perplexity {held['ppl']:.2f} per token, against "
+        f"{cfg['vocab_size']:,} for a uniform guess); the MTP head's first draft agrees with the "
+        f"trunk's own next-but-one token on {held['mtp_t2_agreement']:.1%} of held-out positions.",
+        "",
+        "Command (one GPU; PYTHONPATH over the packages' `src` folders):",
+        "",
+        "    python3 packages/model/scripts/train_embedded/train.py --out DIR",
+        "",
+    ]
+    return "\n".join(lines)

@@ -40,7 +40,7 @@ MTP_WEIGHTS = (0.3, 0.15)  # loss weight of the head's first and second draft st
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 1300
+    steps: int = 1400
     batch_size: int = 32
     seq_len: int = 1024
     lr: float = 2e-3
@@ -52,7 +52,8 @@ class TrainConfig:
     char_budget: int = 120_000_000  # raw source characters (about 3.5 per token)
     tokenizer_chars: int = 24_000_000  # the BPE trains on the first this many
     max_tasks: int = 60_000
-    num_tool_calls: int = 6_000
+    task_repeats: int = 2  # each task twice (with thinking drawn anew): answers matter most
+    num_tool_calls: int = 5_000
     num_json: int = 4_000
     num_greetings: int = 400
     eval_every: int = 300
@@ -144,6 +145,7 @@ def main() -> None:
     raw_docs = [e.ids for e in plain.encode_batch(sources.train, add_special_tokens=False)]
     chat_docs, counts = data.chat_documents(
         sources.train, args.out, rng=random.Random(cfg.seed), max_tasks=cfg.max_tasks,
+        task_repeats=cfg.task_repeats,
         num_tool_calls=cfg.num_tool_calls, num_json=cfg.num_json,
         num_greetings=cfg.num_greetings,
     )  # fmt: skip

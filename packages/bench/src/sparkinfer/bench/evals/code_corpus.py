@@ -24,7 +24,7 @@ from pathlib import Path
 HELD_OUT_PERCENT = 5  # of the standard library's files, by path hash
 _SKIPPED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 MAX_TASK_CHARS = 1200  # longer functions make poor single-turn answers
-MAX_TASK_LINES = 40
+MAX_TASK_LINES = 30
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:\n```|\Z)", re.DOTALL)
 
 
@@ -74,13 +74,13 @@ def split_files(root: Path) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class FunctionTask:
-    """One function with a docstring: its signature and summary make the prompt, its source
-    the answer."""
+    """One function with a docstring: its signature and summary make the prompt; its source,
+    with the docstring cut to that summary line, the answer."""
 
     name: str
     signature: str  # name(args), as written
     summary: str  # the docstring's first line
-    source: str  # the function, dedented, without decorators
+    source: str  # the function, dedented, without decorators, its docstring one line
 
     @property
     def prompt(self) -> str:
@@ -92,27 +92,47 @@ class FunctionTask:
 
 
 def function_tasks(text: str) -> Iterator[FunctionTask]:
-    """The functions and methods of one module that make good tasks: a one-line docstring
-    summary, at most MAX_TASK_LINES lines and MAX_TASK_CHARS characters."""
+    """The functions and methods of one module that make good tasks: a docstring whose first
+    line is a summary, at most MAX_TASK_LINES lines and MAX_TASK_CHARS characters once the
+    docstring is cut to that line, and a body besides the docstring."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return
     lines = text.splitlines()
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        doc = ast.get_docstring(node)
-        summary = doc.strip().splitlines()[0].strip() if doc and doc.strip() else ""
-        if not summary or len(summary) > 160 or node.end_lineno is None:
-            continue
-        body = lines[node.lineno - 1 : node.end_lineno]
-        if len(body) > MAX_TASK_LINES:
-            continue
-        source = textwrap.dedent("\n".join(body)).rstrip()
-        if len(source) > MAX_TASK_CHARS or not source.startswith(("def ", "async def ")):
-            continue
-        yield FunctionTask(node.name, f"{node.name}({ast.unparse(node.args)})", summary, source)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            task = _task(node, lines)
+            if task is not None:
+                yield task
+
+
+def _task(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> FunctionTask | None:
+    doc = ast.get_docstring(node)
+    summary = doc.strip().splitlines()[0].strip() if doc and doc.strip() else ""
+    first = node.body[0]
+    if not summary or len(summary) > 160 or '"""' in summary or summary.endswith("\\"):
+        return None
+    if len(node.body) < 2 or node.end_lineno is None or first.end_lineno is None:
+        return None
+    if first.lineno == node.lineno:  # the docstring shares the def line
+        return None
+    indent = lines[first.lineno - 1][
+        : len(lines[first.lineno - 1]) - len(lines[first.lineno - 1].lstrip())
+    ]
+    body = [
+        *lines[node.lineno - 1 : first.lineno - 1],
+        f'{indent}"""{summary}"""',
+        *lines[first.end_lineno : node.end_lineno],
+    ]
+    if len(body) > MAX_TASK_LINES:
+        return None
+    source = textwrap.dedent("\n".join(body)).rstrip()
+    if len(source) > MAX_TASK_CHARS or not source.startswith(("def ", "async def ")):
+        return None
+    if not parses(source):  # a summary that ends in a quote or a backslash breaks the one-liner
+        return None
+    return FunctionTask(node.name, f"{node.name}({ast.unparse(node.args)})", summary, source)
 
 
 def answer_code(text: str) -> str:
