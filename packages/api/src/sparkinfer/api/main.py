@@ -21,6 +21,7 @@ from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
+from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
 from sparkinfer.api.response_store import ResponseStore
 from sparkinfer.api.routers import (
@@ -166,7 +167,11 @@ def _load_checkpoint(
     chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
     logger.info("loading %s on %s as %s", source, device, dtype)
     model = load_model(
-        configs.path, device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size
+        configs.path,
+        device=device,
+        dtype=dtype,
+        num_real_tokens=tokenizer.vocab_size,
+        use_mtp=settings.speculative == "mtp",
     )
     return _LoadedModel(
         served=settings.served_model_name or model_id,
@@ -199,6 +204,8 @@ def _scheduler_config(
         eos_token_ids=tuple(dict.fromkeys(eos)),
         prefix_cache_snapshots=settings.prefix_cache_snapshots,
         prefix_cache_min_tokens=settings.prefix_cache_min_tokens,
+        speculative=settings.speculative,
+        num_speculative_tokens=settings.num_speculative_tokens,
     )
 
 
@@ -244,6 +251,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(AnthropicErrorMiddleware)  # outermost: sees the edge's errors too

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sparkinfer.api.spec_metrics import SpecDecodeMetrics
 from sparkinfer.scheduler.scheduler import SchedulerStats
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -70,6 +71,7 @@ class ServerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.spec_decode = SpecDecodeMetrics(r)
         self.e2e = Histogram(
             "sparkinfer_e2e_request_latency_seconds",
             "Arrival to finish",
@@ -86,6 +88,7 @@ class ServerMetrics:
         self.kv_usage.set(stats.kv_usage)
         self.slot_usage.set(stats.slot_usage)
         self.prefix_entries.set(stats.num_prefix_cache_entries)
+        self.spec_decode.update(stats.spec)
 
     def render(self) -> bytes:
         """The Prometheus text exposition, with engine gauges read now."""

@@ -109,6 +109,18 @@ class Settings(BaseSettings):
         description="Shortest uncached prompt part worth a prefix snapshot: such a prompt ends a "
         "prefill step at its last 128-token checkpoint, where its prefix is kept",
     )
+    speculative: Literal["off", "ngram", "mtp"] = Field(
+        "off",
+        description="Speculative decoding's drafter: ngram (drafts copied from the request's "
+        "own prompt and output: no weights, strong on code, JSON and edits) or mtp (the "
+        "checkpoint's MTP head, loaded from its mtp.* tensors). Greedy and seeded output are "
+        "unchanged (bit for bit with --deterministic); requests with penalties or a grammar "
+        "decode without drafts. Off by default: verify steps run eagerly (no CUDA graph) and "
+        "are read at once, so measure a gain on your GPU first (sparkinfer-bench spec)",
+    )
+    num_speculative_tokens: int = Field(
+        3, ge=1, le=16, description="Most drafts a request verifies per engine step"
+    )
     mrope: bool = Field(
         True,
         description="3-axis (t, h, w) rotary positions for image and video tokens (off: "
