@@ -22,6 +22,7 @@ from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.openapi import install_openapi
+from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
 from sparkinfer.api.response_store import ResponseStore
 from sparkinfer.api.routers import (
@@ -251,6 +252,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
+    install_openapi(app)
     install_openapi(app)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
