@@ -136,6 +136,29 @@ def test_system_messages_inside_messages(client: anthropic.Anthropic, model: str
     assert m.usage.output_tokens >= 1
 
 
+def test_max_tokens_beyond_the_context_is_lowered(
+    client: anthropic.Anthropic, model: str, server: RunningServer
+) -> None:
+    """Clients send their own model's output limit: it is cut to the room the prompt leaves."""
+    context = httpx.get(server.v1 + "/models").json()["data"][0]["max_model_len"]
+    words = 10
+    for _ in range(6):  # grow the prompt until it leaves a few tokens of room
+        content = "lorem ipsum " * words
+        num_prompt = client.messages.count_tokens(
+            model=model, messages=[{"role": "user", "content": content}]
+        ).input_tokens
+        if 0 < context - num_prompt <= 8:
+            break
+        words = max(1, words + (context - 4 - num_prompt) * words // num_prompt)
+    room = context - num_prompt
+    assert 0 < room <= 8
+    m = client.messages.create(
+        model=model, max_tokens=20_000, messages=[{"role": "user", "content": content}]
+    )
+    assert m.usage.output_tokens <= room
+    assert m.stop_reason in ("model_context_window_exceeded", "end_turn", "stop_sequence")
+
+
 def test_count_tokens_matches_the_prompt(client: anthropic.Anthropic, model: str) -> None:
     counted = client.messages.count_tokens(model=model, messages=USER, tools=[WEATHER])
     m = client.messages.create(model=model, max_tokens=1, messages=USER, tools=[WEATHER])

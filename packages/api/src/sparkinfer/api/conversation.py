@@ -100,6 +100,7 @@ class Turn:
     num_prompt_tokens: int
     stop_string: str | None = None  # the stop sequence that ended the answer, if one did
     finish_reason: str | None = None  # chat's reason (stop, length, tool_calls), once finished
+    is_context_bound: bool = False  # the context window, not max_tokens, bounds the answer
 
     @property
     def usage(self) -> Usage:
@@ -114,10 +115,19 @@ class TurnStep:
     finish_reason: str | None = None
 
 
-async def start_turn(conv: Conversation, state: ServerState, rid: str) -> Turn:
+async def start_turn(
+    conv: Conversation, state: ServerState, rid: str, *, is_fit_to_context: bool = False
+) -> Turn:
     """Check and render the conversation, then queue its one answer (errors name the protocol's
-    fields; nothing is queued when one is raised)."""
+    fields; nothing is queued when one is raised).
+
+    `is_fit_to_context`: a max_tokens beyond the room the prompt leaves is lowered to that room
+    instead of refused (Anthropic's behaviour: clients send their own model's output limit).
+    """
     req = conv.request
+    limit = req.output_limit
+    if is_fit_to_context:
+        req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
     try:
         check_response_format_stops(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
@@ -125,14 +135,20 @@ async def start_turn(conv: Conversation, state: ServerState, rid: str) -> Turn:
         prep = await prepare_chat(req, state, media)
     except Exception as exc:
         raise _mapped(conv, exc) from None
-    params = build_params(req, state, max_tokens=req.output_limit, logprobs=None)
+    num_prompt = len(prep.prompt_token_ids)
+    max_tokens = req.output_limit
+    if is_fit_to_context and limit is not None:
+        max_tokens = min(limit, state.max_model_len - num_prompt)
+    params = build_params(req, state, max_tokens=max_tokens, logprobs=None)
     params = with_processor(params, prep, state)
     job = ChoiceJob(
         0, engine_request_id(rid, 0), prep.prompt_token_ids, params, req.stop_strings,
         prep.multimodal,
     )  # fmt: skip
     choices = await start_choices(state.engine, state.tokenizer, [job])
-    return Turn(conv, prep, output_parser(req, prep), choices, len(prep.prompt_token_ids))
+    turn = Turn(conv, prep, output_parser(req, prep), choices, num_prompt)
+    turn.is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
+    return turn
 
 
 def _mapped(conv: Conversation, exc: Exception) -> Exception:

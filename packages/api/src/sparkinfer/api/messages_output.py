@@ -37,7 +37,7 @@ def stop_reason(turn: Turn) -> tuple[StopReason, str | None]:
     if turn.finish_reason == "tool_calls":
         return "tool_use", None
     if turn.finish_reason == "length":
-        return "max_tokens", None
+        return ("model_context_window_exceeded" if turn.is_context_bound else "max_tokens"), None
     if turn.stop_string is not None:
         return "stop_sequence", turn.stop_string
     return "end_turn", None

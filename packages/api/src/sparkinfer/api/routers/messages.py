@@ -44,7 +44,7 @@ async def create_message(request: Request, state: State) -> Response | MessageRe
     body = await read_body(request, MessagesRequest)
     state.check_model(body.model)
     rid = f"msg_{request_id(request)}"
-    turn = await start_turn(to_conversation(body), state, rid)
+    turn = await start_turn(to_conversation(body), state, rid, is_fit_to_context=True)
     logger.info("request %s: %d prompt tokens (messages)", rid, turn.num_prompt_tokens)
     if not body.stream:
         whole = await unless_disconnected(request, run_turn(turn))

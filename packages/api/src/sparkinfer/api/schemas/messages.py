@@ -160,7 +160,9 @@ class OutToolUseBlock(BaseModel):
 
 
 OutBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"
+]
 
 
 class MessagesUsage(BaseModel):
