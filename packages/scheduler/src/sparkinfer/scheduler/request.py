@@ -126,6 +126,8 @@ class RequestMetrics:
     ttft_ms: float | None = None
     generation_ms: float | None = None
     decode_tps: float | None = None
+    num_draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
+    num_accepted_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -268,13 +270,17 @@ class Request:
 
     def metrics(self) -> RequestMetrics:
         """Telemetry so far: time to first token, decode time and decode tokens per second."""
+        spec = {
+            "num_draft_tokens": self.spec.num_draft_tokens,
+            "num_accepted_tokens": self.spec.num_accepted_tokens,
+        }
         if self.first_token_time is None:
-            return RequestMetrics()
+            return RequestMetrics(**spec)
         ttft_ms = (self.first_token_time - self.arrival_time) * 1e3
         if self.finish_time is None:
-            return RequestMetrics(ttft_ms=ttft_ms)
+            return RequestMetrics(ttft_ms=ttft_ms, **spec)
         generation_s = self.finish_time - self.first_token_time
         decode_tps = (self.num_output_tokens - 1) / generation_s if generation_s > 0 else None
         return RequestMetrics(
-            ttft_ms=ttft_ms, generation_ms=generation_s * 1e3, decode_tps=decode_tps
+            ttft_ms=ttft_ms, generation_ms=generation_s * 1e3, decode_tps=decode_tps, **spec
         )

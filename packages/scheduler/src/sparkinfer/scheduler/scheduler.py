@@ -32,6 +32,7 @@ request is preempted. Requests with media or prompt logprobs take no part.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -56,6 +57,8 @@ from sparkinfer.scheduler.request import (
 )
 from sparkinfer.scheduler.spec_policy import SpecCounters, SpecPolicy
 from sparkinfer.scheduler.state_slots import StateSlots
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -528,6 +531,13 @@ class Scheduler:
         del self._requests[req.request_id]
         key = {FinishReason.ABORT: "aborted", FinishReason.ERROR: "failed"}.get(reason, "finished")
         self._counters[key] += 1
+        spec = req.spec
+        if spec.num_verifies:
+            logger.info(
+                "request %s: %d of %d draft tokens accepted in %d verifies (%.2f tokens a verify)",
+                req.request_id, spec.num_accepted_tokens, spec.num_draft_tokens,
+                spec.num_verifies, 1 + spec.num_accepted_tokens / spec.num_verifies,
+            )  # fmt: skip
 
     def _emit_final(self, req: Request) -> None:
         self._emit(req, self._output(req, (), None))
