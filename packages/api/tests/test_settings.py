@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from sparkinfer.api.settings import (
+    ENV_ONLY,
     Settings,
     SettingsError,
     build_parser,
@@ -58,11 +59,16 @@ def test_api_key_is_secret() -> None:
 
 def test_readme_table_lists_every_setting() -> None:
     rows = re.findall(
-        r"^\| `(SPARKINFER_[A-Z_]+)` \| `(--[a-z-]+)` \| `([^`]*)` \|", README.read_text(), re.M
+        r"^\| `(SPARKINFER_[A-Z_]+)` \| (`--[a-z-]+`|\(environment only\)) \| `([^`]*)` \|",
+        README.read_text(),
+        re.M,
     )
-    documented = {env: (flag, default) for env, flag, default in rows}
+    documented = {env: (flag.strip("`"), default) for env, flag, default in rows}
     expected = {
-        env_name(name): ("--" + name.replace("_", "-"), _shown(info.default))
+        env_name(name): (
+            "(environment only)" if name in ENV_ONLY else "--" + name.replace("_", "-"),
+            _shown(info.default),
+        )
         for name, info in Settings.model_fields.items()
     }
     assert documented == expected
@@ -84,4 +90,23 @@ def test_help_lists_every_setting(capsys):
     out = capsys.readouterr().out
     assert "16% of prefill" in out
     for name in Settings.model_fields:
-        assert env_name(name) in out
+        assert env_name(name) in out or name in ENV_ONLY
+
+
+def test_api_key_comes_from_the_environment_or_a_file_never_a_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--api-key", "sk-visible-in-ps"])
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n")
+    s, _ = parse_args(["--api-key-file", str(key_file)])
+    assert s.api_key is not None and s.api_key.get_secret_value() == "sk-from-file"
+    monkeypatch.setenv("SPARKINFER_API_KEY", "sk-env")
+    with pytest.raises(SettingsError, match="give the key one way"):
+        parse_args(["--api-key-file", str(key_file)])
+    s, _ = parse_args([])
+    assert s.api_key is not None and s.api_key.get_secret_value() == "sk-env"
+    monkeypatch.delenv("SPARKINFER_API_KEY")
+    with pytest.raises(SettingsError, match="cannot be read"):
+        parse_args(["--api-key-file", str(tmp_path / "missing")])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "SPARKINFER_"
+ENV_ONLY = frozenset({"api_key"})  # secrets: no flag, whose value any user could read in ps
 
 
 class SettingsError(ValueError):
@@ -71,7 +73,12 @@ class Settings(BaseSettings):
     )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     api_key: SecretStr | None = Field(
-        None, description="Bearer token every /v1 route requires; unset: no auth"
+        None,
+        description="Bearer token every /v1 route requires; unset: no auth. Environment only "
+        "(a flag's value would show in ps): or give api_key_file",
+    )
+    api_key_file: str | None = Field(
+        None, description="File whose content (stripped) is the API key, instead of api_key"
     )
     api_key_all_routes: bool = Field(
         False,
@@ -220,9 +227,28 @@ def load_settings(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     _check_unknown(os.environ if environ is None else environ)
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as err:
         raise SettingsError(_describe(err, overrides)) from None
+    return _with_key_file(settings)
+
+
+def _with_key_file(settings: Settings) -> Settings:
+    """`settings` with api_key read from api_key_file, when that is given."""
+    path = settings.api_key_file
+    if path is None:
+        return settings
+    if settings.api_key is not None:
+        raise SettingsError(
+            f"both {env_name('api_key')} and api_key_file are set: give the key one way"
+        )
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise SettingsError(f"api_key_file {path!r} cannot be read ({exc.strerror})") from None
+    if not key:
+        raise SettingsError(f"api_key_file {path!r} is empty: write the key into it")
+    return settings.model_copy(update={"api_key": SecretStr(key)})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN).",
     )
     for name, info in Settings.model_fields.items():
+        if name in ENV_ONLY:
+            continue
         flag = "--" + name.replace("_", "-")
         # argparse expands %-formats in help: a literal percent sign must be doubled.
         help_text = f"{info.description} [{env_name(name)}]".replace("%", "%%")
