@@ -241,3 +241,101 @@ def test_x_api_key_and_auth_errors_in_anthropic_shape() -> None:
         with pytest.raises(anthropic.AuthenticationError) as err:
             bad.messages.create(model=model, max_tokens=1, messages=USER)
         assert err.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+
+
+_TEXT = [{"role": "user", "content": "Hi"}]
+ODD_BODIES = [
+    [1, 2],
+    {"max_tokens": 4, "messages": "Hi"},
+    {"max_tokens": 4, "messages": []},
+    {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+    {"max_tokens": 4, "messages": [{"role": "robot", "content": "Hi"}]},
+    {"max_tokens": 4, "messages": [{"role": "assistant", "content": "Hi"}]},
+    {"max_tokens": 4, "messages": [{"role": "system", "content": "Be kind."}]},
+    {
+        "max_tokens": 4,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "!!"},
+                    }
+                ],
+            }
+        ],
+    },
+    {
+        "max_tokens": 4,
+        "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]}
+        ],
+    },
+    {
+        "max_tokens": 4,
+        "messages": [
+            *_TEXT,
+            {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            *_TEXT,
+        ],
+    },
+    {
+        "max_tokens": 4,
+        "messages": [
+            *_TEXT,
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]},
+            *_TEXT,
+        ],
+    },
+    {"max_tokens": 4, "messages": _TEXT, "tools": [{"name": "bad name!"}]},
+    {"max_tokens": 4, "messages": _TEXT, "tools": [{"name": "f", "type": "web_search_2025"}]},
+    {"max_tokens": 4, "messages": _TEXT, "tool_choice": {"type": "any"}},
+    {"max_tokens": 4, "messages": _TEXT, "tools": [WEATHER], "tool_choice": {"type": "tool"}},
+    {
+        "max_tokens": 4,
+        "messages": _TEXT,
+        "tools": [WEATHER],
+        "tool_choice": {"type": "tool", "name": "nope"},
+    },
+    {"max_tokens": 4, "messages": _TEXT, "tools": [WEATHER, WEATHER]},
+    {"max_tokens": 4, "messages": _TEXT, "system": 5},
+    {"max_tokens": 4, "messages": _TEXT, "stop_sequences": [""]},
+    {"max_tokens": 4, "messages": _TEXT, "thinking": {"type": "enabled"}},
+    {"max_tokens": 4, "messages": _TEXT, "thinking": {"type": "sometimes"}},
+    {"max_tokens": 4, "messages": _TEXT, "metadata": "x"},
+    {"max_tokens": 4, "messages": _TEXT, "top_k": -1},
+    {"max_tokens": 4, "messages": _TEXT, "max_tokens_extra": 1, "model": 5},
+    {
+        "max_tokens": 4,
+        "messages": _TEXT,
+        "output_config": {"format": {"type": "json_schema", "schema": {"type": 1}}},
+    },
+    {"max_tokens": 4, "messages": _TEXT, "output_config": {"effort": "maximal"}},
+]
+
+
+@pytest.mark.parametrize("body", ODD_BODIES)
+@pytest.mark.parametrize("path", ["/messages", "/messages/count_tokens"])
+def test_odd_bodies_are_client_errors_in_anthropic_shape(
+    server: RunningServer, model: str, body: object, path: str
+) -> None:
+    generation_only = {"stop_sequences", "metadata", "top_k"}
+    if path.endswith("count_tokens") and isinstance(body, dict) and generation_only & set(body):
+        pytest.skip("count_tokens does not take generation fields")
+    sent = {"model": model, **body} if isinstance(body, dict) else body
+    r = httpx.post(server.v1 + path, json=sent, timeout=30)
+    assert r.status_code in (400, 404), r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] in (
+        "invalid_request_error",
+        "not_found_error",
+    )
+    assert err["error"]["message"]
+
+
+def test_invalid_json_is_an_anthropic_error(server: RunningServer) -> None:
+    r = httpx.post(
+        server.v1 + "/messages", content=b"{nope", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"

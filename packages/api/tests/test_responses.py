@@ -220,3 +220,41 @@ def test_agents_sdk_runs_a_one_tool_agent(server: RunningServer, model: str) -> 
         Runner.run(agent, "Weather in Paris?", run_config=RunConfig(tracing_disabled=True))
     )
     assert len(calls) == 1 and result.final_output == f"18 C in {calls[0]}"
+
+
+ODD_BODIES = [
+    [1, 2],
+    {"input": 5},
+    {"input": [5]},
+    {"input": []},
+    {"input": [{"role": "user", "content": 5}]},
+    {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+    {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+    {"input": [{"type": "function_call"}]},
+    {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{nope"}]},
+    {"input": [{"type": "function_call_output", "call_id": "c"}]},
+    {"input": [{"type": "item_reference", "id": "msg_1"}]},
+    {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "x"}]}]},
+    {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
+    {"input": "Hi", "tools": [{"type": "function"}]},
+    {"input": "Hi", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}},
+    {"input": "Hi", "tools": [WEATHER, WEATHER]},
+    {"input": "Hi", "text": {"format": {"type": "json_schema"}}},
+    {"input": "Hi", "text": {"format": {"type": "yaml"}}},
+    {"input": "Hi", "temperature": 3},
+    {"input": "Hi", "instructions": 5},
+    {"input": "Hi", "metadata": {"a": 1}},
+    {"input": "Hi", "background": True},
+    {"input": "Hi", "conversation": "conv_1"},
+    {"input": "Hi", "previous_response_id": "resp_nope"},
+    {"input": "Hi", "model": "gpt-none"},
+]
+
+
+@pytest.mark.parametrize("body", ODD_BODIES)
+def test_odd_bodies_are_client_errors(server: RunningServer, model: str, body: object) -> None:
+    sent = {"model": model, **body} if isinstance(body, dict) else body
+    r = httpx.post(server.v1 + "/responses", json=sent, timeout=30)
+    assert r.status_code in (400, 404), r.text
+    err = r.json()["error"]
+    assert err["type"] in ("invalid_request_error", "not_found_error") and err["message"]

@@ -38,7 +38,11 @@ from sparkinfer.api.request_ids import engine_request_id
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
 from sparkinfer.api.schemas.common import Usage
-from sparkinfer.api.tools import check_response_format_stops, check_tools
+from sparkinfer.api.tools import (
+    check_response_format_schema,
+    check_response_format_stops,
+    check_tools,
+)
 from sparkinfer.api.usage import make_usage
 from sparkinfer.model.chat_template import ChatOptions
 from starlette.concurrency import run_in_threadpool
@@ -187,6 +191,7 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
     req = conv.request
     try:
         check_tools(req)
+        check_response_format_schema(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
         thinking = resolve_thinking(req)
