@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Sequence
 
 from sparkinfer.api.errors import InvalidRequest
@@ -38,7 +39,7 @@ class RequestStream:
     ) -> None:
         self.request_id = request_id
         self._loop = loop
-        self._queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self._queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self._metrics = metrics
         self.is_finished = False
         self.arrival_time = time.monotonic()
@@ -49,6 +50,12 @@ class RequestStream:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
             self._loop.call_soon_threadsafe(self._queue.put_nowait, out)
 
+    def fail(self, exc: BaseException) -> None:
+        """End the stream with `exc`, raised to its reader (thread-safe); the reader's abort
+        then frees the engine request."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, exc)
+
     def __aiter__(self) -> RequestStream:
         return self
 
@@ -56,6 +63,8 @@ class RequestStream:
         if self.is_finished:
             raise StopAsyncIteration
         out = await self._queue.get()
+        if isinstance(out, BaseException):
+            raise out
         self.is_finished = out.is_finished
         self._observe(out)
         return out
@@ -87,6 +96,7 @@ class EngineClient:
         self.engine = engine
         self.metrics = metrics
         self._is_stopped = False
+        self._streams: weakref.WeakSet[RequestStream] = weakref.WeakSet()  # those handed out
 
     def is_alive(self) -> bool:
         """False once the engine was shut down, its loop died, or it refused a request."""
@@ -95,6 +105,12 @@ class EngineClient:
     def shutdown(self) -> None:
         self._is_stopped = True
         self.engine.shutdown()
+
+    def end_all(self, exc: BaseException) -> None:
+        """End every unfinished stream with `exc` (the end of a shutdown's drain)."""
+        for stream in list(self._streams):
+            if not stream.is_finished:
+                stream.fail(exc)
 
     async def submit(
         self,
@@ -161,6 +177,7 @@ class EngineClient:
                 stream = RequestStream(request_id, loop, self.metrics)
                 self._add(stream, prompt, params, multimodal)
                 streams.append(stream)
+                self._streams.add(stream)
         except BaseException:
             self.abort_all(streams)
             raise

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import uvicorn
 from fastapi import Depends, FastAPI
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
@@ -21,7 +20,6 @@ from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
-from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
 from sparkinfer.api.response_store import ResponseStore
@@ -35,6 +33,7 @@ from sparkinfer.api.routers import (
     score,
     tokenize,
 )
+from sparkinfer.api.serve import build_server
 from sparkinfer.api.settings import Settings, SettingsError, parse_args
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
@@ -253,7 +252,6 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)
     install_openapi(app)
-    install_openapi(app)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(AnthropicErrorMiddleware)  # outermost: sees the edge's errors too
@@ -276,6 +274,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
-    )
+    build_server(create_app(settings), settings).run()

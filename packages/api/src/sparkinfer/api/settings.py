@@ -186,6 +186,18 @@ class Settings(BaseSettings):
         description="Most stored /v1/responses responses kept (the oldest are dropped first; "
         "0: none are stored)",
     )
+    header_read_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        description="Seconds a connection may take to send a request's headers (from its "
+        "opening or its previous response) before it is closed",
+    )
+    shutdown_drain_s: float = Field(
+        30.0,
+        ge=0.0,
+        description="Seconds SIGTERM lets open requests finish; then the rest end with an error "
+        "(streams: an error event) and the server exits 0",
+    )
     keep_alive_s: float = Field(
         15.0, gt=0.0, description="Seconds without tokens before an SSE `: keep-alive` comment"
     )
