@@ -253,3 +253,17 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
     assert sched.blocks.num_free_blocks == cfg.num_kv_blocks
     assert sched.slots.num_free_slots == runner.num_slots
+
+
+class OutOfVocabularyDrafter(ScriptedDrafter):
+    """Right drafts, then one outside the vocabulary, then more."""
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        rows = super().propose(seqs, num_drafts)
+        return [[*r[:1], 10**6, *r[1:]] if r else [-1] for r in rows]
+
+
+def test_a_draft_outside_the_vocabulary_cuts_the_drafts_there(tiny_model, plain):
+    drafter = OutOfVocabularyDrafter(_scripted(plain).continuations)
+    got = generate(tiny_model, config(), PROMPTS[:3], [GREEDY] * 3, drafter)
+    assert got.tokens == plain.tokens[:3]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from sparkinfer.bench import speculative
 from sparkinfer.bench.cli_args import int_list
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report
@@ -24,7 +25,7 @@ def dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model in this process: offline, vision."""
+    """The modes that run the model in this process: offline, vision, spec."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -97,9 +98,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tiny", action="store_true", help="tiny tower and media (CPU smoke runs)")
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
 
+    speculative.add_parser(sub)
+
 
 # Each device mode's module under sparkinfer.bench, imported only when the mode runs.
-_MODULES = {"offline": "engine", "vision": "vision"}
+_MODULES = {"offline": "engine", "vision": "vision", "spec": "speculative"}
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:

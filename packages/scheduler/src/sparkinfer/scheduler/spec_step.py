@@ -80,7 +80,7 @@ class SpecStep:
             wanted = [s.num_lookahead_tokens for s in decodes]
             drafts: list[list[int]] = [[] for _ in decodes]
             if self.drafter is not None and any(wanted):
-                drafts = self.drafter.propose(decodes, wanted)
+                drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
             rows, bounds = layout_verify(decodes, drafts, r.spec_state_rows)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
@@ -106,6 +106,17 @@ class SpecStep:
         return ModelOutput(
             samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
         )
+
+    def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
+        """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
+        (a drafter's bug must not fail the step)."""
+        vocab = self.runner.vocab_size
+        out: list[list[int]] = []
+        for row, k in zip(drafts, wanted, strict=True):
+            row = row[:k]
+            bad = next((j for j, t in enumerate(row) if not 0 <= t < vocab), len(row))
+            out.append(row[:bad])
+        return out
 
     def _forward(
         self,

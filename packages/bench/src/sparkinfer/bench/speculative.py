@@ -1,0 +1,395 @@
+"""The `spec` mode: the same prompts decoded without and with speculation in one process.
+
+For each drafter (prompt lookup, the MTP head, or an oracle) and draft count it prints the plain
+(AR) and speculative decode rates, the speedup, the mean accepted length (tokens a verify
+emits: accepted drafts + 1) and whether every output equals the AR run's. The oracle drafts
+the target's own greedy continuation, recorded in the AR run, right on the first j of k drafts
+and wrong after: it prices the engine's gain at a given acceptance, whatever the drafter.
+
+Models: a checkpoint (`--model`, with its mtp.* tensors for the MTP drafter and its tokenizer
+for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and a random MTP
+head (the default, CUDA), or a tiny random model on the CPU (`--tiny`, a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sparkinfer.bench.cli_args import int_list
+from sparkinfer.bench.provenance import RunInfo
+from sparkinfer.bench.report import Gate, Report, Table, log
+
+if TYPE_CHECKING:
+    import torch
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+    from sparkinfer.scheduler.config import SchedulerConfig
+
+DRAFTERS = ("ngram", "mtp", "oracle")
+_WARMUP_TOKENS = 8
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "spec", help="AR vs speculative decoding in one process: tok/s, speedup, accepted length"
+    )
+    p.add_argument("--model", help="checkpoint folder or hub id (default: 27B shapes, random)")
+    p.add_argument("--tiny", action="store_true", help="tiny random model on the CPU (smoke run)")
+    p.add_argument("--num-layers", type=int, help="fewer than 64 layers at 27B shapes")
+    p.add_argument(
+        "--drafters",
+        type=lambda s: tuple(s.split(",")),
+        default=DRAFTERS,
+        help="comma-separated: ngram, mtp, oracle",
+    )
+    p.add_argument("--num-speculative-tokens", type=int_list, default=(3,))
+    p.add_argument(
+        "--oracle-accept",
+        type=int_list,
+        default=(3, 2, 0),
+        help="the oracle's right drafts j of each verify (capped at k)",
+    )
+    p.add_argument("--concurrency", type=int_list, default=(1,))
+    p.add_argument("--context", type=int, default=4096, help="prompt tokens")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument(
+        "--prompt", choices=("code", "random", "repeat"), default="code",
+        help="the shipped code file (needs a tokenizer: --model), random tokens, or a random "
+        "64-token block repeated",
+    )  # fmt: skip
+    p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
+                   help="draft every step (price verifies at a fixed acceptance)")  # fmt: skip
+    p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
+
+
+@dataclass(frozen=True)
+class SpecRow:
+    drafter: str
+    num_drafts: int
+    oracle_accept: int | None
+    batch: int
+    context: int
+    ar_tok_s: float
+    spec_tok_s: float
+    mean_accepted_len: float  # tokens emitted per verify of a request with drafts
+    accepted_per_position: tuple[float, ...]  # share of verifies accepting draft j
+    draft_ms: float | None  # the drafter's own time per draft token (MTP)
+    is_identical: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.spec_tok_s / self.ar_tok_s
+
+
+class OracleDrafter:
+    """Drafts the AR run's continuation of each prompt: right on the first `num_right` of each
+    verify's drafts, each one after wrong (the target's token with its lowest bit flipped)."""
+
+    needs_hidden = False
+
+    def __init__(self, continuations: dict[tuple[int, ...], list[int]], num_right: int) -> None:
+        self.continuations = continuations
+        self.num_right = num_right
+
+    def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
+        out: list[list[int]] = []
+        for seq, k in zip(seqs, num_drafts, strict=True):
+            req = seq.req
+            known = self.continuations.get(tuple(req.token_ids[: req.num_prompt_tokens]), [])
+            done = req.num_output_tokens
+            drafts = list(known[done : done + k])
+            out.append([t if j < self.num_right else t ^ 1 for j, t in enumerate(drafts)])
+        return out
+
+    def observe(self, step: object) -> None:
+        pass
+
+
+def run(args: argparse.Namespace, info: RunInfo) -> Report:
+    import torch
+
+    device = torch.device("cpu") if args.tiny else _require_cuda()
+    model, tokenizer = _model(args, device)
+    base = _base_config(args)
+    rows: list[SpecRow] = []
+    for batch in args.concurrency:
+        prompts = _prompts(args, batch, tokenizer)
+        ar_s, ar_tokens = _decode(model, base, device, prompts, args.new_tokens)
+        ar = _tok_s(ar_tokens, ar_s, batch)
+        log(f"spec: batch {batch}: AR {ar:.1f} tok/s")
+        continuations = {tuple(p): t for p, t in zip(prompts, ar_tokens, strict=True)}
+        for k in args.num_speculative_tokens:
+            for drafter, accept in _variants(args.drafters, args.oracle_accept, k):
+                rows.append(
+                    _measure(model, base, device, prompts, args, continuations,
+                             drafter=drafter, k=k, accept=accept, ar=ar, ar_tokens=ar_tokens)
+                )  # fmt: skip
+                log(f"spec: {rows[-1]}")
+    gates = []
+    if args.deterministic:
+        same = all(r.is_identical for r in rows)
+        gates.append(Gate("identical outputs", same, "every speculative output equals AR's"))
+    context = {
+        "model": args.model or ("tiny random" if args.tiny else "Qwen3.8-27B shapes, random"),
+        "prompt": args.prompt,
+        "new tokens": str(args.new_tokens),
+        "scheduler": str(base),
+    }
+    raw = {"rows": [asdict(r) | {"speedup": r.speedup} for r in rows]}
+    return Report("spec", info, context, [_table(rows)], raw=raw, gates=gates)
+
+
+def _variants(
+    drafters: Sequence[str], accepts: Sequence[int], k: int
+) -> list[tuple[str, int | None]]:
+    out: list[tuple[str, int | None]] = []
+    for name in drafters:
+        if name not in DRAFTERS:
+            raise ValueError(f"--drafters has {name!r}; choose from {', '.join(DRAFTERS)}")
+        if name == "oracle":
+            out += [(name, j) for j in dict.fromkeys(min(a, k) for a in accepts)]
+        else:
+            out.append((name, None))
+    return out
+
+
+def _measure(
+    model: Qwen3_8ForCausalLM,
+    base: SchedulerConfig,
+    device: torch.device,
+    prompts: list[list[int]],
+    args: argparse.Namespace,
+    continuations: dict[tuple[int, ...], list[int]],
+    *,
+    drafter: str,
+    k: int,
+    accept: int | None,
+    ar: float,
+    ar_tokens: list[list[int]],
+) -> SpecRow:
+    cfg = replace(
+        base,
+        speculative="mtp" if drafter == "mtp" else "ngram",
+        num_speculative_tokens=k,
+        speculative_max_seqs=max(len(prompts), 1),
+    )
+    oracle = OracleDrafter(continuations, accept or 0) if drafter == "oracle" else None
+    timer: list[float] = []
+    seconds, tokens, stats = _decode(
+        model, cfg, device, prompts, args.new_tokens, drafter=oracle, timer=timer, with_stats=True
+    )
+    spec = stats.spec
+    verifies = max(1, spec.num_drafts)
+    return SpecRow(
+        drafter,
+        k,
+        accept,
+        len(prompts),
+        len(prompts[0]),
+        ar,
+        _tok_s(tokens, seconds, len(prompts)),
+        1 + spec.num_accepted_tokens / verifies,
+        tuple(n / verifies for n in spec.accepted_per_position),
+        1e3 * sum(timer) / spec.num_draft_tokens if timer and spec.num_draft_tokens else None,
+        tokens == ar_tokens,
+    )
+
+
+def _decode(
+    model: Qwen3_8ForCausalLM,
+    cfg: SchedulerConfig,
+    device: torch.device,
+    prompts: list[list[int]],
+    new_tokens: int,
+    *,
+    drafter: object | None = None,
+    timer: list[float] | None = None,
+    with_stats: bool = False,
+) -> Any:
+    """Warm the engine up, then decode every prompt at once -> (seconds from the last first
+    token to the last token, each prompt's tokens[, the engine's stats])."""
+    from sparkinfer.scheduler.engine import Engine
+    from sparkinfer.scheduler.request import SamplingParams
+
+    engine = Engine.from_model(model, cfg, device=device)
+    try:
+        runner = engine.runner
+        if drafter is not None:
+            runner.spec_step.drafter = drafter  # type: ignore[attr-defined]
+        if timer is not None and cfg.speculative == "mtp":
+            _time_drafter(runner.spec_step.drafter, timer)  # type: ignore[attr-defined]
+        warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
+        engine.generate(prompts[0][:64], warm)
+        if timer is not None:
+            timer.clear()
+        before = engine.stats().spec
+        params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+        firsts: list[float] = []
+        results: list[list[int]] = []
+        import threading
+
+        done = threading.Semaphore(0)
+        for i, prompt in enumerate(prompts):
+            results.append([])
+
+            def on_output(out, res=results[i]) -> None:
+                if out.new_token_ids and not res:
+                    firsts.append(time.perf_counter())
+                res.extend(out.new_token_ids)
+                if out.is_finished:
+                    done.release()
+
+            engine.add_request(f"spec-{i}", prompt, params, on_output=on_output)
+        for _ in prompts:
+            done.acquire()
+        seconds = time.perf_counter() - max(firsts)
+        stats = engine.stats()
+        stats = replace(stats, spec=_minus(stats.spec, before))
+    finally:
+        engine.shutdown()
+        engine.runner.close()  # type: ignore[attr-defined]
+    return (seconds, results, stats) if with_stats else (seconds, results)
+
+
+def _time_drafter(drafter: Any, timer: list[float]) -> None:
+    """Add each propose and observe call's wall time (both end reading the device) to timer."""
+    for name in ("propose", "observe"):
+        call = getattr(drafter, name)
+
+        def timed(*a: Any, call: Any = call) -> Any:
+            start = time.perf_counter()
+            out = call(*a)
+            timer.append(time.perf_counter() - start)
+            return out
+
+        setattr(drafter, name, timed)
+
+
+def _minus(after: Any, before: Any) -> Any:
+    pairs = zip(after.accepted_per_position, before.accepted_per_position, strict=True)
+    per_pos = [a - b for a, b in pairs]
+    return replace(
+        after,
+        num_drafts=after.num_drafts - before.num_drafts,
+        num_draft_tokens=after.num_draft_tokens - before.num_draft_tokens,
+        num_accepted_tokens=after.num_accepted_tokens - before.num_accepted_tokens,
+        accepted_per_position=per_pos,
+    )
+
+
+def _tok_s(tokens: list[list[int]], seconds: float, batch: int) -> float:
+    """Decode rate after every request has its first token (all of them decoding)."""
+    return (sum(len(t) for t in tokens) - batch) / seconds if seconds > 0 else float("nan")
+
+
+def _table(rows: list[SpecRow]) -> Table:
+    return Table(
+        "spec: the same prompts without (AR) and with speculation (greedy)",
+        ["drafter", "k", "right", "batch", "context", "AR tok/s", "spec tok/s", "speedup",
+         "accepted len", "accepted at 1..k", "draft ms", "identical"],
+        [
+            [r.drafter, r.num_drafts, "-" if r.oracle_accept is None else r.oracle_accept,
+             r.batch, r.context, r.ar_tok_s, r.spec_tok_s, r.speedup, r.mean_accepted_len,
+             " ".join(f"{x:.2f}" for x in r.accepted_per_position),
+             "-" if r.draft_ms is None else r.draft_ms, "yes" if r.is_identical else "NO"]
+            for r in rows
+        ],
+        notes=[
+            "accepted len: tokens a verify emits (accepted drafts + 1); right: the oracle's "
+            "correct drafts of k; draft ms: the MTP drafter's time per draft token"
+        ],
+    )  # fmt: skip
+
+
+def _require_cuda() -> torch.device:
+    from sparkinfer.bench.engine import require_cuda
+
+    return require_cuda("spec")
+
+
+def _base_config(args: argparse.Namespace) -> SchedulerConfig:
+    from sparkinfer.scheduler.config import SchedulerConfig
+
+    max_len = args.context + args.new_tokens + 64
+    return SchedulerConfig(
+        max_num_seqs=max(max(args.concurrency), 1),
+        max_model_len=max_len,
+        max_num_batched_tokens=max(2048, max(args.concurrency) * 32),
+        deterministic=args.deterministic,
+        enforce_eager=args.enforce_eager,
+        speculative_adaptive=args.adaptive,
+        block_size=16 if args.tiny else 64,
+        cpu_cache_bytes=1 << 28,
+    )
+
+
+def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCausalLM, Any]:
+    """The model (with an MTP head when the mtp drafter runs) and its tokenizer (or None)."""
+    import torch
+    from sparkinfer.bench.engine import fill_random, full_size_config, random_model
+    from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+    from sparkinfer.model.mtp import MTPHead
+
+    use_mtp = "mtp" in args.drafters
+    if args.model:
+        from sparkinfer.model.tokenizer import Tokenizer
+        from sparkinfer.model.weights import load_model, read_checkpoint_configs
+
+        path = read_checkpoint_configs(args.model).path
+        tokenizer = Tokenizer.from_checkpoint(path)
+        model = load_model(
+            path, device=device, dtype=torch.bfloat16, use_mtp=use_mtp,
+            num_real_tokens=tokenizer.vocab_size,
+        )  # fmt: skip
+        return model, tokenizer
+    if args.tiny:
+        cfg, dtype = _tiny_config(), torch.float32
+        model = Qwen3_8ForCausalLM(cfg, device=device, dtype=dtype)
+        fill_random(model, seed=0)
+    else:
+        cfg, dtype = full_size_config(args.num_layers), torch.bfloat16
+        model = random_model(cfg, device, "spec")
+    if use_mtp:
+        head = MTPHead(cfg.text, ops=model.ops, device=device, dtype=dtype)
+        fill_random(head, seed=1)
+        model.mtp = head
+    return model, None
+
+
+def _tiny_config() -> Any:
+    from sparkinfer.bench.engine import full_size_config
+    from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION
+
+    text = replace(
+        full_size_config(4).text,
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16, max_position_embeddings=4096,
+        layer_types=(LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,), eos_token_ids=(),
+    )  # fmt: skip
+    return replace(full_size_config(4), text=text)
+
+
+def _prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[int]]:
+    """`batch` prompts of `args.context` tokens, each one different from its first token."""
+    vocab = 500 if args.tiny else 248_000
+    rng = random.Random(0)
+    out: list[list[int]] = []
+    for i in range(batch):
+        if args.prompt == "code" and tokenizer is not None:
+            from sparkinfer.bench.corpus import read_data
+
+            ids = tokenizer.encode(f"# file {i}\n" + read_data("code.txt"))
+            body = (ids * (1 + args.context // max(1, len(ids))))[: args.context]
+        elif args.prompt in ("repeat", "code"):  # code without a tokenizer: a repeated block
+            block = [rng.randrange(vocab) for _ in range(64)]
+            body = (block * (1 + args.context // 64))[: args.context]
+        else:
+            body = [rng.randrange(vocab) for _ in range(args.context)]
+        out.append([rng.randrange(vocab), *body[1:]])
+    return out
