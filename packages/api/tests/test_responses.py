@@ -74,6 +74,7 @@ def test_stream_reasoning_then_text(random_server: RunningServer) -> None:
     assert [e.sequence_number for e in events] == list(range(len(events)))
     final = events[-1].response  # type: ignore[union-attr]
     assert final.output[0].type == "reasoning"
+    assert 1 <= final.usage.output_tokens_details.reasoning_tokens <= final.usage.output_tokens
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     texts = [c.text for item in final.output if item.type == "message" for c in item.content]
     assert deltas == "".join(texts)  # type: ignore[arg-type]

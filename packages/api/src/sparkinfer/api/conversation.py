@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 from fastapi import Request
-from sparkinfer.api.chat_output import ChatOutput
+from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter
 from sparkinfer.api.chat_request import (
     PreparedChat,
     chat_prompt_ids,
@@ -105,6 +105,7 @@ class Turn:
     stop_string: str | None = None  # the stop sequence that ended the answer, if one did
     finish_reason: str | None = None  # chat's reason (stop, length, tool_calls), once finished
     is_context_bound: bool = False  # the context window, not max_tokens, bounds the answer
+    reasoning_tokens: ReasoningTokenCounter | None = None  # fed by turn_steps
 
     @property
     def usage(self) -> Usage:
@@ -151,6 +152,9 @@ async def start_turn(
     )  # fmt: skip
     choices = await start_choices(state.engine, state.tokenizer, [job])
     turn = Turn(conv, prep, output_parser(req, prep), choices, num_prompt)
+    turn.reasoning_tokens = ReasoningTokenCounter(
+        state.tokenizer, is_thinking=prep.thinking.is_enabled
+    )
     turn.is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
     return turn
 
@@ -168,6 +172,8 @@ async def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
     engine choice in any case, so a client that leaves aborts it)."""
     async with contextlib.aclosing(turn.choices):
         async for ev in turn.choices.events:
+            if turn.reasoning_tokens is not None:
+                turn.reasoning_tokens.push(ev.token_ids)
             deltas = turn.output.feed(ev.text)
             if ev.finish_reason is None:
                 if deltas:

@@ -34,9 +34,14 @@ def item_id(prefix: str) -> str:
 
 
 def usage(turn: Turn, tokenizer: Tokenizer) -> ResponseUsage:
-    """Responses usage; reasoning tokens are the reasoning text's length in tokens."""
+    """Responses usage, with the reasoning tokens counted as chat counts them."""
     u = turn.usage
-    reasoning = len(tokenizer.encode(turn.output.reasoning)) if turn.output.reasoning else 0
+    counter = turn.reasoning_tokens
+    reasoning = 0
+    if counter is not None:
+        reasoning = counter.count(turn.output.reasoning)
+    elif turn.output.reasoning:
+        reasoning = len(tokenizer.encode(turn.output.reasoning))
     return ResponseUsage(
         input_tokens=u.prompt_tokens,
         input_tokens_details=InputTokensDetails(

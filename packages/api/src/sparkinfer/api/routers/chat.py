@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
+from sparkinfer.api.conversation import output_parser
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
@@ -56,14 +57,8 @@ def _jobs(
 
 
 def _output(body: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
-    """A fresh output parser for one choice."""
-    return ChatOutput(
-        is_thinking=prep.thinking.is_enabled,
-        is_reasoning_excluded=prep.thinking.is_excluded,
-        tools=prep.tools if body.tool_choice != "none" else None,
-        is_tool_call_forced=prep.is_tool_call_forced,
-        response_schema=prep.response_schema,
-    )
+    """A fresh output parser for one choice (the one the other protocols use too)."""
+    return output_parser(body, prep)
 
 
 @router.post("/v1/chat/completions", response_model=None)
