@@ -188,3 +188,24 @@ def test_500_keeps_the_connection_and_logs_once(
         assert status == 200
     logged = [r for r in caplog.records if "boom" in r.getMessage() or r.exc_info]
     assert len(logged) == 1
+
+
+def test_request_past_its_deadline_is_504_or_an_error_event() -> None:
+    with serve(max_num_seqs=2, max_model_len=4096, request_timeout_s=1.0) as s:
+        body = {"prompt": "def", "max_tokens": 4000, "ignore_eos": True}
+        start = time.monotonic()
+        resp = httpx.post(s.v1 + "/completions", json=body, timeout=60)
+        assert resp.status_code == 504 and time.monotonic() - start < 10
+        assert resp.json()["error"]["code"] == "request_timeout"
+        with httpx.stream(
+            "POST", s.v1 + "/completions", json={**body, "stream": True}, timeout=60
+        ) as stream:
+            lines = list(stream.iter_lines())
+        assert "event: error" in lines and lines[-2:] == ["data: [DONE]", ""]
+        assert httpx.get(s.base_url + "/health", timeout=10).status_code == 200
+        stats = s.app.state.server.engine.engine.stats()
+        deadline = time.monotonic() + 10
+        while stats.num_running and time.monotonic() < deadline:  # both were aborted
+            time.sleep(0.1)
+            stats = s.app.state.server.engine.engine.stats()
+        assert stats.num_running == 0

@@ -2,6 +2,9 @@
 body parsed and checked off the event loop, and unexpected errors answered without dropping the
 connection.
 
+A request that runs past `request_timeout_s` is cancelled (its engine requests aborted) and ends
+with a 504, or with an `event: error` when its stream is under way.
+
 Order, cheapest refusal first: the API key from the headers (401 before a byte of the body is
 read), then `Content-Length` against the cap (413), then the body read within its deadline (408)
 and its running size (413, for chunked bodies), then the JSON parsed in a worker thread and
@@ -22,6 +25,7 @@ from typing import Any, cast
 
 from sparkinfer.api.errors import (
     ApiError,
+    DeadlineExceeded,
     InvalidRequest,
     PayloadTooLarge,
     RequestTimeout,
@@ -30,6 +34,7 @@ from sparkinfer.api.errors import (
     map_exception,
 )
 from sparkinfer.api.settings import Settings
+from sparkinfer.api.streaming import DONE, sse_error
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -127,6 +132,7 @@ class EdgeConfig:
     is_guarded: Callable[[str], bool]  # whether a path needs the key
     max_body_bytes: int
     body_timeout_s: float
+    request_timeout_s: float | None = None  # None: no deadline
 
 
 def edge_config(settings: Settings) -> EdgeConfig:
@@ -143,6 +149,7 @@ def edge_config(settings: Settings) -> EdgeConfig:
         is_guarded=is_guarded,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_read_timeout_s,
+        request_timeout_s=settings.request_timeout_s or None,
     )
 
 
@@ -153,6 +160,23 @@ def is_authorized(headers: Headers, key: str) -> bool:
         return True
     other = headers.get("x-api-key")
     return other is not None and hmac.compare_digest(other.strip().encode(), key.encode())
+
+
+class _Progress:
+    """How far the response of one request has gone."""
+
+    def __init__(self) -> None:
+        self.is_started = False
+        self.is_event_stream = False
+        self.is_done = False
+
+    def see(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.is_started = True
+            headers = Headers(raw=cast("list[tuple[bytes, bytes]]", message.get("headers", [])))
+            self.is_event_stream = headers.get("content-type", "").startswith("text/event-stream")
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.is_done = True
 
 
 class EdgeMiddleware:
@@ -166,23 +190,44 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        is_started = False
+        progress = _Progress()
 
         async def tracked_send(message: Message) -> None:
-            nonlocal is_started
-            is_started = is_started or message["type"] == "http.response.start"
+            progress.see(message)
             await send(message)
 
+        rid = cast("dict[str, Any]", scope.get("state", {})).get("request_id")
+        deadline = asyncio.timeout(self.config.request_timeout_s)
         try:
-            await self._serve(scope, receive, tracked_send)
+            async with deadline:
+                await self._serve(scope, receive, tracked_send)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            await self._end_late(send, progress, rid)
         except Exception as exc:
-            if is_started:
+            if progress.is_started:
                 raise
             # Answered here rather than by Starlette's outermost handler, which re-raises into
             # the server: that would drop the kept-alive connection and log the error twice.
-            rid = cast("dict[str, Any]", scope.get("state", {})).get("request_id")
             mapped = map_exception(exc, rid)
             await _send_json(send, mapped.status, mapped.body, mapped.headers)
+
+    async def _end_late(self, send: Send, progress: _Progress, rid: str | None) -> None:
+        """The request ran past request_timeout_s (its work is cancelled, so the engine request
+        is aborted): a 504, or an error event that ends the stream already under way."""
+        err = DeadlineExceeded(
+            f"the request ran longer than request_timeout_s ({self.config.request_timeout_s:g} "
+            "s): ask for fewer tokens"
+        )
+        logger.info("request %s: %s", rid or "-", err.message)
+        if not progress.is_started:
+            await _send_error(send, err)
+        elif progress.is_event_stream and not progress.is_done:
+            tail = sse_error(err, rid) + DONE
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        elif not progress.is_done:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)

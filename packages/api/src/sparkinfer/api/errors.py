@@ -90,6 +90,14 @@ class RequestTimeout(ApiError):
     code = "request_timeout"
 
 
+class DeadlineExceeded(ApiError):
+    """The request ran longer than request_timeout_s."""
+
+    status = 504
+    type = "server_error"
+    code = "request_timeout"
+
+
 class Overloaded(ApiError):
     status = 429
     type = "rate_limit_error"

@@ -186,6 +186,12 @@ class Settings(BaseSettings):
         description="Most stored /v1/responses responses kept (the oldest are dropped first; "
         "0: none are stored)",
     )
+    request_timeout_s: float = Field(
+        3600.0,
+        ge=0.0,
+        description="Seconds one request may run in all before it is ended (504, or an error "
+        "event in a stream) and its generation aborted; 0: no deadline",
+    )
     header_read_timeout_s: float = Field(
         10.0,
         gt=0.0,
