@@ -12,7 +12,7 @@ def test_document_is_truthful(server: RunningServer) -> None:
     text = str(doc)
     assert "'422'" not in text and "HTTPValidationError" not in text
     chat = doc["paths"]["/v1/chat/completions"]["post"]["responses"]
-    for status in ("400", "401", "413", "429", "500", "503"):
+    for status in ("400", "401", "408", "413", "429", "500", "503", "504"):
         schema = chat[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, status
     assert set(chat["200"]["content"]) == {"application/json", "text/event-stream"}

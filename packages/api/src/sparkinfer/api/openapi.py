@@ -36,9 +36,10 @@ _ERRORS = {
     "429": "Overloaded: retry after the `Retry-After` header's seconds",
     "500": "A server bug; the request id (`X-Request-Id`) is in the server log",
     "503": "The engine has stopped, or the server is shutting down",
+    "504": "The request ran longer than request_timeout_s",
 }
 _BODY_ERRORS = ("400", "408", "413")
-_ENGINE_ERRORS = ("429", "503")
+_ENGINE_ERRORS = ("429", "503", "504")
 _SSE = {
     "schema": {
         "type": "string",
