@@ -267,3 +267,40 @@ def test_a_draft_outside_the_vocabulary_cuts_the_drafts_there(tiny_model, plain)
     drafter = OutOfVocabularyDrafter(_scripted(plain).continuations)
     got = generate(tiny_model, config(), PROMPTS[:3], [GREEDY] * 3, drafter)
     assert got.tokens == plain.tokens[:3]
+
+
+def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, monkeypatch):
+    """The verify graphs (captured and replayed on the CPU stand-ins): every row padded to k
+    drafts, padding sequences on spare roll-back rows; tokens and logprobs stay plain decoding's,
+    among requests that finish and join (buckets 1 to 4)."""
+    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
+    from sparkinfer.scheduler.verify_graphs import VerifyGraphs
+
+    cfg = config(max_num_seqs=4, speculative_max_seqs=4)
+    runner = Runner(tiny_model, cfg)
+    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = VerifyGraphs(
+        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
+        spec_rows=runner.spec_state_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
+        block_size=cfg.block_size, stream=CpuStream(),  # type: ignore[arg-type]
+    )  # fmt: skip
+    with torch.inference_mode(), runner.numerics(is_decode=True):
+        graphs.capture()
+    replays: list[int] = []
+    for size, captured in graphs._graphs.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            replays.append(size)
+            with runner.numerics(is_decode=True):
+                output.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    runner.verify_graphs = graphs
+    lengths = [RNG.randint(2, NUM_NEW) for _ in range(7)]
+    params = [replace(GREEDY, max_tokens=n) for n in lengths]
+    got = run_mixed_steps(runner, cfg, PROMPTS[:7], params)
+    assert set(replays) >= {1, 4}
+    assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
+    assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]

@@ -48,6 +48,7 @@ from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 from sparkinfer.scheduler.spec_step import SpecStep, make_drafter
+from sparkinfer.scheduler.verify_graphs import VerifyGraphs
 from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -144,9 +145,12 @@ class Runner:
         self._is_closed = False
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
+        self.verify_graphs: VerifyGraphs | None = None
         self.spec_step = SpecStep(self, make_drafter(config, model, self.caches, self.device))
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
+            if config.is_speculative:
+                self.verify_graphs = self._capture_verify_graphs()
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
 
@@ -253,6 +257,7 @@ class Runner:
         """
         self.graphs = None
         self.prefill_graphs = None
+        self.verify_graphs = None
         self._inflight = None
         self.vision.clear()
         self.caches = ModelCaches(attention={}, linear={})  # graphs above held views of them
@@ -427,6 +432,24 @@ class Runner:
             stream=self._stream,
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
+        with torch.inference_mode(), self.numerics(is_decode=True):
+            graphs.capture()
+        return graphs
+
+    def _capture_verify_graphs(self) -> VerifyGraphs:
+        assert self._stream is not None
+        cfg = self.config
+        graphs = VerifyGraphs(
+            self.model,
+            self.caches,
+            batch_sizes=cfg.graph_batch_sizes(min(cfg.speculative_max_seqs, self.plan.num_slots)),
+            num_drafts=cfg.num_speculative_tokens,
+            spec_rows=self.spec_state_rows,
+            max_blocks_per_seq=cfg.max_blocks_per_seq,
+            block_size=cfg.block_size,
+            stream=self._stream,
+        )
+        logger.info("capturing verify CUDA graphs for %s", graphs.batch_sizes)
         with torch.inference_mode(), self.numerics(is_decode=True):
             graphs.capture()
         return graphs

@@ -83,6 +83,7 @@ class VerifyRows:
     row_index: dict[tuple[int, int], int]  # (id of the seq, position) -> row
     drafts: dict[int, list[int]]  # id of the seq -> its drafts
     snapshot_rows: dict[tuple[int, int], int]  # (id of the seq, position) -> roll-back row
+    num_positions: dict[int, int]  # id of the seq -> positions its state ran through
 
 
 def layout_verify(
@@ -116,6 +117,7 @@ def layout_verify(
         row_index,
         {id(s): d for s, d in zip(seqs, drafts, strict=True)},
         snapshots,
+        {id(s): len(d) + 1 for s, d in zip(seqs, drafts, strict=True)},
     )
     return rows, bounds
 
@@ -204,7 +206,7 @@ def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
         num_rows[id(seq)] = num_accepted + 1
         if drafts:
             outcomes[seq.req.request_id] = SpecOutcome(len(drafts), num_accepted)
-        if num_accepted < len(drafts):
+        if num_accepted + 1 < rows.num_positions[id(seq)]:  # its state ran past the last kept
             restores.append((rows.snapshot_rows[(id(seq), num_accepted)], _slot(seq)))
     return Accepted(samples, outcomes, restores, num_rows)
 

@@ -10,6 +10,7 @@ a graph returns only logits.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -81,16 +82,16 @@ class SpecStep:
             drafts: list[list[int]] = [[] for _ in decodes]
             if self.drafter is not None and any(wanted):
                 drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
-            rows, bounds = layout_verify(decodes, drafts, r.spec_state_rows)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
+            rows = layout_verify(decodes, drafts, r.spec_state_rows)[0]
             if decodes:
                 with r.numerics(is_decode=True):
-                    self._forward(decodes, rows, bounds, logits, hidden, inflight, prompt_logprobs)
+                    rows = self._decode_rows(decodes, drafts, logits, hidden, inflight)
             sampled = [s for s in prefills if s.is_sampled]
             if prefills:
                 with r.numerics(is_decode=False):
-                    self._forward(prefills, None, [], logits, hidden, inflight, prompt_logprobs)
+                    self._plain(prefills, logits, hidden, inflight, prompt_logprobs)
             row_seqs = [*rows.row_seqs, *sampled]
             row_idxs = [
                 s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
@@ -118,38 +119,70 @@ class SpecStep:
             out.append(row[:bad])
         return out
 
-    def _forward(
+    def _decode_rows(
         self,
         seqs: list[ScheduledSeq],
-        rows: VerifyRows | None,
-        bounds: list[tuple[int, int]],
+        drafts: list[list[int]],
         logits: list[torch.Tensor],
         hidden: list[torch.Tensor],
         inflight: StepInFlight | None,
-        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
-    ) -> None:
-        """One group's forward: the verify of the decode rows when any has drafts; appends its
-        logits (and with `needs_hidden` its every row's hidden state)."""
+    ) -> VerifyRows:
+        """The decode rows' forward: a verify (graphed when a bucket holds it) when any row has
+        drafts, else a plain decode; appends logits (and hidden states) in the rows' order."""
         r = self.runner
-        if rows is not None and len(rows.row_seqs) > len(seqs):
+        rows, bounds = layout_verify(seqs, drafts, r.spec_state_rows)
+        if len(rows.row_seqs) == len(seqs):  # no drafts: a plain decode step
+            self._plain(seqs, logits, hidden, inflight)
+            return rows
+        sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
+        graphs = r.verify_graphs
+        bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
+        if graphs is not None and bucket is not None:
+            rank = {id(s): i for i, s in enumerate(seqs)}
+            out = graphs.run(seqs, drafts, bucket, sources, inflight)
+            picks = [
+                graphs.graph_row(bucket, j, rank[id(s)])
+                for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
+            ]
+            h = out[host_to_device(torch.tensor(picks, dtype=torch.int64), r.device)]
+            k = graphs.num_drafts
+            rows = replace(
+                rows,
+                snapshot_rows={
+                    (id(s), j): graphs.spec_row(j, rank[id(s)]) for s in seqs for j in range(k)
+                },
+                num_positions=dict.fromkeys(rank, k + 1),
+            )
+        else:
             batch = verify_batch(
                 rows, bounds, caches=r.caches, block_size=r.config.block_size, device=r.device
             )
-            first = list(dict.fromkeys(rows.row_seqs))
-            sources = inflight.source_rows(first) if inflight is not None else [None] * len(first)
-            ids, feeds = verify_input_ids(
-                rows, {id(s): x for s, x in zip(first, sources, strict=True)}
-            )
-            dev = host_to_device(torch.tensor([ids, feeds], dtype=torch.int64), r.device)
+            feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
+            ids, sources_row = verify_input_ids(rows, feeds)
+            dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), r.device)
             h = r.model(merge_inflight_inputs(dev[0], dev[1], inflight), batch)
-            logits.append(r.model.compute_logits(h))
-            hidden.append(h)
-        elif self.needs_hidden:
-            out, h = r.forward_eager(seqs, prompt_logprobs, inflight, all_rows=True)
+        logits.append(r.model.compute_logits(h))
+        hidden.append(h)
+        return rows
+
+    def _plain(
+        self,
+        seqs: list[ScheduledSeq],
+        logits: list[torch.Tensor],
+        hidden: list[torch.Tensor],
+        inflight: StepInFlight | None,
+        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] | None = None,
+    ) -> None:
+        """A forward as in a step not read at once (graphed where it can be), or eager over
+        every row when the drafter needs their hidden states."""
+        r = self.runner
+        scores = {} if prompt_logprobs is None else prompt_logprobs
+        if self.needs_hidden:
+            out, h = r.forward_eager(seqs, scores, inflight, all_rows=True)
             logits.append(out)
             hidden.append(h)
         else:
-            logits.append(r._forward(seqs, prompt_logprobs, inflight))  # pyright: ignore[reportPrivateUsage]
+            logits.append(r._forward(seqs, scores, inflight))  # pyright: ignore[reportPrivateUsage]
 
     def _draw_now(
         self,

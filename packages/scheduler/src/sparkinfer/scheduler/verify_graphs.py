@@ -1,0 +1,196 @@
+"""Verify steps under CUDA graphs: one graph per batch-size bucket, each row with k drafts.
+
+A graph's layout is fixed: bucket b, k = num_speculative_tokens, rows position-major (row
+j * b + i is position j of sequence i), roll-back rows fixed per (position, sequence). A step's
+sequences fill the first rows; a sequence with fewer than k drafts runs its missing positions
+too, on its own state (input 0, no KV written, no context read), and always rolls back to its
+last accepted position; padding sequences run on roll-back rows no sequence of the step uses.
+The graph returns every row's final hidden state; the lm_head runs on the rows that count after
+the replay (so the MTP drafter gets them too). Buffers are filled as in `cuda_graphs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from sparkinfer.model.cache_spec import ModelCaches
+from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
+from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
+from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler.batch import ScheduledSeq
+
+
+class VerifyGraphs:
+    """Owns the static verify buffers and one captured graph per bucket (runner-internal)."""
+
+    def __init__(
+        self,
+        model: CausalLM,
+        caches: ModelCaches,
+        *,
+        batch_sizes: Sequence[int],
+        num_drafts: int,
+        spec_rows: Sequence[int],
+        max_blocks_per_seq: int,
+        block_size: int,
+        stream: torch.cuda.Stream,
+    ) -> None:
+        self.model = model
+        self.caches = caches
+        self.block_size = block_size
+        self.num_drafts = num_drafts
+        self.max_seqs = len(spec_rows) // num_drafts
+        self.spec_rows = tuple(spec_rows)
+        self.batch_sizes = tuple(sorted(b for b in batch_sizes if b <= self.max_seqs))
+        self.stream = stream
+        device = stream.device
+        n = self.batch_sizes[-1] * (num_drafts + 1)
+
+        def buf(*shape: int, dtype: torch.dtype, fill: int = 0) -> torch.Tensor:
+            return torch.full(shape, fill, dtype=dtype, device=device)
+
+        self.input_ids = buf(n, dtype=torch.int64)
+        self.positions = buf(n, dtype=torch.int64)
+        self.slot_mapping = buf(n, dtype=torch.int64, fill=-1)
+        self.cached_lens = buf(n, dtype=torch.int32)
+        self.context_lens = buf(n, dtype=torch.int32)
+        self.state_slots = buf(n, dtype=torch.int64)
+        self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
+        # [ids, positions, slot mapping, cached, context, state slot, in-flight source] per row
+        self._rows_cpu = torch.zeros(7, n, dtype=torch.int64).pin_memory()
+        self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        self._rows_np = self._rows_cpu.numpy()
+        self._tables_np = self._tables_cpu.numpy()
+        self._staging_read = torch.cuda.Event()
+        self._snapshots = {
+            b: tuple(
+                torch.tensor(
+                    [self.spec_row(j, i) for i in range(b)], dtype=torch.int64, device=device
+                )
+                for j in range(num_drafts)
+            )
+            for b in self.batch_sizes
+        }
+        self._graphs: dict[int, Captured] = {}  # hidden [bucket * (k + 1), hidden] per bucket
+
+    def spec_row(self, position: int, rank: int) -> int:
+        """The roll-back row of the state after `position` of the bucket's sequence `rank`."""
+        return self.spec_rows[position * self.max_seqs + rank]
+
+    def capture(self) -> None:
+        self._graphs = capture_buckets(
+            self.batch_sizes,
+            self.stream,
+            lambda size: self._forward(self._forward_batch(size)),
+            what="verify graph for batch size",
+            prepare=self._prepare_padding,
+        )
+
+    def bucket_for(self, num_seqs: int) -> int | None:
+        return next((b for b in self.batch_sizes if b >= num_seqs), None)
+
+    def graph_row(self, bucket: int, position: int, rank: int) -> int:
+        return position * bucket + rank
+
+    def run(
+        self,
+        seqs: Sequence[ScheduledSeq],
+        drafts: Sequence[list[int]],
+        bucket: int,
+        sources: Sequence[int | None],
+        inflight: StepInFlight | None,
+    ) -> torch.Tensor:
+        """Replay the bucket's graph for these decode rows and drafts -> hidden
+        [bucket * (k + 1), hidden] (row `graph_row(bucket, j, i)`: position j of seqs[i])."""
+        self._staging_read.synchronize()
+        self._fill(seqs, drafts, bucket, sources)
+        num_rows = bucket * (self.num_drafts + 1)
+        with torch.cuda.stream(self.stream):
+            dev = self._rows_cpu[:, :num_rows].to(self.stream.device, non_blocking=True)
+            self.input_ids[:num_rows].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
+            self.positions[:num_rows].copy_(dev[1])
+            self.slot_mapping[:num_rows].copy_(dev[2])
+            self.cached_lens[:num_rows].copy_(dev[3])
+            self.context_lens[:num_rows].copy_(dev[4])
+            self.state_slots[:num_rows].copy_(dev[5])
+            self.block_tables[:num_rows].copy_(self._tables_cpu[:num_rows], non_blocking=True)
+            self._staging_read.record(self.stream)
+            captured = self._graphs[bucket]
+            captured.graph.replay()
+            return captured.output
+
+    def _fill(
+        self,
+        seqs: Sequence[ScheduledSeq],
+        drafts: Sequence[list[int]],
+        bucket: int,
+        sources: Sequence[int | None],
+    ) -> None:
+        rows, tables = self._rows_np, self._tables_np
+        self._pad_rows(bucket)
+        bs = self.block_size
+        for i, (seq, ds) in enumerate(zip(seqs, drafts, strict=True)):
+            table = seq.req.block_ids
+            assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a slot"
+            for j in range(self.num_drafts + 1):
+                r = self.graph_row(bucket, j, i)
+                pos = seq.num_cached_tokens + j
+                is_real = j <= len(ds)
+                if j == 0:
+                    rows[0, r] = 0 if seq.is_input_inflight else seq.req.token_ids[pos]
+                    source = sources[i]
+                    rows[6, r] = -1 if source is None else source
+                else:
+                    rows[0, r] = ds[j - 1] if is_real else 0
+                rows[1, r] = pos + seq.req.rope_delta
+                rows[2, r] = table[pos // bs] * bs + pos % bs if is_real else -1
+                rows[3, r] = pos
+                rows[4, r] = pos + 1 if is_real else 0
+                rows[5, r] = seq.req.state_slot
+                tables[r, : len(table)] = table
+
+    def _pad_rows(self, bucket: int) -> None:
+        """Every row of the bucket as padding: no KV, no context, its rank's roll-back rows."""
+        rows = self._rows_np
+        num_rows = bucket * (self.num_drafts + 1)
+        rows[:, :num_rows] = 0
+        rows[2, :num_rows] = -1
+        rows[6, :num_rows] = -1
+        for j in range(self.num_drafts + 1):
+            for i in range(bucket):
+                rows[5, self.graph_row(bucket, j, i)] = self.spec_row(0, i)
+
+    def _prepare_padding(self, size: int) -> None:
+        """Padding rows in the buffers before a capture's warm-up forward."""
+        self._pad_rows(size)
+        num_rows = size * (self.num_drafts + 1)
+        self.state_slots[:num_rows].copy_(self._rows_cpu[5, :num_rows])
+        self.slot_mapping[:num_rows].fill_(-1)
+        self.context_lens[:num_rows].zero_()
+
+    def _forward_batch(self, size: int) -> ForwardBatch:
+        num_rows = size * (self.num_drafts + 1)
+        batch = ForwardBatch(
+            positions=self.positions[:num_rows],
+            cu_seqlens=self.cu_seqlens[: num_rows + 1],
+            cached_lens=self.cached_lens[:num_rows],
+            context_lens=self.context_lens[:num_rows],
+            block_tables=self.block_tables[:num_rows],
+            slot_mapping=self.slot_mapping[:num_rows],
+            state_slots=self.state_slots[:num_rows],
+            logits_indices=self.logits_indices[:num_rows],
+            is_decode=True,
+            caches=self.caches,
+            cu_seqlens_cpu=list(range(num_rows + 1)),
+            cached_lens_cpu=[1] * num_rows,
+        )
+        bounds = tuple((j * size, (j + 1) * size) for j in range(self.num_drafts + 1))
+        batch.verify = VerifyLayout(bounds, (*self._snapshots[size], None))
+        return batch
+
+    def _forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.model(self.input_ids[: batch.num_seqs], batch)
