@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from sparkinfer.api import engine_client
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.generation import ChoiceJob, merge, start_choices
 from sparkinfer.model.tokenizer import Tokenizer
+from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
 
 
@@ -22,6 +24,8 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.callbacks: dict[str, Any] = {}
         self.aborted: list[str] = []
+        self.config = SchedulerConfig()  # no queue limit: every request is admitted
+        self.scheduler = SimpleNamespace(max_num_seqs=self.config.max_num_seqs)
 
     def add_request(
         self, request_id: str, prompt: Sequence[int], params: SamplingParams, **kw: Any
