@@ -237,9 +237,13 @@ def parse_body(model: type[M], data: Any) -> M:
 
 
 def body_error(exc: pydantic.ValidationError, data: Any) -> InvalidRequest:
-    """The first validation error as a 400 naming its field (union tags left out of the path)."""
-    first = exc.errors()[0]
-    param = _path_in(data, first.get("loc", ()))
+    """A validation error as a 400 naming its field (union tags left out of the path)."""
+    # A union's branches each report an error; the one that got deepest into the body is the
+    # one the client meant (a list of blocks, not the string it could also have been).
+    errors = exc.errors()
+    paths = [_path_in(data, e.get("loc", ())) for e in errors]
+    deepest = max(range(len(errors)), key=lambda i: (len(paths[i]), -i))
+    first, param = errors[deepest], paths[deepest]
     kind = first.get("type")
     if kind == "missing":
         return InvalidRequest(f"{param} is required", param=param or None)

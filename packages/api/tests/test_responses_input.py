@@ -1,0 +1,75 @@
+"""Responses bodies and stored items → the internal conversation."""
+
+from __future__ import annotations
+
+import pytest
+from sparkinfer.api.errors import InvalidRequest
+from sparkinfer.api.responses_input import input_items, to_conversation
+from sparkinfer.api.schemas.responses import ResponsesRequest
+
+
+def _req(**fields: object) -> ResponsesRequest:
+    return ResponsesRequest.model_validate({"input": "Hi", **fields})
+
+
+def test_items_map_to_chat_messages() -> None:
+    history = [
+        {"type": "message", "role": "user", "content": "Weather?"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Tool."}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "w", "arguments": '{"city": "Rome"}'},
+    ]
+    req = _req(
+        instructions="Be brief.",
+        input=[
+            {"type": "function_call_output", "call_id": "c1", "output": "18 C"},
+            {"role": "user", "content": [{"type": "input_text", "text": "Thanks"}]},
+        ],
+        max_output_tokens=9,
+        reasoning={"effort": "low"},
+        text={"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
+    )
+    conv = to_conversation(req, history)
+    msgs = conv.request.messages
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool", "user"]
+    assert msgs[0].content == "Be brief."
+    assert msgs[2].reasoning_content == "Tool." and msgs[2].tool_calls is not None
+    assert msgs[3].tool_call_id == "c1"
+    assert conv.request.max_tokens == 9 and conv.request.response_format is not None
+    assert ("messages[1]", "previous_response_id") in conv.paths
+    assert ("messages[4]", "input[1]") in conv.paths
+
+
+def test_leading_system_items_join_the_instructions() -> None:
+    req = _req(
+        instructions="A",
+        input=[{"role": "developer", "content": "B"}, {"role": "user", "content": "Hi"}],
+    )
+    msgs = to_conversation(req, []).request.messages
+    assert msgs[0].content == "A\n\nB" and len(msgs) == 2
+
+
+def test_string_input_is_one_user_message() -> None:
+    assert input_items(_req()) == [{"type": "message", "role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"background": True}, "background"),
+        (
+            {"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]},
+            "input[0].call_id",
+        ),
+    ],
+)
+def test_unsupported_items_name_the_field(fields: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        to_conversation(_req(**fields), [])
+    assert err.value.param == param
