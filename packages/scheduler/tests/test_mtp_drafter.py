@@ -143,3 +143,21 @@ def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
         for tokens, drafts in drafter.proposals
     ]
     assert sum(same) >= 0.9 * len(same), same  # rounding may flip a near tie, rarely
+
+
+@pytest.mark.gpu
+def test_mtp_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
+    """bf16 on the device, the head on the Triton kernels, verify steps graphed."""
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cuda"), dtype=model.dtype)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    model.mtp = head.eval()
+    cfg = config(max_model_len=256)
+    off = replace(cfg, speculative="off")
+    want = run_mixed_steps(Runner(model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
+    got = run_mixed_steps(Runner(model, cfg), cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs
