@@ -6,7 +6,7 @@ import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from sparkinfer.api.edge import MAX_JSON_DEPTH, JsonLimitError, check_json_value
+from sparkinfer.api.json_body import MAX_JSON_DEPTH, JsonLimitError, check_json_value
 from sparkinfer.api.schemas.common import (
     MAX_COUNT,
     MAX_TOP_LOGPROBS,
