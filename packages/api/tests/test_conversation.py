@@ -70,3 +70,10 @@ def test_internal_request_errors_name_the_protocol_field() -> None:
     with pytest.raises(InvalidRequest) as err:
         internal_request(fields, PATHS)
     assert err.value.param == "max_output_tokens"
+
+
+def test_only_whole_names_are_renamed() -> None:
+    err = remap_error(
+        InvalidRequest("nonstop stop, stops", param="stop"), [("stop", "stop_sequences")]
+    )
+    assert err.message == "nonstop stop_sequences, stops"

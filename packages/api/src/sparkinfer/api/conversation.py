@@ -73,7 +73,7 @@ def remap_error(err: ApiError, paths: Sequence[tuple[str, str]]) -> ApiError:
         return err
     inner, outer = best
     err.param = outer + param[len(inner) :]
-    err.message = re.sub(re.escape(inner) + r"(?![\w])", outer, err.message)
+    err.message = re.sub(r"(?<!\w)" + re.escape(inner) + r"(?!\w)", outer, err.message)
     err.args = (err.message,)
     return err
 
