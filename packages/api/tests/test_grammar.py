@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 import xgrammar as xgr
 from sparkinfer.api.grammar import (
     GrammarCompiler,
@@ -214,3 +215,18 @@ def test_forced_call_strings_keep_their_bounds_and_whitespace_is_canonical(
     grammars = GrammarCompiler(tokenizer, model_vocab_size=tokenizer.vocab_size)
     assert _call_matcher(grammars, {"x": prop}).accept_string(good + "\n</parameter>\n")
     assert not _call_matcher(grammars, {"x": prop}).accept_string(bad)
+
+
+def test_a_failing_matcher_never_fails_the_shared_step(
+    tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grammars = GrammarCompiler(tokenizer, model_vocab_size=tokenizer.vocab_size)
+    processor = grammars.processor(grammars.compile(_object_with("a")))
+
+    def fail(*args: Any) -> None:
+        raise RuntimeError("matcher state lost")
+
+    monkeypatch.setattr(processor, "_matcher", type("Broken", (), {"accept_token": fail})())
+    logits = torch.zeros(grammars.vocab_size)
+    assert processor([1], logits) is logits  # unmasked, and no exception
+    assert processor.is_broken

@@ -11,6 +11,7 @@ constrained part starts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from xgrammar.structural_tag import (
     TagsWithSeparatorFormat,
 )
 
+logger = logging.getLogger("sparkinfer.api")
 _MAX_WS = 1  # JSON whitespace runs: bounded so that sampling cannot wander off in blanks
 _MAX_REGEX_MIN_LENGTH = 8  # a string's minLength up to this is enforced by the grammar
 _THINK_MARKERS = ["<think>", "</think>"]
@@ -159,6 +161,14 @@ class GrammarLogitsProcessor:
         self.is_broken = False  # a token the grammar refused slipped through: stop masking
 
     def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        try:
+            return self._mask(output_token_ids, logits)
+        except Exception:  # the engine step is shared: only this sequence loses its grammar
+            logger.exception("grammar matcher failed; the sequence is no longer constrained")
+            self.is_broken = True  # its output is still checked against its schema at the end
+            return logits
+
+    def _mask(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         for token_id in output_token_ids[self._num_accepted :]:
             self._num_accepted += 1
             if not self.is_broken and not self._matcher.accept_token(token_id):
