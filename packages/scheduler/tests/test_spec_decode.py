@@ -335,3 +335,73 @@ def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
         engine.shutdown()
     assert drafter.num_proposed > 0 and 0 < spec.num_accepted_tokens < spec.num_draft_tokens
     assert got == want
+
+
+class TableDrafter:
+    """Drafts the likeliest next tokens after each known output prefix (a fixed table)."""
+
+    needs_hidden = False
+
+    def __init__(self, table: dict[tuple[int, ...], list[int]]) -> None:
+        self.table = table
+        self.num_proposed = 0
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        pairs = zip(seqs, num_drafts, strict=True)
+        out = [self.table.get(tuple(s.req.output_token_ids), [])[:k] for s, k in pairs]
+        self.num_proposed += sum(map(len, out))
+        return out
+
+    def observe(self, step: TargetStep) -> None:
+        pass
+
+
+def test_unseeded_sampled_speculation_keeps_the_target_distribution(tiny_model):
+    """Three tokens drawn from the top 3 at temperature 1, unseeded, with drafts of the likeliest
+    continuation: the joint frequencies of the 27 outcomes against the exact probabilities
+    (chi-square, p = 0.001)."""
+    from scheduler_testing import reference_logits
+
+    prompt, num_samples, top_k = PROMPTS[5], 360, 3
+
+    def top(tokens: list[int]) -> tuple[list[int], list[float]]:
+        logits = reference_logits(tiny_model, [*prompt, *tokens])[-1]
+        values, ids = logits.topk(top_k)
+        return ids.tolist(), torch.softmax(values, -1).tolist()
+
+    exact: dict[tuple[int, ...], float] = {}
+    table: dict[tuple[int, ...], list[int]] = {}
+    ids1, p1 = top([])
+    table[()] = [ids1[0]]
+    for a, pa in zip(ids1, p1, strict=True):
+        ids2, p2 = top([a])
+        table[(a,)] = ids2[:1]
+        for b, pb in zip(ids2, p2, strict=True):
+            ids3, p3 = top([a, b])
+            table[(a, b)] = ids3[:1]
+            for c, pc in zip(ids3, p3, strict=True):
+                exact[(a, b, c)] = pa * pb * pc
+    params = SamplingParams(temperature=1.0, top_k=top_k, max_tokens=3)
+    cfg = config(max_num_seqs=24, deterministic=False, num_speculative_tokens=2)
+    drafter = TableDrafter(table)
+    got = generate(tiny_model, cfg, [prompt] * num_samples, [params] * num_samples, drafter)
+    assert drafter.num_proposed >= num_samples  # one draft each, after the first token
+    counts: dict[tuple[int, ...], int] = {}
+    for tokens in got.tokens:
+        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    assert set(counts) <= set(exact)
+    # Cells expected under 5 times are pooled into one.
+    small = [k for k, p in exact.items() if p * num_samples < 5]
+    cells = [([k], p) for k, p in exact.items() if k not in small]
+    if small:
+        cells.append((small, sum(exact[k] for k in small)))
+    chi2 = sum(
+        (sum(counts.get(k, 0) for k in keys) - p * num_samples) ** 2 / (p * num_samples)
+        for keys, p in cells
+        if p > 0
+    )
+    # chi-square quantiles at p = 0.001 for 1..26 degrees of freedom, from scipy.stats.chi2.ppf
+    quantiles = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26,
+                 32.91, 34.53, 36.12, 37.70, 39.25, 40.79, 42.31, 43.82, 45.31, 46.80, 48.27,
+                 49.73, 51.18, 52.62, 54.05]  # fmt: skip
+    assert chi2 < quantiles[len(cells) - 2], (chi2, len(cells))
