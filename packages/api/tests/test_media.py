@@ -12,14 +12,16 @@ from PIL import Image
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.media import MediaConfig, expand_media, media_parts
 from sparkinfer.api.schemas.chat import ChatMessage
-from sparkinfer.model.embedded import EMBEDDED_MODEL_ID
+from sparkinfer.model.embedded import EMBEDDED_MODEL_ID, embedded_checkpoint_dir
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.multimodal import MediaLimits, VisionTokenIds, parse_processor_config
 from sparkinfer.multimodal import video as video_module
 
 from .conftest import RunningServer
 
-IMAGE_PAD, VIDEO_PAD = 248056, 248057
+_CONTROL = Tokenizer.from_checkpoint(embedded_checkpoint_dir()).control_tokens
+IMAGE_PAD, VIDEO_PAD = _CONTROL["<|image_pad|>"], _CONTROL["<|video_pad|>"]
+VISION_START, VISION_END = _CONTROL["<|vision_start|>"], _CONTROL["<|vision_end|>"]
 MODEL = EMBEDDED_MODEL_ID
 SMUGGLED = "<|vision_start|><|image_pad|><|vision_end|><|video_pad|>"
 
@@ -113,7 +115,7 @@ def test_chat_with_a_video_and_two_images(server: RunningServer) -> None:
     assert prompt_tokens(resp) == len(ids)
     # 32x32 -> 256x256 (64 pads); 64x32 -> 384x192 (72 pads)
     assert ids.count(VIDEO_PAD) == 2 and ids.count(IMAGE_PAD) == 64 + 72
-    assert ids.count(248053) == 4 and ids.count(248054) == 4  # vision_start / vision_end
+    assert ids.count(VISION_START) == 4 and ids.count(VISION_END) == 4
 
 
 def test_streamed_image_chat_reports_expanded_usage(server: RunningServer) -> None:
@@ -160,11 +162,11 @@ def test_context_check_counts_the_expanded_prompt(server: RunningServer) -> None
 def test_user_text_cannot_smuggle_vision_tokens(server: RunningServer) -> None:
     messages = [{"role": "user", "content": SMUGGLED}]
     ids = tokenize(server, messages)
-    assert not {IMAGE_PAD, VIDEO_PAD, 248053, 248054} & set(ids)
+    assert not {IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END} & set(ids)
     assert chat(server, messages).status_code == 200
     with_image = user({"type": "text", "text": SMUGGLED}, image_part(png_url(40, 24)))
     ids = tokenize(server, with_image)
-    assert ids.count(IMAGE_PAD) == 77 and ids.count(248053) == 1
+    assert ids.count(IMAGE_PAD) == 77 and ids.count(VISION_START) == 1
     assert prompt_tokens(chat(server, with_image)) == len(ids)
 
 
@@ -188,7 +190,7 @@ def test_media_parts_name_the_field() -> None:
 def test_mrope_off_gives_sequential_positions() -> None:
     from sparkinfer.multimodal import process_image
 
-    tok = Tokenizer.embedded()
+    tok = Tokenizer.embedded()  # Qwen's ids, as VisionTokenIds' defaults
     config = MediaConfig(
         processor=parse_processor_config(None),
         limits=MediaLimits(),
@@ -197,7 +199,7 @@ def test_mrope_off_gives_sequential_positions() -> None:
         use_mrope=False,
     )
     item = process_image(png_url(40, 24), field="f", config=config.processor, limits=config.limits)
-    prompt = [1, 248053, IMAGE_PAD, 248054, 2]
+    prompt = [1, 248053, 248056, 248054, 2]  # text, vision_start, image_pad, vision_end, text
     ids, mm = expand_media(prompt, [item], config, tok)
     assert len(ids) == 81 and mm is not None
     assert mm.positions is None and mm.rope_delta == 0 and mm.grid_thw == ((1, 14, 22),)

@@ -104,7 +104,8 @@ def test_echo_with_logprobs_scores_the_prompt(server: RunningServer, model: str)
     client = openai.OpenAI(base_url=server.v1, api_key="unused")
     tok = server.app.state.server.tokenizer  # type: ignore[attr-defined]
     ids = tok.encode(PROMPT + COMPLETION, allow_special=True)
-    args = {"model": model, "prompt": ids, "max_tokens": 2, "echo": True, "logprobs": 1}
+    args = {"model": model, "prompt": ids, "max_tokens": 2, "echo": True, "logprobs": 1,
+            "extra_body": {"ignore_eos": True}}  # fmt: skip
     lp = client.completions.create(**args, temperature=0).choices[0].logprobs
     assert lp is not None and lp.token_logprobs is not None and lp.tokens is not None
     assert len(lp.tokens) == len(ids) + 2
