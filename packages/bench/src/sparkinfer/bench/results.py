@@ -116,7 +116,7 @@ def render(docs: Path = DOCS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="Render docs/benchmarks.md from docs/records.")
     parser.add_argument("--docs", type=Path, default=DOCS, help="the docs folder")
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     args = parser.parse_args(argv)
