@@ -122,8 +122,9 @@ class Settings(BaseSettings):
         "own prompt and output: no weights, strong on code, JSON and edits) or mtp (the "
         "checkpoint's MTP head, loaded from its mtp.* tensors). Greedy and seeded output are "
         "unchanged (bit for bit with --deterministic); requests with penalties or a grammar "
-        "decode without drafts. Off by default: verify steps run eagerly (no CUDA graph) and "
-        "are read at once, so measure a gain on your GPU first (sparkinfer-bench spec)",
+        "decode without drafts. Off by default: steps that draft are read at once (no host and "
+        "device overlap) and the gain depends on acceptance: measure it on your GPU first "
+        "(sparkinfer-bench spec)",
     )
     num_speculative_tokens: int = Field(
         3, ge=1, le=16, description="Most drafts a request verifies per engine step"

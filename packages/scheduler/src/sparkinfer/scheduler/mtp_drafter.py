@@ -9,8 +9,9 @@ the target's lm_head over the head's output, and that output is kept. A request 
 k tokens at its next step (`propose`) gets d1 and k - 1 more head steps, each feeding the draft
 before and the head's output before (one row per request, batched over the step's requests).
 
-Every step of a speculating engine is read at once and runs eagerly (the head needs every
-row's hidden state and every sampled token); the drafts are greedy, so the verify's
+Every step of a speculating engine is read at once, and its prompt chunks and plain decode
+rows run eagerly (the head needs every row's hidden state and every sampled token; verify
+steps replay their graphs, which return hidden states); the drafts are greedy, so the verify's
 acceptance equals rejection sampling's (`rejection_sampler`). Each draft step reads the full
 lm_head ([vocab, hidden], 2.5 GB at 27B): at batch 1 that is the head's main cost.
 """

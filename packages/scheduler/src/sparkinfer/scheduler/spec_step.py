@@ -3,9 +3,9 @@ draws, acceptance and roll-back, and what the drafter learns from the step (`spe
 
 The runner hands such a step here. The step before is read first (a drafter drafts from every
 token); the prompt chunks run as in any step; the decode rows run as one verify forward when
-any of them has drafts, else as a plain decode forward (CUDA graphs then still apply). Verify
-forwards run eagerly, and with a drafter that reads hidden states (MTP) every forward does, since
-a graph returns only logits.
+any of them has drafts (replaying a `verify_graphs` graph when a bucket holds the rows), else as
+a plain decode forward (the decode graphs then still apply). With a drafter that reads hidden
+states (MTP) the plain forwards run eagerly, since a decode graph returns only logits.
 """
 
 from __future__ import annotations
