@@ -34,11 +34,19 @@ def test_bench_renders_rows_skips_and_failures():
     assert failed == ["c", "d"]
 
 
-def test_discovery_lists_op_modules_only():
+def test_the_registry_names_every_benchmark_module_and_each_loads():
+    import pkgutil
+
+    from sparkinfer.lab import kernels
+    from sparkinfer.lab.kernels.registry import REGISTRY
+
+    modules = {m.name for m in pkgutil.iter_modules(kernels.__path__)}
+    benchmarks = {m for m in modules if not m.startswith("_") and not m.endswith("_tune")}
+    assert benchmarks - {"registry"} == {op.module for op in REGISTRY.values()}
     names = discover()
-    assert all(not n.startswith("_") for n in names)
+    assert names == sorted(REGISTRY)
     loaded = load(names)
-    assert set(loaded) == set(names)
+    assert all(callable(fn) for fn in loaded.values()), loaded
 
 
 def test_kernels_without_cuda_exits_2(tmp_path, capsys):
