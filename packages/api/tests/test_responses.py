@@ -166,7 +166,7 @@ def test_json_schema_text_format(client: openai.OpenAI, model: str) -> None:
         ({"input": [{"type": "telepathy"}]}, "input[0].type"),
         ({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}, "input[0].content[0]"),
         ({"input": "Hi", "tools": [{**WEATHER, "parameters": {"type": 3}}]}, "tools[0].parameters"),
-        ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "Hi", "tools": [{"type": "custom", "name": "patch"}]}, "tools[0].type"),
         ({"input": "Hi", "tool_choice": "required"}, "tool_choice"),
         ({"input": "Hi", "reasoning": {"effort": "huge"}}, "reasoning.effort"),
         (

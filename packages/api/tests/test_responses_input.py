@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from sparkinfer.api.errors import InvalidRequest
-from sparkinfer.api.responses_input import input_items, to_conversation
+from sparkinfer.api.responses_input import input_items, to_conversation, tool_namespaces
 from sparkinfer.api.schemas.responses import ResponsesRequest
 
 
@@ -61,7 +61,7 @@ def test_string_input_is_one_user_message() -> None:
     ("fields", "param"),
     [
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
-        ({"tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "custom", "name": "patch"}]}, "tools[0].type"),
         ({"background": True}, "background"),
         (
             {"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]},
@@ -73,3 +73,30 @@ def test_unsupported_items_name_the_field(fields: dict[str, object], param: str)
     with pytest.raises(InvalidRequest) as err:
         to_conversation(_req(**fields), [])
     assert err.value.param == param
+
+
+def test_namespaces_are_flattened_and_hosted_tools_left_out() -> None:
+    fn = {"type": "function", "name": "close", "parameters": {"type": "object"}}
+    req = _req(
+        tools=[
+            {"type": "web_search", "external_web_access": False},
+            {"type": "namespace", "name": "agents", "description": "d", "tools": [fn]},
+            {**fn, "name": "run"},
+        ],
+        input=[
+            {"role": "user", "content": "Hi"},
+            {
+                "type": "function_call",
+                "call_id": "c",
+                "name": "close",
+                "namespace": "agents",
+                "arguments": "{}",
+            },
+        ],
+    )
+    conv = to_conversation(req, [])
+    assert [t.function.name for t in conv.request.tools or []] == ["agents.close", "run"]
+    assert ("tools[0].function", "tools[1].tools[0]") in conv.paths
+    calls = conv.request.messages[1].tool_calls or []
+    assert calls[0].function.name == "agents.close"
+    assert tool_namespaces(req) == frozenset({"agents"})

@@ -81,3 +81,11 @@ def test_a_cut_answer_is_incomplete() -> None:
     assert last["type"] == "response.incomplete"
     assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert last["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_a_namespaced_call_names_its_namespace() -> None:
+    builder = ResponseEvents(frozenset({"agents"}))
+    builder.feed([_call("call_a", "agents.close", '{"id": 1}')])
+    builder.finish(_turn("tool_calls"))
+    (item,) = builder.items
+    assert (item["namespace"], item["name"], item["arguments"]) == ("agents", "close", '{"id": 1}')

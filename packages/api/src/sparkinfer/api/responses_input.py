@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from sparkinfer.api.conversation import Conversation, internal_request
 from sparkinfer.api.errors import InvalidRequest
-from sparkinfer.api.schemas.responses import FunctionChoice, ResponsesRequest
+from sparkinfer.api.schemas.responses import FunctionChoice, FunctionTool, ResponsesRequest
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 _ROLES = ("user", "assistant", "system", "developer")
@@ -130,13 +130,15 @@ def _message(b: _Builder, item: dict[str, Any], where: str) -> None:
 
 
 def _function_call(b: _Builder, item: dict[str, Any], where: str) -> None:
+    name = _text(item.get("name"), f"{where}.name")
+    namespace = item.get("namespace")
+    if namespace is not None:
+        name = f"{_text(namespace, f'{where}.namespace')}.{name}"
+    fn = {"name": name, "arguments": _text(item.get("arguments"), f"{where}.arguments")}
     call = {
         "id": _text(item.get("call_id"), f"{where}.call_id"),
         "type": "function",
-        "function": {
-            "name": _text(item.get("name"), f"{where}.name"),
-            "arguments": _text(item.get("arguments"), f"{where}.arguments"),
-        },
+        "function": fn,
     }
     last = b.last_assistant()
     if last is not None and not b.reasoning:
@@ -179,23 +181,49 @@ def _add_items(b: _Builder, items: list[dict[str, Any]], source: str | None) -> 
         handler(b, item, where)
 
 
+# Tools that OpenAI runs on its side; this server runs none of them, so the model does not see
+# them (clients such as Codex CLI always send some).
+HOSTED_TOOLS = (
+    "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
+    "computer_use_preview", "computer", "mcp", "local_shell", "tool_search",
+)  # fmt: skip
+
+
+def tool_namespaces(req: ResponsesRequest) -> frozenset[str]:
+    """The names of the request's tool namespaces (their calls are `namespace.name` inside)."""
+    return frozenset(t.name for t in req.tools or [] if t.type == "namespace" and t.name)
+
+
+def _function(tool: FunctionTool, where: str, prefix: str = "") -> dict[str, Any]:
+    if tool.type != "function":
+        raise InvalidRequest(
+            f"{where}.type is {tool.type!r}; this server runs function tools (also inside a "
+            "namespace) and leaves hosted tools out",
+            param=f"{where}.type",
+        )
+    if tool.name is None:
+        raise InvalidRequest(f"{where}.name is required", param=f"{where}.name")
+    fn = {"name": prefix + tool.name, "description": tool.description}
+    return {"type": "function", "function": {**fn, "parameters": tool.parameters}}
+
+
 def _tools(req: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, list[tuple[str, str]]]:
-    if not req.tools:
-        return None, []
     tools: list[dict[str, Any]] = []
     paths: list[tuple[str, str]] = []
-    for i, tool in enumerate(req.tools):
-        if tool.type != "function":
-            raise InvalidRequest(
-                f"tools[{i}].type is {tool.type!r}; this server runs function tools only",
-                param=f"tools[{i}].type",
-            )
-        if tool.name is None:
+    for i, tool in enumerate(req.tools or []):
+        if tool.type in HOSTED_TOOLS or tool.type.startswith("web_search"):
+            continue
+        if tool.type != "namespace":
+            paths.append((f"tools[{len(tools)}].function", f"tools[{i}]"))
+            tools.append(_function(tool, f"tools[{i}]"))
+            continue
+        if not tool.name:
             raise InvalidRequest(f"tools[{i}].name is required", param=f"tools[{i}].name")
-        fn = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
-        tools.append({"type": "function", "function": fn})
-        paths.append((f"tools[{i}].function", f"tools[{i}]"))
-    return tools, paths
+        for j, inner in enumerate(tool.tools or []):
+            where = f"tools[{i}].tools[{j}]"
+            paths.append((f"tools[{len(tools)}].function", where))
+            tools.append(_function(inner, where, prefix=f"{tool.name}."))
+    return tools or None, paths
 
 
 def _refuse_unsupported(req: ResponsesRequest) -> None:

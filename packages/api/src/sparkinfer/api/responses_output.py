@@ -81,14 +81,21 @@ def _message_item(mid: str, text: str | None, status: str) -> dict[str, Any]:
     return {"id": mid, "type": "message", "role": "assistant", "status": status, "content": content}
 
 
-def _call_item(fid: str, call_id: str, name: str, args: str, status: str) -> dict[str, Any]:
-    return {
+def _call_item(
+    fid: str, call_id: str, name: str, args: str, status: str, namespaces: frozenset[str]
+) -> dict[str, Any]:
+    """A function_call item; a call of `namespace.name` is `name` with its `namespace`."""
+    item = {
         "id": fid, "type": "function_call", "call_id": call_id, "name": name, "arguments": args,
         "status": status,
     }  # fmt: skip
+    namespace, dot, rest = name.partition(".")
+    if dot and namespace in namespaces:
+        item["name"], item["namespace"] = rest, namespace
+    return item
 
 
-def output_items(turn: Turn) -> list[dict[str, Any]]:
+def output_items(turn: Turn, namespaces: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The finished answer's items (non-streaming)."""
     out = turn.output
     status = "incomplete" if turn.finish_reason == "length" else "completed"
@@ -99,7 +106,9 @@ def output_items(turn: Turn) -> list[dict[str, Any]]:
         items.append(_message_item(item_id("msg"), out.content, status))
     for call in out.tool_calls:
         fn = call.function
-        items.append(_call_item(item_id("fc"), call.id, fn.name, fn.arguments, "completed"))
+        items.append(
+            _call_item(item_id("fc"), call.id, fn.name, fn.arguments, "completed", namespaces)
+        )
     return items
 
 
@@ -111,8 +120,9 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 class ResponseEvents:
     """Turns output deltas into Responses events, numbered; one instance per streamed response."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: frozenset[str] = frozenset()) -> None:
         self.items: list[dict[str, Any]] = []  # finished items, in output order
+        self._namespaces = namespaces
         self._seq = 0
         self._kind: _Kind | None = None
         self._item: dict[str, Any] = {}
@@ -143,7 +153,8 @@ class ResponseEvents:
             for call in d.tool_calls or []:
                 fn = call.function
                 if call.id is not None:
-                    item = _call_item(item_id("fc"), call.id, fn.name or "", "", "in_progress")
+                    fid, name = item_id("fc"), fn.name or ""
+                    item = _call_item(fid, call.id, name, "", "in_progress", self._namespaces)
                     self._open("function_call", item, out, is_new=True)
                 if fn.arguments:
                     self._text += fn.arguments
@@ -216,7 +227,7 @@ class ResponseEvents:
                 )
             )
         else:
-            done = _call_item(item["id"], item["call_id"], item["name"], text, "completed")
+            done = {**item, "arguments": text, "status": "completed"}
             out.append(
                 self._event(
                     "response.function_call_arguments.done",

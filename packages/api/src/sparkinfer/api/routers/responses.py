@@ -20,7 +20,7 @@ from sparkinfer.api.errors import ApiError, map_exception
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
 from sparkinfer.api.request_ids import request_id
 from sparkinfer.api.response_store import ResponseStore
-from sparkinfer.api.responses_input import input_items, to_conversation
+from sparkinfer.api.responses_input import input_items, to_conversation, tool_namespaces
 from sparkinfer.api.responses_output import ResponseEvents, finished, output_items
 from sparkinfer.api.schemas.responses import (
     DeletedResponse,
@@ -49,8 +49,9 @@ Store = Annotated[ResponseStore, Depends(get_store)]
 
 def _not_found(response_id: str, param: str | None = None) -> ResponseNotFound:
     return ResponseNotFound(
-        f"{param or 'response'} {response_id!r} is not stored (never stored, deleted, or dropped by the "
-        "retention limit max_stored_responses): send the whole conversation as input",
+        f"{param or 'response'} {response_id!r} is not stored (never stored, deleted, or "
+        "dropped by the retention limit max_stored_responses): send the whole conversation "
+        "as input",
         param=param,
     )
 
@@ -113,12 +114,13 @@ async def create_response(
         whole = await unless_disconnected(request, run_turn(turn))
         if whole is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
-        items = output_items(whole)
+        items = output_items(whole, tool_namespaces(body))
         response = finished(base, whole, state.tokenizer).model_copy(update={"output": items})
         if body.store:
             await _store(store, response, [*conversation, *items], len(items))
         return response
-    events = _events(turn, state, base, store if body.store else None, conversation)
+    builder = ResponseEvents(tool_namespaces(body))
+    events = _events(turn, state, base, store if body.store else None, conversation, builder)
     return StreamingResponse(
         with_keep_alive(events, state.settings.keep_alive_s),
         media_type="text/event-stream",
@@ -138,9 +140,9 @@ async def _events(
     base: ResponseObject,
     store: ResponseStore | None,
     conversation: list[dict[str, Any]],
+    builder: ResponseEvents,
 ) -> AsyncGenerator[bytes, None]:
     """Lifecycle events around the items' events; a failure ends the stream with `error`."""
-    builder = ResponseEvents()
     steps = turn_steps(turn)
     try:
         yield builder.lifecycle("response.created", base)

@@ -14,11 +14,14 @@ from sparkinfer.api.schemas.common import MAX_COUNT, RequestBody
 
 
 class FunctionTool(RequestBody):
-    type: str  # only "function" is served; other tool types are refused by name
+    """A function tool, a namespace of them, or a hosted tool (left out: the server runs none)."""
+
+    type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[FunctionTool] | None = None  # a namespace's tools
 
 
 class FunctionChoice(RequestBody):
