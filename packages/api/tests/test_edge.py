@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from .conftest import RunningServer, serve
+from .conftest import RANDOM_MODEL_ID, RunningServer, serve
 
 USER = [{"role": "user", "content": "hi"}]
 KEY = "sk-edge"
@@ -209,3 +209,13 @@ def test_request_past_its_deadline_is_504_or_an_error_event() -> None:
             time.sleep(0.1)
             stats = s.app.state.server.engine.engine.stats()
         assert stats.num_running == 0
+
+
+def test_an_anthropic_stream_past_its_deadline_ends_with_its_own_error_event() -> None:
+    with serve(model=RANDOM_MODEL_ID, max_num_seqs=2, request_timeout_s=1.0) as s:
+        body = {"model": RANDOM_MODEL_ID, "max_tokens": 4000, "messages": USER, "stream": True}
+        with httpx.stream("POST", s.v1 + "/messages", json=body, timeout=60) as stream:
+            lines = list(stream.iter_lines())
+        assert "event: error" in lines and "data: [DONE]" not in lines
+        error = json.loads(lines[lines.index("event: error") + 1].removeprefix("data: "))
+        assert error["type"] == "error" and "request_timeout_s" in error["error"]["message"]

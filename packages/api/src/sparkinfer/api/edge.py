@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from sparkinfer.api.anthropic_errors import ROUTE_PREFIX as ANTHROPIC_ROUTES
+from sparkinfer.api.anthropic_errors import anthropic_sse_error
 from sparkinfer.api.errors import (
     ApiError,
     DeadlineExceeded,
@@ -122,7 +124,9 @@ class EdgeMiddleware:
         except TimeoutError:
             if not deadline.expired():
                 raise
-            await self._end_late(send, progress, rid)
+            await self._end_late(
+                send, progress, rid, is_anthropic=scope["path"].startswith(ANTHROPIC_ROUTES)
+            )
         except Exception as exc:
             if progress.is_started:
                 raise
@@ -131,7 +135,9 @@ class EdgeMiddleware:
             mapped = map_exception(exc, rid)
             await _send_json(send, mapped.status, mapped.body, mapped.headers)
 
-    async def _end_late(self, send: Send, progress: _Progress, rid: str | None) -> None:
+    async def _end_late(
+        self, send: Send, progress: _Progress, rid: str | None, *, is_anthropic: bool
+    ) -> None:
         """The request ran past request_timeout_s (its work is cancelled, so the engine request
         is aborted): a 504, or an error event that ends the stream already under way."""
         err = DeadlineExceeded(
@@ -142,7 +148,8 @@ class EdgeMiddleware:
         if not progress.is_started:
             await _send_error(send, err)
         elif progress.is_event_stream and not progress.is_done:
-            tail = sse_error(err, rid) + DONE
+            # Each protocol ends its stream its own way (Anthropic's has no [DONE]).
+            tail = anthropic_sse_error(err, rid) if is_anthropic else sse_error(err, rid) + DONE
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         elif not progress.is_done:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
