@@ -175,3 +175,22 @@ def test_no_leaks_after_a_thousand_random_requests_with_aborts():
     assert stats.num_aborted > 50 and stats.spec.num_drafts > 100 and stats.num_preemptions > 0
     assert stats.num_finished + stats.num_aborted == 1000
     assert sched.blocks.num_free_blocks == 48 and sched.slots.num_free_slots == 8
+
+
+def test_a_request_without_drafts_cools_down_and_its_steps_overlap_again():
+    class NoDrafts(FakeSpecRunner):
+        def run(self, batch: ScheduledBatch) -> ModelOutput:
+            out = super().run(batch)
+            # The drafter found nothing: one sample per row, no outcome.
+            firsts = {}
+            for seq, sample in out.samples:
+                firsts.setdefault(id(seq), (seq, sample))
+            return ModelOutput(samples=tuple(firsts.values()))
+
+    sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    runner = NoDrafts()
+    req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=60))
+    drain(sched, runner)
+    assert req.num_output_tokens == 60 and req.spec.num_verifies == 0
+    late = runner.batches[-20:]
+    assert sum(b.is_read_at_once for b in late) < 10  # mostly cooling down, overlapped

@@ -308,6 +308,8 @@ class Scheduler:
             req.num_computed_tokens += outcome.num_accepted
             req.num_inflight_tokens += outcome.num_accepted
             self.spec.record(req, outcome)
+        else:
+            self.spec.record_no_drafts(req)
         keep = self.blocks.blocks_for(req.num_computed_tokens)
         self.blocks.free(req.block_ids[keep:])
         del req.block_ids[keep:]

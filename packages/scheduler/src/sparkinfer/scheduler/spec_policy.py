@@ -11,7 +11,8 @@ Acceptance: each request keeps counts of drafts accepted and rejected, from whic
 acceptance rate a (a geometric model: draft j is accepted with probability a^j) and the tokens a
 step with k drafts is expected to give, 1 + a + ... + a^k. A request under `MIN_ACCEPTANCE`
 stops drafting for a cool-down that doubles each time (up to `MAX_COOLDOWN_STEPS`) and then
-tries again: prompt lookup and MTP both go through stretches where drafts do not match.
+tries again: prompt lookup and MTP both go through stretches where drafts do not match. A
+step where prompt lookup finds no match counts as a rejected draft.
 
 Cost: two straight-line fits of step time against rows, one for plain decode steps and one for
 verify steps (steps with prompt chunks are left out), measured from the scheduler's side
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from sparkinfer.scheduler.batch import SpecOutcome
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.request import PRIOR_ACCEPTED, PRIOR_REJECTED, Request
+from sparkinfer.scheduler.request import PRIOR_ACCEPTED, PRIOR_REJECTED, Request, RequestSpec
 
 MIN_ACCEPTANCE = 0.15
 MAX_COOLDOWN_STEPS = 64
@@ -142,10 +143,22 @@ class SpecPolicy:
         rejected = 1.0 if outcome.num_accepted < outcome.num_drafts else 0.0
         spec.accepted_weight = _DECAY * spec.accepted_weight + outcome.num_accepted
         spec.rejected_weight = _DECAY * spec.rejected_weight + rejected
+        self._cool_down_if_low(spec)
+
+    def _cool_down_if_low(self, spec: RequestSpec) -> None:
         if self.config.speculative_adaptive and spec.acceptance < MIN_ACCEPTANCE:
             spec.cooldown_steps = spec.next_cooldown
             spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * spec.next_cooldown)
             spec.accepted_weight, spec.rejected_weight = PRIOR_ACCEPTED, PRIOR_REJECTED
+
+    def record_no_drafts(self, req: Request) -> None:
+        """req had lookahead rows but its drafter proposed nothing (no n-gram match): counted
+        as a rejected draft, so a request whose text never repeats cools down too and its steps
+        overlap again."""
+        spec = req.spec
+        spec.accepted_weight *= _DECAY
+        spec.rejected_weight = _DECAY * spec.rejected_weight + 1.0
+        self._cool_down_if_low(spec)
 
     def record_step(self, *, num_rows: int, is_verify: bool, seconds: float) -> None:
         """One decode-only step's time: num_rows forward rows (drafts included)."""
