@@ -1,5 +1,5 @@
 """The MTP drafter: the checkpoint's multi-token-prediction head (`model.mtp`) proposes drafts
-from the target's final hidden states (SPEC §10).
+from the target's final hidden states (docs/model.md §10).
 
 After every step (`observe`) the head runs over each of the step's accepted target rows, row p
 paired with the token that follows it, and writes its KV at index p of its own cache (the
