@@ -99,6 +99,10 @@ def model_card(s: dict[str, Any]) -> str:
         f"{cfg['vocab_size']:,} for a uniform guess); the MTP head's first draft agrees with the "
         f"trunk's own next-but-one token on {held['mtp_t2_agreement']:.1%} of held-out positions.",
         "",
+        "Its quality on a test machine's held-out files (perplexity, answers that parse, MTP "
+        "agreement, tool calls and JSON that close) is checked by the test suite and recorded "
+        'in docs/benchmarks.md, section "The embedded code model".',
+        "",
         "Command (one GPU; PYTHONPATH over the packages' `src` folders):",
         "",
         "    python3 packages/model/scripts/train_embedded/train.py --out DIR",
