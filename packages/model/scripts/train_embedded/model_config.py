@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkinfer.model.embedded import RANDOM_CONFIG
 from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS
 
 
@@ -47,21 +48,8 @@ def text_config(vocab_size: int, control_ids: dict[str, int]) -> dict[str, Any]:
     }
 
 
-VISION_CONFIG: dict[str, Any] = {
-    "model_type": "qwen3_5_vision",
-    "depth": 2,
-    "hidden_size": 32,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "hidden_act": "gelu_pytorch_tanh",
-    "in_channels": 3,
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "spatial_merge_size": 2,
-    "num_position_embeddings": 64,  # an 8x8 learned grid
-    "out_hidden_size": 256,
-    "deepstack_visual_indexes": [],
-}
+# The random model's tiny tower (2 blocks, width 32, real patch geometry), projecting to 256.
+VISION_CONFIG: dict[str, Any] = RANDOM_CONFIG["vision_config"]
 
 
 def checkpoint_config(text: dict[str, Any], control_ids: dict[str, int]) -> dict[str, Any]:
