@@ -1,0 +1,161 @@
+"""FP8 block-scaled GEMMs (decode and prompt) and the quantizers against the plain-torch
+references, under the Triton interpreter at small shapes.
+
+Tolerances, not bits, for the GEMMs: under the interpreter tl.dot is numpy's matmul. The
+activation quantizer rounds to e4m3 on the bits (the interpreter's own e4m3 cast drops the carry
+into the exponent), so it matches torch's cast exactly.
+"""
+
+import inspect
+
+import pytest
+import torch
+from sparkinfer.kernels.fp8_linear import (
+    FP8_DTYPE,
+    Fp8DecodeConfig,
+    Fp8PromptConfig,
+    dequantize_weight_fp8,
+    fp8_gemm_decode,
+    fp8_gemm_prompt,
+    fp8_linear,
+    fp8_linear_prompt_ref,
+    fp8_linear_ref,
+    quantize_activation_fp8,
+    quantize_activation_fp8_ref,
+    quantize_weight_fp8,
+)
+from sparkinfer.kernels.linear import batch_invariant
+
+BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}  # the interpreter truncates the final bf16 cast
+# e4m3 has 3 mantissa bits: a quantized value is within 2^-4 of its magnitude (round to nearest)
+E4M3_REL = 2.0**-4
+
+
+def _weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    w = torch.randn(n, k) * 0.05
+    w[: min(n, 3)] *= 20  # blocks of very different magnitudes
+    return quantize_weight_fp8(w)
+
+
+def test_the_references_share_the_signature_of_fp8_linear():
+    assert inspect.signature(fp8_linear_ref) == inspect.signature(fp8_linear)
+    assert inspect.signature(fp8_linear_prompt_ref) == inspect.signature(fp8_linear)
+
+
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (127, 129), (128, 128), (130, 300)])
+def test_quantize_weight_round_trips_each_block_within_e4m3(n, k):
+    torch.manual_seed(n + k)
+    w = torch.randn(n, k)
+    q, scale = quantize_weight_fp8(w)
+    assert q.dtype == FP8_DTYPE and q.shape == (n, k)
+    assert scale.shape == (-(-n // 128), -(-k // 128)) and scale.dtype == torch.float32
+    back = dequantize_weight_fp8(q, scale)
+    bound = E4M3_REL * w.abs() + scale.max() * 2.0**-9  # subnormals: absolute step
+    assert ((back - w).abs() <= bound).all()
+    assert (scale == w.abs().amax() / 448).any() or n * k > 128 * 128  # one block: its amax
+
+
+def test_per_row_scales_encode_the_same_weight():
+    q, scale = _weight(200, 256, 1)
+    per_row = scale.repeat_interleave(128, dim=0)[:200].contiguous()
+    assert torch.equal(dequantize_weight_fp8(q, per_row), dequantize_weight_fp8(q, scale))
+    with pytest.raises(ValueError, match="weight_scale_inv has shape"):
+        dequantize_weight_fp8(q, scale[:1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 16, 17, 40])
+def test_decode_gemm_matches_ref(m, dtype, assert_close):
+    w, s = _weight(150, 272, 2 + m)  # partial edge blocks on both sides
+    x = torch.randn(m, 272).to(dtype)
+    y = fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32, BK=64))
+    expected = fp8_linear_ref(x, w, s)
+    if dtype == torch.bfloat16:
+        torch.testing.assert_close(y.float(), expected.float(), **BF16_TOL)
+    else:
+        assert_close(y, expected)
+
+
+def test_decode_gemm_per_row_scales_and_strided_rows(assert_close):
+    w, s = _weight(96, 130, 3)
+    per_row = s.repeat_interleave(128, dim=0)[:96].contiguous()
+    x = torch.randn(5, 400)[:, :130]
+    assert_close(fp8_gemm_decode(x, w, per_row, Fp8DecodeConfig(BN=16)), fp8_linear_ref(x, w, s))
+
+
+def test_activation_quantization_matches_ref():
+    torch.manual_seed(4)
+    x = torch.randn(7, 300) * 3
+    q, scale = quantize_activation_fp8(x)
+    q_ref, scale_ref = quantize_activation_fp8_ref(x)
+    torch.testing.assert_close(scale, scale_ref)
+    assert torch.equal(q.float(), q_ref.float())  # the kernel rounds on the bits, as torch
+
+
+@pytest.mark.parametrize("m", [1, 33, 70])
+def test_prompt_gemm_matches_ref(m, assert_close):
+    w, s = _weight(136, 260, 5 + m)
+    torch.manual_seed(m)
+    x = torch.randn(m, 260)
+    y = fp8_gemm_prompt(x, w, s, Fp8PromptConfig(BM=32, BN=32, GROUP_M=2))
+    torch.testing.assert_close(y, fp8_linear_prompt_ref(x, w, s), atol=2e-2, rtol=2e-2)
+    # and near the unquantized-activation product: e4m3 activations lose up to 2^-4 per element
+    exact = fp8_linear_ref(x, w, s)
+    assert (y - exact).norm() <= 0.1 * exact.norm()
+
+
+def test_dispatch_picks_decode_then_prompt_and_a_fixed_tile_per_phase(monkeypatch):
+    from sparkinfer.kernels.fp8_linear import dispatch
+
+    calls = []
+    monkeypatch.setattr(dispatch, "fp8_gemm_decode", lambda x, w, s, c=None: calls.append(("d", c)))
+    monkeypatch.setattr(dispatch, "fp8_gemm_prompt", lambda x, w, s, c=None: calls.append(("p", c)))
+    w, s = _weight(8, 128, 6)
+    for m in (1, 64, 65):
+        fp8_linear(torch.randn(m, 128), w, s)
+    with batch_invariant("decode"):
+        fp8_linear(torch.randn(3, 128), w, s)
+        fp8_linear(torch.randn(100, 128), w, s)
+    with batch_invariant("prefill"):
+        fp8_linear(torch.randn(3, 128), w, s)
+    kinds = [kind for kind, _ in calls]
+    assert kinds == ["d", "d", "p", "d", "d", "p"]
+    assert calls[3][1] == calls[4][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
+
+
+def test_launchers_refuse_bad_operands():
+    w, s = _weight(8, 128, 7)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        fp8_gemm_decode(torch.randn(1, 128), w.float(), s)
+    with pytest.raises(ValueError, match="K=64"):
+        fp8_gemm_decode(torch.randn(1, 64), w, s)
+    with pytest.raises(TypeError, match="fp32"):
+        fp8_gemm_prompt(torch.randn(1, 128), w, s.double())
+    with pytest.raises(ValueError, match="BK is 96"):
+        fp8_gemm_decode(torch.randn(1, 128), w, s, Fp8DecodeConfig(BK=96))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 64, 512])
+@pytest.mark.parametrize(("n", "k"), [(16480, 5120), (5120, 17408), (34816, 5120)])
+def test_fp8_linear_real_shapes_on_gpu(m, n, k):
+    torch.manual_seed(8)
+    w, s = quantize_weight_fp8(torch.randn(n, k, device="cuda") * 0.02)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    ref = fp8_linear_ref if m <= 64 else fp8_linear_prompt_ref
+    torch.testing.assert_close(fp8_linear(x, w, s).float(), ref(x, w, s).float(), atol=3e-2,
+                               rtol=3e-2)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_invariant_fp8_rows_do_not_depend_on_the_batch_on_gpu(phase):
+    torch.manual_seed(9)
+    w, s = quantize_weight_fp8(torch.randn(5120, 6144, device="cuda") * 0.02)
+    rows = 64 if phase == "decode" else 600
+    x = torch.randn(rows, 6144, device="cuda", dtype=torch.bfloat16)
+    with batch_invariant(phase):
+        full = fp8_linear(x, w, s)
+        for start, stop in [(0, 1), (5, 6), (3, rows)]:
+            assert torch.equal(fp8_linear(x[start:stop], w, s), full[start:stop])
