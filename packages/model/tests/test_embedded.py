@@ -8,7 +8,7 @@ from sparkinfer.model.config import FULL_ATTENTION, LINEAR_ATTENTION
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.embedded import (
     RANDOM_GENERATION_DEFAULTS,
-    EMBEDDED_MODEL_ID,
+    RANDOM_MODEL_ID,
     RANDOM_NUM_REAL_TOKENS,
     build_random_model,
     random_model_config,
@@ -23,7 +23,7 @@ def model() -> Qwen3_8ForCausalLM:
 def test_config_has_the_qwen38_shape() -> None:
     config = random_model_config()
     text = config.text
-    assert EMBEDDED_MODEL_ID == "sparkinfer/qwen3.8-embedded-random"
+    assert RANDOM_MODEL_ID == "sparkinfer/qwen3.8-embedded-random"
     assert text.vocab_size == 248320 and text.num_hidden_layers == 8
     assert text.layer_types == ((LINEAR_ATTENTION,) * 3 + (FULL_ATTENTION,)) * 2
     assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (4, 1, 64)
@@ -71,3 +71,19 @@ def test_greedy_generation_is_sane_and_reproducible(model, paged_runner) -> None
     assert 0.01 < logits[:RANDOM_NUM_REAL_TOKENS].std() < 100
     assert all(t < RANDOM_NUM_REAL_TOKENS for t in tokens)
     assert generate()[0] == tokens
+
+
+def test_the_default_is_the_shipped_trained_checkpoint() -> None:
+    from sparkinfer.model.config import load_model_config
+    from sparkinfer.model.embedded import EMBEDDED_MODEL_ID, embedded_checkpoint_dir
+    from sparkinfer.model.tokenizer import Tokenizer
+
+    folder = embedded_checkpoint_dir()
+    assert EMBEDDED_MODEL_ID == "sparkinfer/qwen3.8-code-tiny"
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert size <= 20 * 1024 * 1024  # the checkpoint travels with the package
+    config = load_model_config(folder)
+    tok = Tokenizer.from_checkpoint(folder)
+    assert config.text.vocab_size == tok.vocab_size == 8192
+    assert config.text.tie_word_embeddings and config.vision is not None
+    assert config.image_token_id == tok.control_tokens["<|image_pad|>"]
