@@ -146,6 +146,52 @@ class VisionConfig:
             )
 
 
+FP8_BLOCK = 128  # rows and columns of a weight's scale block (Qwen's fine-grained FP8)
+_QUANTIZATION_FIELDS = (
+    "quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QuantizationConfig:
+    """Block-scaled FP8 weights as Qwen publishes them (`quantization_config`, fine-grained FP8).
+
+    Each quantized `X.weight` is float8_e4m3fn with `X.weight_scale_inv` [ceil(N/128),
+    ceil(K/128)] fp32 beside it; activations are quantized at run time (dynamic). The modules
+    in modules_to_not_convert (checkpoint names, `model.language_model.` read as `model.`)
+    stay in the checkpoint's dtype.
+    """
+
+    quant_method: str = "fp8"
+    fmt: str = "e4m3"
+    activation_scheme: str = "dynamic"
+    weight_block_size: tuple[int, ...] = (FP8_BLOCK, FP8_BLOCK)
+    modules_to_not_convert: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("quant_method", self.quant_method, "fp8"),
+            ("fmt", self.fmt, "e4m3"),
+            ("activation_scheme", self.activation_scheme, "dynamic"),
+        ):
+            if value != allowed:
+                raise UnsupportedCheckpoint(
+                    f"quantization_config.{name} is {value!r}; sparkinfer supports only "
+                    f"{allowed!r} (Qwen's fine-grained FP8)"
+                )
+        if tuple(self.weight_block_size) != (FP8_BLOCK, FP8_BLOCK):
+            raise UnsupportedCheckpoint(
+                f"quantization_config.weight_block_size is {list(self.weight_block_size)}; "
+                f"sparkinfer supports only [{FP8_BLOCK}, {FP8_BLOCK}]"
+            )
+
+    def keeps_module(self, name: str) -> bool:
+        """Whether module `name` (e.g. model.layers.0.linear_attn.in_proj_b) is listed bf16."""
+        return name in {
+            m.replace("model.language_model.", "model.", 1) for m in self.modules_to_not_convert
+        }
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A whole checkpoint's config: text model, optional vision tower and vision token ids."""
@@ -158,6 +204,7 @@ class ModelConfig:
     video_token_id: int | None = None
     vision_start_token_id: int | None = None
     vision_end_token_id: int | None = None
+    quantization: QuantizationConfig | None = None
 
     @property
     def max_position_embeddings(self) -> int:
@@ -339,6 +386,32 @@ def parse_vision_config(data: Mapping[str, Any]) -> VisionConfig:
     )
 
 
+def parse_quantization_config(data: Mapping[str, Any] | None) -> QuantizationConfig | None:
+    """`quantization_config` of config.json (None: absent); any other scheme or field raises
+    UnsupportedCheckpoint naming it."""
+    if data is None:
+        return None
+    f = _Fields(data, "quantization_config")
+    for key in data:
+        if key not in _QUANTIZATION_FIELDS:
+            raise UnsupportedCheckpoint(
+                f"quantization_config.{key} is {data[key]!r}; sparkinfer reads only "
+                f"{', '.join(_QUANTIZATION_FIELDS)} (Qwen's fine-grained FP8): remove it or "
+                "serve a bf16 checkpoint"
+            )
+    block = f.int_tuple("weight_block_size")
+    skipped = f.get("modules_to_not_convert", (list,), [])
+    if not all(isinstance(m, str) for m in skipped):
+        raise ConfigError("quantization_config.modules_to_not_convert must list module names")
+    return QuantizationConfig(
+        quant_method=f.str("quant_method"),
+        fmt=f.str("fmt", "e4m3"),
+        activation_scheme=f.str("activation_scheme", "dynamic"),
+        weight_block_size=block,
+        modules_to_not_convert=tuple(skipped),
+    )
+
+
 def _architecture(f: _Fields, default: str) -> str:
     archs = f.get("architectures", (list,), [default])
     if len(archs) != 1 or archs[0] not in SUPPORTED_ARCHITECTURES:
@@ -355,7 +428,10 @@ def parse_model_config(data: Mapping[str, Any]) -> ModelConfig:
     if model_type == "qwen3_5_text":
         text = parse_text_config(data, where="")
         arch = _architecture(f, "Qwen3_5ForCausalLM")
-        return ModelConfig(model_type=model_type, architecture=arch, text=text)
+        quantization = parse_quantization_config(f.get("quantization_config", (dict,), None))
+        return ModelConfig(
+            model_type=model_type, architecture=arch, text=text, quantization=quantization
+        )
     if model_type != "qwen3_5":
         raise UnsupportedCheckpoint(
             f"model_type is {model_type!r}; sparkinfer supports 'qwen3_5' and 'qwen3_5_text' "
@@ -374,6 +450,7 @@ def parse_model_config(data: Mapping[str, Any]) -> ModelConfig:
         video_token_id=f.int("video_token_id", None),
         vision_start_token_id=f.int("vision_start_token_id", None),
         vision_end_token_id=f.int("vision_end_token_id", None),
+        quantization=parse_quantization_config(f.get("quantization_config", (dict,), None)),
     )
 
 

@@ -24,7 +24,8 @@ from sparkinfer.model.mtp import MTPHead
 from sparkinfer.model.vision import VisionModel
 from torch import nn
 
-_FP32_PARAMETERS = frozenset({"A_log", "dt_bias"})  # the GDN gates, computed in fp32
+# The GDN gates, computed in fp32, and FP8 layers' block scales: kept in fp32 by `.to(dtype)`.
+_FP32_PARAMETERS = frozenset({"A_log", "dt_bias", "weight_scale_inv"})
 
 
 class DecoderLayer(nn.Module):
@@ -170,13 +171,15 @@ class Qwen3_8ForCausalLM(nn.Module):
         """`.to(device)`, `.to(dtype)` and friends.
 
         The kernels follow the weights (Triton on CUDA only); the fp32 gate parameters (A_log,
-        dt_bias) follow a device move but keep their dtype; the caches take the new dtype.
+        dt_bias), FP8 weights and their scales follow a device move but keep their dtype; the
+        caches take the new dtype.
         """
         kept = [
             (module, name, param)
             for module in self.modules()
             for name, param in list(module._parameters.items())
-            if name in _FP32_PARAMETERS and param is not None
+            if param is not None
+            and (name in _FP32_PARAMETERS or param.dtype == torch.float8_e4m3fn)
         ]
         for module, name, _ in kept:
             del module._parameters[name]

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from sparkinfer.model import fp8_weights
 from sparkinfer.model.config import (
     GenerationDefaults,
     ModelConfig,
@@ -303,8 +304,12 @@ def checkpoint_views(model: Qwen3_8ForCausalLM) -> dict[str, torch.Tensor]:
     fused parameter tile its rows exactly once.
     """
     fused = fused_parameters(model.config.text)
+    fp8 = fp8_weights.fp8_views_by_parameter(model, model.config.text, fused)
     views: dict[str, torch.Tensor] = {}
     for name, param in _text_parameters(model).items():
+        if name in fp8:  # an FP8 layer: e4m3 rows, their scales, bf16 tail rows
+            views.update(fp8[name])
+            continue
         match = _LAYER_PARAMETER.match(name)
         parts = fused.get(match[2]) if match else None
         if match is None or parts is None:
@@ -347,12 +352,38 @@ def _match_tensors(views: Mapping[str, torch.Tensor], ckpt: Checkpoint) -> dict[
 
 @torch.no_grad()
 def load_text_weights(
-    model: Qwen3_8ForCausalLM, ckpt: Checkpoint, *, progress: bool = True
+    model: Qwen3_8ForCausalLM,
+    ckpt: Checkpoint,
+    *,
+    progress: bool = True,
+    quantize_on_load: bool = False,
 ) -> None:
-    """Copy every text tensor of `ckpt` into its (rows of a) parameter; names and shapes first."""
+    """Copy every text tensor of `ckpt` into its (rows of a) parameter; names and shapes first.
+
+    The layers whose checkpoint tensors are FP8 become FP8 layers first (fp8_weights.py); with
+    quantize_on_load the bf16 projections Qwen's FP8 releases quantize are quantized here.
+    """
+    quant = ckpt.config.quantization
+    quantize = fp8_weights.use_fp8_layers(
+        model,
+        model.config.text,
+        fused_parameters(model.config.text),
+        ckpt.text,
+        keeps=quant.keeps_module if quant is not None else lambda _: False,
+        on_load=quantize_on_load and quant is None,
+    )
     views = checkpoint_views(model)
-    for name, tensor in ckpt.read(_match_tensors(views, ckpt), progress=progress):
-        views[name].copy_(tensor)
+    scales = {fp8_weights.scale_name(n) for n in quantize}  # made here, not stored
+    stored = {n: v for n, v in views.items() if n not in scales}
+    device = model.lm_head.weight.device
+    for name, tensor in ckpt.read(_match_tensors(stored, ckpt), progress=progress):
+        converted = (
+            fp8_weights.quantized_on_load(name, tensor, device)
+            if name in quantize
+            else [(name, tensor)]
+        )
+        for key, value in converted:
+            views[key].copy_(value)
 
 
 def load_model(
@@ -363,6 +394,7 @@ def load_model(
     progress: bool = True,
     num_real_tokens: int | None = None,
     use_mtp: bool = False,
+    quantization: str | None = None,
 ) -> Qwen3_8ForCausalLM:
     """Load the model of a local checkpoint directory or hub repo id.
 
@@ -372,7 +404,12 @@ def load_model(
     num_real_tokens: the tokenizer's length when known; ids at or above it get -inf logits.
     use_mtp: also build the MTP head (`model.mtp`, speculative decoding's drafter) from the
         checkpoint's `mtp.*` tensors; raises CheckpointError when it has none.
+    quantization: "fp8" quantizes a bf16 checkpoint's decoder projections on load (the layout
+        of Qwen's FP8 releases, fp8_weights.py); None serves the checkpoint as stored (an FP8
+        checkpoint runs in FP8 either way).
     """
+    if quantization not in (None, "fp8"):
+        raise ValueError(f"quantization is {quantization!r}; expected None or 'fp8'")
     ckpt = open_checkpoint(path_or_id, progress=progress)
     has_vision = ckpt.config.vision is not None
     if has_vision and not ckpt.vision:
@@ -387,14 +424,16 @@ def load_model(
         num_real_tokens=num_real_tokens,
         use_vision=has_vision and bool(ckpt.vision),
     )
-    load_text_weights(model, ckpt, progress=progress)
+    load_text_weights(model, ckpt, progress=progress, quantize_on_load=quantization == "fp8")
     if model.visual is not None:
-        model.visual.load_weights(ckpt.read(ckpt.vision, progress=progress))
+        vision = fp8_weights.dequantize_group(dict(ckpt.read(ckpt.vision, progress=progress)))
+        model.visual.load_weights(iter(vision.items()))
     if use_mtp:
         if not ckpt.mtp:
             raise CheckpointError(
                 f"{ckpt.path} has no mtp.* tensors: the MTP drafter needs them; serve it with "
                 "speculative ngram or off"
             )
-        model.attach_mtp(dict(ckpt.read(ckpt.mtp, progress=progress)))
+        mtp = dict(ckpt.read(ckpt.mtp, progress=progress))
+        model.attach_mtp(fp8_weights.dequantize_group(mtp))
     return model

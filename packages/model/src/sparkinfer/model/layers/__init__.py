@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkinfer.kernels.activation import silu_and_mul_ref
 from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref, causal_conv1d_update_ref
+from sparkinfer.kernels.fp8_linear import fp8_linear_ref
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_ref,
     fused_recurrent_gated_delta_rule_ref,
@@ -31,7 +32,8 @@ Op = Callable[..., Any]
 @dataclass(frozen=True)
 class KernelOps:
     """The kernel functions one model calls; `linear` is None where torch's GEMM is used, and
-    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart."""
+    `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart;
+    `fp8_linear` multiplies by a block-scaled e4m3 weight (`Linear.use_fp8`)."""
 
     rms_norm: Op
     gated_rms_norm: Op
@@ -47,6 +49,7 @@ class KernelOps:
     linear: Op | None
     linear_swiglu: Op | None
     is_triton: bool
+    fp8_linear: Op = fp8_linear_ref
 
 
 REFERENCE_OPS = KernelOps(
@@ -71,6 +74,7 @@ def triton_ops() -> KernelOps:
     """The fast launchers (imported here so CPU-only installs never load Triton)."""
     from sparkinfer.kernels.activation import silu_and_mul
     from sparkinfer.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
+    from sparkinfer.kernels.fp8_linear import fp8_linear
     from sparkinfer.kernels.gated_delta_rule import (
         chunk_gated_delta_rule,
         fused_recurrent_gated_delta_rule,
@@ -99,6 +103,7 @@ def triton_ops() -> KernelOps:
         linear=linear,
         linear_swiglu=linear_swiglu,
         is_triton=True,
+        fp8_linear=fp8_linear,
     )
 
 

@@ -34,7 +34,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden]."""
-        if self.ops.linear_swiglu is not None:  # one launch for a single decode row
+        if self.ops.linear_swiglu is not None and not self.gate_up_proj.is_fp8:  # one launch
             return self.down_proj(self.ops.linear_swiglu(x, self.gate_up_proj.weight))
         gate_up = self.gate_up_proj(x)  # [T, 2 * I]: [gate | up]
         return self.down_proj(self.ops.silu_and_mul(gate_up))

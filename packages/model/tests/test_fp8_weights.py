@@ -1,0 +1,208 @@
+"""FP8 weights: a Qwen-layout FP8 checkpoint (written here: 128x128 blocks with partial edge
+blocks, the published key names and quantization_config) loads into FP8 layers whose logits equal
+the dequantized model's; FP8 on load of the bf16 checkpoint gives the same model bit for bit;
+quantization configs sparkinfer cannot serve are refused, naming the field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from sparkinfer.kernels.fp8_linear import dequantize_weight_fp8, quantize_weight_fp8
+from sparkinfer.model.config import parse_quantization_config
+from sparkinfer.model.errors import CheckpointError, UnsupportedCheckpoint
+from sparkinfer.model.fp8_weights import QUANTIZED_ON_LOAD
+from sparkinfer.model.weights import load_model
+
+# hidden 200 = 128 + 72 (partial K and N blocks); every fused FP8 part a multiple of 128 rows
+# (q 256 | k 128 | v 128, qkv 256 | z 128, gate 256 | up 256); in_proj_b/a: 4 rows each, bf16.
+TEXT_FP8: dict[str, Any] = {
+    "vocab_size": 320,
+    "hidden_size": 200,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "max_position_embeddings": 4096,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10_000_000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [4, 2, 2],
+        "mrope_interleaved": True,
+    },
+    "tie_word_embeddings": False,
+}
+VISION: dict[str, Any] = {
+    "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+    "out_hidden_size": 200, "num_position_embeddings": 16,
+}  # fmt: skip
+WRAPPER = "model.language_model."
+PROMPT = torch.tensor([3, 17, 250, 9, 1, 77, 140, 5, 8, 300, 2, 64])
+
+
+def _quantized_names(tensors: dict[str, torch.Tensor]) -> list[str]:
+    return [n for n in tensors if QUANTIZED_ON_LOAD.match(n.replace(WRAPPER, "model.", 1))]
+
+
+def _kept_modules(num_layers: int, layer_types: list[str]) -> list[str]:
+    """modules_to_not_convert as Qwen's FP8 releases list them, for this layer schedule."""
+    kept = ["lm_head"]
+    for i, kind in enumerate(layer_types[:num_layers]):
+        p = f"{WRAPPER}layers.{i}."
+        kept += [p + "input_layernorm", p + "post_attention_layernorm"]
+        if kind == "linear_attention":
+            kept += [p + f"linear_attn.{m}" for m in ("A_log", "conv1d", "dt_bias", "in_proj_a",
+                                                     "in_proj_b", "norm")]  # fmt: skip
+        else:
+            kept += [p + "self_attn.k_norm", p + "self_attn.q_norm"]
+    return [*kept, "model.visual.blocks.0.attn.qkv", "model.visual.blocks.0.attn.proj"]
+
+
+def _rewrite(src: Path, dst: Path, tensors: dict[str, torch.Tensor], config: dict) -> Path:
+    shutil.copytree(src, dst)
+    for f in dst.glob("*.safetensors*"):
+        f.unlink()
+    save_file(tensors, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """bf16: the transformers checkpoint; fp8: its Qwen-layout FP8 export; dequantized: the
+    FP8 export's values written back as fp32 weights (the reference)."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=TEXT_FP8,
+                                                          vision_config=VISION))  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.uniform_(0.0, 2.0)
+            elif "norm" not in name:
+                p.normal_(0.0, 0.05)
+    root = tmp_path_factory.mktemp("fp8")
+    bf16 = root / "bf16"
+    model.to(torch.bfloat16).save_pretrained(bf16)
+    tensors = {k: v.contiguous() for k, v in load_file(str(bf16 / "model.safetensors")).items()}
+    config = json.loads((bf16 / "config.json").read_text())
+    fp8, dequantized = dict(tensors), dict(tensors)
+    for name in _quantized_names(tensors):
+        q, scale = quantize_weight_fp8(tensors[name])
+        fp8[name], fp8[name + "_scale_inv"] = q, scale
+        dequantized[name] = dequantize_weight_fp8(q, scale)
+    quant = {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": _kept_modules(4, TEXT_FP8["layer_types"]),
+    }
+    return {
+        "bf16": bf16,
+        "fp8": _rewrite(bf16, root / "fp8", fp8, {**config, "quantization_config": quant}),
+        "dequantized": _rewrite(bf16, root / "dequantized", dequantized, config),
+    }
+
+
+def _logits(model, paged_runner) -> torch.Tensor:
+    runner = paged_runner(model, max_lens=[len(PROMPT) + 1])
+    (prefill,) = runner.step([(0, PROMPT)])
+    (decode,) = runner.step([(0, torch.tensor([11]))])
+    return torch.cat([prefill, decode])
+
+
+def test_the_fp8_checkpoint_loads_into_fp8_layers(checkpoints):
+    model = load_model(checkpoints["fp8"], device="cpu", dtype=torch.float32, progress=False)
+    layer = model.model.layers[0]
+    assert layer.linear_attn.in_proj.weight.dtype == torch.float8_e4m3fn
+    assert layer.linear_attn.in_proj.weight.shape == (256 + 128, 200)
+    assert layer.linear_attn.in_proj.weight_scale_inv.shape == (3, 2)  # 256/128 + 128/128 rows
+    assert layer.linear_attn.in_proj.tail_weight.shape == (8, 200)  # in_proj_b | in_proj_a
+    assert layer.mlp.down_proj.weight_scale_inv.shape == (2, 2)  # N = 200: a partial block
+    attn = model.model.layers[3].self_attn
+    assert attn.qkv_proj.weight.dtype == attn.o_proj.weight.dtype == torch.float8_e4m3fn
+    assert model.lm_head.weight.dtype == torch.float32
+    assert model.model.embed_tokens.weight.dtype == torch.float32
+    assert (
+        model.visual is not None and model.visual.blocks[0].attn.qkv.weight.dtype == torch.float32
+    )
+
+
+def test_fp8_logits_equal_the_dequantized_model(checkpoints, paged_runner):
+    kw = {"device": "cpu", "dtype": torch.float32, "progress": False}
+    fp8 = _logits(load_model(checkpoints["fp8"], **kw), paged_runner)
+    reference = _logits(load_model(checkpoints["dequantized"], **kw), paged_runner)
+    torch.testing.assert_close(fp8, reference, atol=1e-5, rtol=1e-5)
+    bf16 = _logits(load_model(checkpoints["bf16"], **kw), paged_runner)
+    assert not torch.equal(fp8, bf16)  # the weights did change by quantization
+
+
+def test_fp8_on_load_equals_the_fp8_checkpoint(checkpoints, paged_runner):
+    kw = {"device": "cpu", "dtype": torch.float32, "progress": False}
+    on_load = load_model(checkpoints["bf16"], quantization="fp8", **kw)
+    published = load_model(checkpoints["fp8"], **kw)
+    for (name, a), (_, b) in zip(
+        on_load.named_parameters(), published.named_parameters(), strict=True
+    ):
+        assert a.dtype == b.dtype and torch.equal(a.float(), b.float()), name
+    assert torch.equal(_logits(on_load, paged_runner), _logits(published, paged_runner))
+
+
+def _with_quantization(checkpoints, tmp_path, **changes) -> Path:
+    dst = tmp_path / "changed"
+    shutil.copytree(checkpoints["fp8"], dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["quantization_config"].update(changes)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"quant_method": "awq"}, "quantization_config.quant_method"),
+        ({"fmt": "e5m2"}, "quantization_config.fmt"),
+        ({"activation_scheme": "static"}, "quantization_config.activation_scheme"),
+        ({"weight_block_size": [64, 64]}, "quantization_config.weight_block_size"),
+        ({"scale_fmt": "ue8m0"}, "quantization_config.scale_fmt"),
+    ],
+)
+def test_an_unsupported_quantization_config_is_refused(checkpoints, tmp_path, changes, field):
+    path = _with_quantization(checkpoints, tmp_path, **changes)
+    with pytest.raises(UnsupportedCheckpoint, match=field):
+        load_model(path, device="cpu", dtype=torch.float32, progress=False)
+
+
+def test_an_fp8_tensor_its_config_keeps_in_bf16_is_refused(checkpoints, tmp_path):
+    listed = f"{WRAPPER}layers.0.mlp.down_proj"
+    config = json.loads((checkpoints["fp8"] / "config.json").read_text())
+    kept = [*config["quantization_config"]["modules_to_not_convert"], listed]
+    path = _with_quantization(checkpoints, tmp_path, modules_to_not_convert=kept)
+    with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.down_proj\.weight is e4m3"):
+        load_model(path, device="cpu", dtype=torch.float32, progress=False)
+
+
+def test_the_published_quantization_config_parses():
+    quant = parse_quantization_config(
+        {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+         "weight_block_size": [128, 128],
+         "modules_to_not_convert": [f"{WRAPPER}layers.0.linear_attn.in_proj_a"]}
+    )  # fmt: skip
+    assert quant is not None and quant.keeps_module("model.layers.0.linear_attn.in_proj_a")
+    assert not quant.keeps_module("model.layers.0.linear_attn.in_proj_qkv")
+    assert parse_quantization_config(None) is None
