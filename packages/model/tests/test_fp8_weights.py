@@ -17,7 +17,7 @@ from sparkinfer.kernels.fp8_linear import dequantize_weight_fp8, quantize_weight
 from sparkinfer.model.config import parse_quantization_config
 from sparkinfer.model.errors import CheckpointError, UnsupportedCheckpoint
 from sparkinfer.model.fp8_weights import QUANTIZED_ON_LOAD
-from sparkinfer.model.weights import load_model
+from sparkinfer.model.weights import load_model, quantize_model_fp8
 
 # hidden 200 = 128 + 72 (partial K and N blocks); every fused FP8 part a multiple of 128 rows
 # (q 256 | k 128 | v 128, qkv 256 | z 128, gate 256 | up 256); in_proj_b/a: 4 rows each, bf16.
@@ -206,3 +206,14 @@ def test_the_published_quantization_config_parses():
     assert quant is not None and quant.keeps_module("model.layers.0.linear_attn.in_proj_a")
     assert not quant.keeps_module("model.layers.0.linear_attn.in_proj_qkv")
     assert parse_quantization_config(None) is None
+
+
+def test_quantizing_a_model_in_memory_equals_fp8_on_load(checkpoints):
+    kw = {"device": "cpu", "dtype": torch.float32, "progress": False}
+    in_memory = load_model(checkpoints["bf16"], **kw)
+    quantize_model_fp8(in_memory)
+    on_load = load_model(checkpoints["bf16"], quantization="fp8", **kw)
+    for (name, a), (_, b) in zip(
+        in_memory.named_parameters(), on_load.named_parameters(), strict=True
+    ):
+        assert a.dtype == b.dtype and torch.equal(a.float(), b.float()), name

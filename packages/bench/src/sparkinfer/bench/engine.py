@@ -97,6 +97,22 @@ def random_model(cfg: ModelConfig, device: torch.device, mode: str) -> Qwen3_8Fo
     return model
 
 
+def matmul_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the weights every decode step streams: the decoder's linear layers as stored
+    (e4m3, scales and bf16 tails for FP8 layers) and the LM head."""
+    from sparkinfer.model.layers.linear import Linear
+
+    layers = model.get_submodule("model.layers")
+    total = sum(
+        p.numel() * p.element_size()
+        for m in layers.modules()
+        if isinstance(m, Linear)
+        for p in m.parameters()
+    )
+    head = model.get_submodule("lm_head").weight
+    return total + head.numel() * head.element_size()
+
+
 @contextlib.contextmanager
 def started_engine(
     model: Qwen3_8ForCausalLM, sched: SchedulerConfig, device: torch.device
@@ -141,6 +157,7 @@ def measure_decode(
     context: int,
     new_tokens: int,
     seed: int,
+    weight_bytes: int | None = None,
 ) -> DecodeRow:
     torch.cuda.reset_peak_memory_stats()
     t = run_requests(engine, random_prompts(batch, context, seed), new_tokens, f"decode{batch}")
@@ -161,7 +178,9 @@ def measure_decode(
         float(np.median(streams)) if streams else math.nan,
         after / (end - all_in) if end > all_in else math.nan,
         total / (end - t.submitted_s),
-        roofline.decode_roofline_tok_s(cfg, peaks, batch=batch, context=context + new_tokens // 2),
+        roofline.decode_roofline_tok_s(
+            cfg, peaks, batch=batch, context=context + new_tokens // 2, weight_bytes=weight_bytes
+        ),
         torch.cuda.max_memory_allocated() / 2**30,
         len(t.errors),
         cfg.num_hidden_layers == 64,
@@ -207,11 +226,19 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     log("offline: measuring copy bandwidth and matmul rate")
     peaks = roofline.measure_peaks(device)
     model = random_model(cfg, device, "offline")
+    weight_bytes = None
+    if args.quantization == "fp8":
+        from sparkinfer.model.weights import quantize_model_fp8
+
+        log("offline: quantizing the projections to FP8 (128x128 blocks)")
+        quantize_model_fp8(model)
+        torch.cuda.empty_cache()
+        weight_bytes = matmul_weight_bytes(model)
     weights_gib = torch.cuda.memory_allocated() / 2**30
     sched = _scheduler_config(args)
     log("offline: starting the engine (caches, CUDA graphs)")
     with started_engine(model, sched, device) as engine:
-        decode, prefill = _measure(engine, cfg.text, peaks, args)
+        decode, prefill = _measure(engine, cfg.text, peaks, args, weight_bytes)
         join = [_measure_join(engine, args)] if args.join_under_load else []
     reuse = _measure_prefix_reuse(model, device, args) if args.prefix_reuse else []
     del engine, model
@@ -228,7 +255,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     }
     tables = offline_report.tables(peaks, decode, prefill, peer)
     gates = offline_report.gates(decode, prefill, args.gate_goals)
-    context = _context(cfg.text, weights_gib, sched)
+    context = _context(cfg.text, weights_gib, sched, args.quantization)
     if join:
         tables.append(join_load.table(join))
     if reuse:
@@ -314,9 +341,14 @@ def _prefix_scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
 
 
 def _measure(
-    engine, cfg: TextConfig, peaks: roofline.Peaks, args: argparse.Namespace
+    engine,
+    cfg: TextConfig,
+    peaks: roofline.Peaks,
+    args: argparse.Namespace,
+    weight_bytes: int | None = None,
 ) -> tuple[list[DecodeRow], list[PrefillRow]]:
-    """A warm-up, then decode at each concurrency and prefill at each prompt length."""
+    """A warm-up, then decode at each concurrency and prefill at each prompt length
+    (weight_bytes: the stored matmul weights' bytes for the decode roofline; None: bf16)."""
     run_requests(engine, random_prompts(2, WARMUP_PROMPT, 1), _WARMUP_TOKENS, "warmup")
     decode = []
     for b in args.concurrency:
@@ -330,6 +362,7 @@ def _measure(
                 context=args.context,
                 new_tokens=args.new_tokens,
                 seed=b,
+                weight_bytes=weight_bytes,
             )
         )
     prefill = []
@@ -342,12 +375,15 @@ def _measure(
     return decode, prefill
 
 
-def _context(t: TextConfig, weights_gib: float, sched: SchedulerConfig) -> dict[str, str]:
+def _context(
+    t: TextConfig, weights_gib: float, sched: SchedulerConfig, quantization: str = "none"
+) -> dict[str, str]:
     """The report header's model and scheduler lines."""
+    weights = "bf16" if quantization == "none" else "FP8 projections (128x128 blocks), bf16 rest"
     return {
         "model": f"Qwen3.8-27B text shapes, {t.num_hidden_layers} layers "
         f"({len(t.full_attention_layers)} full attention), hidden {t.hidden_size}, "
-        f"vocab {t.vocab_size}, bf16, random weights ({weights_gib:.1f} GiB)",
+        f"vocab {t.vocab_size}, {weights}, random weights ({weights_gib:.1f} GiB)",
         "scheduler": str(sched),
     }
 

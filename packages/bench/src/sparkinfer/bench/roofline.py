@@ -66,9 +66,16 @@ def state_bytes_per_seq(cfg: TextConfig, dtype_bytes: int = 2) -> int:
     return len(cfg.linear_attention_layers) * (rec + conv)
 
 
-def decode_bytes_per_step(cfg: TextConfig, *, batch: int, context: int) -> int:
-    """HBM traffic of one decode step of `batch` sequences at `context` tokens each (bf16)."""
-    weights = 2 * matmul_params(cfg) + batch * 2 * cfg.hidden_size
+def decode_bytes_per_step(
+    cfg: TextConfig, *, batch: int, context: int, weight_bytes: int | None = None
+) -> int:
+    """HBM traffic of one decode step of `batch` sequences at `context` tokens each.
+
+    weight_bytes: the matmul weights' bytes as stored (FP8 layers: e4m3 plus their scales);
+    None: bf16 weights of the config's shapes.
+    """
+    stored = 2 * matmul_params(cfg) if weight_bytes is None else weight_bytes
+    weights = stored + batch * 2 * cfg.hidden_size
     per_seq = context * kv_bytes_per_token(cfg) + 2 * state_bytes_per_seq(cfg)
     return weights + batch * per_seq
 
@@ -85,9 +92,18 @@ def gdn_flops_per_token(cfg: TextConfig) -> float:
     return float(len(cfg.linear_attention_layers) * 6 * cfg.linear_num_value_heads * k * v)
 
 
-def decode_roofline_tok_s(cfg: TextConfig, peaks: Peaks, *, batch: int, context: int) -> float:
-    """Aggregate decode tok/s: the slower of streaming the bytes and doing the FLOPs."""
-    mem_s = decode_bytes_per_step(cfg, batch=batch, context=context) / peaks.copy_bytes_s
+def decode_roofline_tok_s(
+    cfg: TextConfig,
+    peaks: Peaks,
+    *,
+    batch: int,
+    context: int,
+    weight_bytes: int | None = None,
+) -> float:
+    """Aggregate decode tok/s: the slower of streaming the bytes and doing the FLOPs (FLOPs at
+    the bf16 rate: decode is bound by the bytes either way)."""
+    step_bytes = decode_bytes_per_step(cfg, batch=batch, context=context, weight_bytes=weight_bytes)
+    mem_s = step_bytes / peaks.copy_bytes_s
     flops = batch * (
         2 * matmul_params(cfg) + attention_flops_per_token(cfg, context) + gdn_flops_per_token(cfg)
     )

@@ -386,6 +386,25 @@ def load_text_weights(
             views[key].copy_(value)
 
 
+@torch.no_grad()
+def quantize_model_fp8(model: Qwen3_8ForCausalLM) -> None:
+    """FP8 on load for a model already in memory (random weights, benchmarks): the same layers,
+    blocks and values as `load_model(..., quantization="fp8")` of its checkpoint."""
+    text = model.config.text
+    before = checkpoint_views(model)  # keeps the bf16 storage alive until copied
+    quantize = fp8_weights.use_fp8_layers(
+        model, text, fused_parameters(text), {}, keeps=lambda _: False, on_load=True
+    )
+    device = model.lm_head.weight.device
+    after = checkpoint_views(model)
+    for name, view in after.items():
+        if name in quantize:
+            for key, value in fp8_weights.quantized_on_load(name, before[name], device):
+                after[key].copy_(value)
+        elif name in before and view.data_ptr() != before[name].data_ptr():
+            view.copy_(before[name])  # the bf16 tail rows of an FP8 layer
+
+
 def load_model(
     path_or_id: str | Path,
     *,
