@@ -40,7 +40,7 @@ from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.tokenizer import Tokenizer
-from sparkinfer.model.weights import load_model, read_checkpoint_configs
+from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
 from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
@@ -148,6 +148,8 @@ def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) 
     )
     tokenizer = Tokenizer.embedded()
     model = embedded.build_random_model(device=device, dtype=dtype)
+    if settings.quantization == "fp8":
+        quantize_model_fp8(model)
     return _LoadedModel(
         served=settings.served_model_name or embedded.RANDOM_MODEL_ID,
         config=model.config,
@@ -172,6 +174,7 @@ def _load_checkpoint(
         dtype=dtype,
         num_real_tokens=tokenizer.vocab_size,
         use_mtp=settings.speculative == "mtp",
+        quantization=None if settings.quantization == "none" else settings.quantization,
     )
     return _LoadedModel(
         served=settings.served_model_name or model_id,

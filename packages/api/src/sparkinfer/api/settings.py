@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         description="Shortest uncached prompt part worth a prefix snapshot: such a prompt ends a "
         "prefill step at its last 128-token checkpoint, where its prefix is kept",
     )
+    quantization: Literal["none", "fp8"] = Field(
+        "none",
+        description="fp8: quantize a bf16 checkpoint's decoder projections to FP8 on load "
+        "(e4m3, 128x128 block scales, the modules Qwen's FP8 releases keep in bf16 kept in bf16); "
+        "a Qwen FP8 checkpoint runs in FP8 whatever this says",
+    )
     speculative: Literal["off", "ngram", "mtp"] = Field(
         "off",
         description="Speculative decoding's drafter: ngram (drafts copied from the request's "
