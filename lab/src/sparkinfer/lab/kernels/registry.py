@@ -25,6 +25,12 @@ REGISTRY: dict[str, KernelOp] = {
         "x [T, C], weight [C, W], state pool; fast op beside the torch reference",
         "C=10240 W=4; prefill T=4K/16K/64K (one sequence), decode B=1/32/64",
     ),
+    "fp8_linear": KernelOp(
+        "fp8_linear",
+        "x [M, K] bf16 against each projection's e4m3 weight [N, K] with 128x128 block scales; "
+        "beside cuBLAS's blockwise FP8 GEMM (F.scaled_mm) and the bf16 dispatcher",
+        "decode M=1/8/32/64 (of the FP8 copy roofline), prompt M=4096, the 27B projections",
+    ),
     "gated_delta_rule": KernelOp(
         "gated_delta_rule",
         "q, k [T, 16, 128], v [T, 48, 128], gates, state pool; beside the reference and fla",
