@@ -110,6 +110,7 @@ def matmul_weight_bytes(model: torch.nn.Module) -> int:
         for p in m.parameters()
     )
     head = model.get_submodule("lm_head").weight
+    assert isinstance(head, torch.Tensor)
     return total + head.numel() * head.element_size()
 
 

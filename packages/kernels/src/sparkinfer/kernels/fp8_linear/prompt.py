@@ -8,8 +8,8 @@ scale per column before it is added. Under the CPU interpreter the dot runs on f
 the e4m3 values (its e4m3 dot is not exact there), which is the same product.
 """
 
-# Triton's annotations misread valid kernel code: num_warps/num_stages.
-# pyright: reportCallIssue=false
+# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr arguments.
+# pyright: reportCallIssue=false, reportArgumentType=false
 
 from __future__ import annotations
 
