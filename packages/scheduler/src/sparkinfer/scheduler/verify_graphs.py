@@ -165,12 +165,14 @@ class VerifyGraphs:
                 rows[5, self.graph_row(bucket, j, i)] = self.spec_row(0, i)
 
     def _prepare_padding(self, size: int) -> None:
-        """Padding rows in the buffers before a capture's warm-up forward."""
+        """Padding rows in the buffers before a capture's warm-up forward (on the graph stream,
+        which the warm-up runs on)."""
         self._pad_rows(size)
         num_rows = size * (self.num_drafts + 1)
-        self.state_slots[:num_rows].copy_(self._rows_cpu[5, :num_rows])
-        self.slot_mapping[:num_rows].fill_(-1)
-        self.context_lens[:num_rows].zero_()
+        with torch.cuda.stream(self.stream):
+            self.state_slots[:num_rows].copy_(self._rows_cpu[5, :num_rows])
+            self.slot_mapping[:num_rows].fill_(-1)
+            self.context_lens[:num_rows].zero_()
 
     def _forward_batch(self, size: int) -> ForwardBatch:
         num_rows = size * (self.num_drafts + 1)
