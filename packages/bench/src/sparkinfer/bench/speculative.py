@@ -377,7 +377,7 @@ def _tiny_config() -> Any:
 
 def _prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[int]]:
     """`batch` prompts of `args.context` tokens, each one different from its first token."""
-    vocab = 500 if args.tiny else 248_000
+    vocab = tokenizer.vocab_size if tokenizer is not None else 500 if args.tiny else 248_000
     rng = random.Random(0)
     out: list[list[int]] = []
     for i in range(batch):
