@@ -64,3 +64,37 @@ def test_bad_setting_stops_start_up(
         main([])
     assert info.value.code == 2
     assert "SPARKINFER_MAX_NUM_SEQS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "is_cuda", "expected"),
+    [
+        (
+            ["--block-size", "48"],
+            False,
+            "--block-size: block_size is 48; it must be a power of two",
+        ),
+        (
+            ["--block-size", "8"],
+            True,
+            "--block-size (SPARKINFER_BLOCK_SIZE) on CUDA: block_size is 8",
+        ),
+    ],
+)
+def test_bad_block_size_is_one_clear_line_before_anything_loads(
+    argv: list[str],
+    is_cuda: bool,
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import torch
+    from sparkinfer.api import main as main_module
+
+    device = torch.device("cuda" if is_cuda else "cpu")
+    monkeypatch.setattr(main_module, "_device", lambda settings: device)
+    monkeypatch.setattr(main_module, "build_server", pytest.fail)  # never reached
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and expected in err

@@ -1,9 +1,13 @@
 """Settings: flags over SPARKINFER_* variables over defaults; bad or unknown values stop start."""
 
+import ast
+import dataclasses
 import re
+import typing
 from pathlib import Path
 
 import pytest
+from sparkinfer.api import settings as settings_module
 from sparkinfer.api.settings import (
     ENV_ONLY,
     Settings,
@@ -12,7 +16,9 @@ from sparkinfer.api.settings import (
     env_name,
     load_settings,
     parse_args,
+    scheduler_config,
 )
+from sparkinfer.scheduler.config import HELP, SchedulerConfig
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -64,6 +70,7 @@ def test_readme_table_lists_every_setting() -> None:
         re.M,
     )
     documented = {env: (flag.strip("`"), default) for env, flag, default in rows}
+    assert len(documented) == len(rows), "a variable is listed twice"
     expected = {
         env_name(name): (
             "(environment only)" if name in ENV_ONLY else "--" + name.replace("_", "-"),
@@ -88,7 +95,7 @@ def test_help_lists_every_setting(capsys):
         build_parser().parse_args(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "16% of prefill" in out
+    assert "docs/benchmarks.md" in out
     for name in Settings.model_fields:
         assert env_name(name) in out or name in ENV_ONLY
 
@@ -110,3 +117,75 @@ def test_api_key_comes_from_the_environment_or_a_file_never_a_flag(
     monkeypatch.delenv("SPARKINFER_API_KEY")
     with pytest.raises(SettingsError, match="cannot be read"):
         parse_args(["--api-key-file", str(tmp_path / "missing")])
+
+
+ENGINE_KNOBS = sorted(
+    set(Settings.model_fields) & {f.name for f in dataclasses.fields(SchedulerConfig)}
+)
+OWN_DEFAULT = {
+    "max_model_len"
+}  # unset: the checkpoint's context, which SchedulerConfig cannot know
+
+
+def test_engine_knobs_are_declared_once_in_the_scheduler_config() -> None:
+    """Every setting that is also a SchedulerConfig field takes its default, description, type
+    and rule from there: its declaration in settings.py is `engine_setting(name)`, with no
+    default, description or constraint of its own."""
+    tree = ast.parse(Path(settings_module.__file__).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    declared = {
+        st.target.id: st.value
+        for st in cls.body
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value
+    }
+    hints = typing.get_type_hints(SchedulerConfig)
+    specs = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
+    assert len(ENGINE_KNOBS) >= 15
+    for name in ENGINE_KNOBS:
+        info = Settings.model_fields[name]
+        assert not info.metadata, f"{name}: its rule belongs in SchedulerConfig.__post_init__"
+        if name in OWN_DEFAULT:
+            continue
+        value = declared[name]
+        assert (
+            isinstance(value, ast.Call)
+            and ast.unparse(value.func) == "engine_setting"
+            and [ast.literal_eval(a) for a in value.args] == [name]
+        ), f"{name} declares its own default: use engine_setting({name!r})"
+        assert (
+            info.default == specs[name].default and info.description == specs[name].metadata[HELP]
+        )
+        assert info.annotation == hints[name], name
+
+
+def test_settings_build_the_scheduler_config() -> None:
+    s = load_settings({"block_size": 128, "speculative": "ngram"}, environ={})
+    cfg = scheduler_config(s, max_model_len=4096, eos_token_ids=(2,))
+    assert (cfg.block_size, cfg.speculative, cfg.max_model_len, cfg.eos_token_ids) == (
+        128, "ngram", 4096, (2,),
+    )  # fmt: skip
+    assert scheduler_config(load_settings({"max_model_len": 512}, environ={})).max_model_len == 512
+    defaults = scheduler_config(load_settings(environ={}))
+    assert dataclasses.replace(defaults, max_model_len=SchedulerConfig().max_model_len) == (
+        SchedulerConfig()
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--block-size", "48"], r"--block-size: block_size is 48; it must be a power of two"),
+        (["--num-speculative-tokens", "17"], r"--num-speculative-tokens: .* 1 to 16"),
+        (["--max-model-len", "0"], r"--max-model-len: max_model_len is 0"),
+        (["--gpu-memory-utilization", "1.5"], r"--gpu-memory-utilization: .*in \(0, 1\]"),
+    ],
+)
+def test_engine_rules_stop_start_up_naming_the_flag(flags: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_args(flags)
+
+
+def test_engine_rule_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKINFER_BLOCK_SIZE", "24")
+    with pytest.raises(SettingsError, match="SPARKINFER_BLOCK_SIZE: block_size is 24"):
+        load_settings()

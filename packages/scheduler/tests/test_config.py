@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 from sparkinfer.kernels.gated_delta_rule import chunk
-from sparkinfer.scheduler.config import PREFILL_CHUNK_ALIGNMENT, SchedulerConfig
+from sparkinfer.scheduler.config import HELP, PREFILL_CHUNK_ALIGNMENT, SchedulerConfig
+from sparkinfer.scheduler.errors import InvalidConfig
 
 
 def test_defaults():
@@ -19,11 +20,29 @@ def test_defaults():
         ("gpu_memory_utilization", 1.5, "gpu_memory_utilization is 1.5"),
         ("num_kv_blocks", 0, "num_kv_blocks is 0"),
         ("prefill_graph_tokens", -1, "prefill_graph_tokens is -1"),
+        ("block_size", 48, r"block_size is 48; it must be a power of two \(16, 32, 64"),
+        ("block_size", 0, "block_size is 0"),
+        ("num_speculative_tokens", 17, "num_speculative_tokens is 17; it must be 1 to 16"),
+        ("speculative", "eagle", "speculative is 'eagle'; it must be one of off, ngram, mtp"),
+        ("prefix_cache_min_tokens", 0, "prefix_cache_min_tokens is 0"),
     ],
 )
-def test_invalid_values_raise(field, value, message):
-    with pytest.raises(ValueError, match=message):
+def test_invalid_values_raise_naming_the_field(field, value, message):
+    with pytest.raises(InvalidConfig, match=message) as info:
         SchedulerConfig(**{field: value})
+    assert info.value.setting == field and isinstance(info.value, ValueError)
+
+
+def test_cuda_needs_blocks_of_at_least_16_tokens():
+    SchedulerConfig(block_size=4)  # the CPU references (and the scheduler's tests) take any
+    SchedulerConfig(block_size=16).check_cuda()
+    with pytest.raises(InvalidConfig, match="block_size is 8; it must be a power of two >= 16"):
+        SchedulerConfig(block_size=8).check_cuda()
+
+
+def test_every_field_has_a_description():
+    for f in dataclasses.fields(SchedulerConfig):
+        assert f.metadata[HELP] and "%" not in f.metadata[HELP], f.name
 
 
 def test_frozen():

@@ -34,7 +34,13 @@ from sparkinfer.api.routers import (
     tokenize,
 )
 from sparkinfer.api.serve import build_server
-from sparkinfer.api.settings import Settings, SettingsError, parse_args
+from sparkinfer.api.settings import (
+    Settings,
+    SettingsError,
+    env_name,
+    parse_args,
+    scheduler_config,
+)
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
@@ -44,6 +50,7 @@ from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkp
 from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.errors import InvalidConfig
 
 logger = logging.getLogger("sparkinfer.api")
 
@@ -190,26 +197,24 @@ def _load_checkpoint(
 def _scheduler_config(
     settings: Settings, loaded: _LoadedModel, max_model_len: int
 ) -> SchedulerConfig:
-    """Settings → SchedulerConfig; the generation config's and the tokenizer's EOS ids both stop."""
+    """The engine's config; the generation config's and the tokenizer's EOS ids both stop."""
     eos = (*loaded.gen.eos_token_ids, *loaded.tokenizer.eos_token_ids)
-    return SchedulerConfig(
-        max_num_seqs=settings.max_num_seqs,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_queue_depth=settings.max_queue_depth,
-        block_size=settings.block_size,
-        gpu_memory_utilization=settings.gpu_memory_utilization,
-        enforce_eager=settings.enforce_eager,
-        prefill_graph_tokens=settings.prefill_graph_tokens,
-        overlap_steps=settings.overlap_steps,
-        dependent_launch=settings.dependent_launch,
-        deterministic=settings.deterministic,
-        eos_token_ids=tuple(dict.fromkeys(eos)),
-        prefix_cache_snapshots=settings.prefix_cache_snapshots,
-        prefix_cache_min_tokens=settings.prefix_cache_min_tokens,
-        speculative=settings.speculative,
-        num_speculative_tokens=settings.num_speculative_tokens,
+    return scheduler_config(
+        settings, max_model_len=max_model_len, eos_token_ids=tuple(dict.fromkeys(eos))
     )
+
+
+def _check_device_rules(settings: Settings) -> None:
+    """The engine's rules for the device it will run on, before anything loads."""
+    if _device(settings).type != "cuda":
+        return
+    try:
+        scheduler_config(settings).check_cuda()
+    except InvalidConfig as exc:
+        flag = "--" + exc.setting.replace("_", "-")
+        raise SettingsError(
+            f"invalid setting {flag} ({env_name(exc.setting)}) on CUDA: {exc}"
+        ) from None
 
 
 def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> ServerState:
@@ -271,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """The `sparkinfer-api` command: parse flags and SPARKINFER_* settings, then serve."""
     try:
         settings, _ = parse_args(argv)
+        _check_device_rules(settings)
     except SettingsError as exc:
         print(f"sparkinfer-api: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -1,18 +1,33 @@
-"""Server settings: flags and `SPARKINFER_*` environment variables, read in this module only."""
+"""Server settings: flags and `SPARKINFER_*` environment variables, read in this module only.
+
+The engine's settings are `SchedulerConfig`'s fields: each takes its default and description from
+there (`engine_setting`), and its rule is checked by building the config at load time, so a bad
+value stops start-up naming the flag or variable, never the first forward.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sparkinfer.scheduler.config import HELP, SchedulerConfig, SpeculativeMethod
+from sparkinfer.scheduler.errors import InvalidConfig
 
 ENV_PREFIX = "SPARKINFER_"
 ENV_ONLY = frozenset({"api_key"})  # secrets: no flag, whose value any user could read in ps
+_ENGINE_FIELDS = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
+
+
+def engine_setting(name: str) -> Any:
+    """The pydantic field of engine knob `name`: SchedulerConfig's default and description."""
+    spec = _ENGINE_FIELDS[name]
+    return Field(spec.default, description=spec.metadata[HELP])
 
 
 class SettingsError(ValueError):
@@ -36,38 +51,17 @@ class Settings(BaseSettings):
         None, description="Model id in the API; unset: the value of model"
     )
     max_model_len: int | None = Field(
-        None, ge=1, description="Context length; unset: the checkpoint's maximum"
-    )
-    max_num_seqs: int = Field(64, ge=1, description="Most sequences in one engine step")
-    max_num_batched_tokens: int = Field(
-        2048, ge=1, description="Most tokens in one engine step (prefill chunk budget)"
-    )
-    max_queue_depth: int = Field(
-        0, ge=0, description="Most waiting requests before 429 overloaded (0: unlimited)"
-    )
-    gpu_memory_utilization: float = Field(
-        0.9, gt=0.0, le=1.0, description="Share of device memory for weights and caches"
-    )
-    block_size: int = Field(64, ge=1, description="Tokens per KV-cache block")
-    enforce_eager: bool = Field(False, description="Never capture CUDA graphs")
-    prefill_graph_tokens: int = Field(
-        512,
-        ge=0,
-        description="Largest forward of an engine step's prompt chunks (tokens) "
-        "replayed from a CUDA graph: a short prompt's first token came 3.7x sooner at 16 "
-        "tokens and 2.4x at 256 on an H200, where launching the step took the host longer "
-        "than the device took to run it. 0: such steps launch eagerly",
-    )
-    overlap_steps: bool = Field(
-        True,
-        description="Schedule the next engine step while the device runs this one (samples "
-        "are read a step later; tokens are the same either way)",
-    )
-    dependent_launch: bool = Field(
-        True,
-        description="Launch each Triton kernel while the one before it finishes (programmatic "
-        "dependent launch, Hopper and later; outputs are the same either way)",
-    )
+        None, description="Context window: prompt plus generated tokens; unset: the checkpoint's"
+    )  # the one engine knob whose default is not SchedulerConfig's: it comes from the checkpoint
+    max_num_seqs: int = engine_setting("max_num_seqs")
+    max_num_batched_tokens: int = engine_setting("max_num_batched_tokens")
+    max_queue_depth: int = engine_setting("max_queue_depth")
+    gpu_memory_utilization: float = engine_setting("gpu_memory_utilization")
+    block_size: int = engine_setting("block_size")
+    enforce_eager: bool = engine_setting("enforce_eager")
+    prefill_graph_tokens: int = engine_setting("prefill_graph_tokens")
+    overlap_steps: bool = engine_setting("overlap_steps")
+    dependent_launch: bool = engine_setting("dependent_launch")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype (auto: the checkpoint's)"
     )
@@ -94,47 +88,17 @@ class Settings(BaseSettings):
     body_read_timeout_s: float = Field(
         60.0, gt=0.0, description="Seconds a client may take to send a request body (408)"
     )
-    deterministic: bool = Field(
-        False,
-        description="Batch-invariant numerics: a request's output (greedy, or seeded) does not "
-        "depend on what else is batched with it. Costs speed on CUDA (fixed-tile GEMMs: about "
-        "16% of prefill and 8-29% of decode at 32-64 streams on an H200, docs/benchmarks.md); "
-        "off, output is still identical across runs of the same batch",
-    )
-    prefix_cache_snapshots: int = Field(
-        8,
-        ge=0,
-        description="Prompt prefixes kept for reuse, each with one snapshot of the model's "
-        "recurrent state (147 MiB at 27B, taken from the KV cache's memory); a later prompt "
-        "that starts with one prefills only the rest (32,000 of 32,054 tokens cached: 106-108x "
-        "faster to the first token on an H200). A new prompt pays one more prefill step to its "
-        "checkpoint (+16 ms, 4.7%, at 4K tokens). 0: no prefix cache",
-    )
-    prefix_cache_min_tokens: int = Field(
-        1024,
-        ge=1,
-        description="Shortest uncached prompt part worth a prefix snapshot: such a prompt ends a "
-        "prefill step at its last 128-token checkpoint, where its prefix is kept",
-    )
+    deterministic: bool = engine_setting("deterministic")
+    prefix_cache_snapshots: int = engine_setting("prefix_cache_snapshots")
+    prefix_cache_min_tokens: int = engine_setting("prefix_cache_min_tokens")
     quantization: Literal["none", "fp8"] = Field(
         "none",
         description="fp8: quantize a bf16 checkpoint's decoder projections to FP8 on load "
         "(e4m3, 128x128 block scales, the modules Qwen's FP8 releases keep in bf16 kept in bf16); "
         "a Qwen FP8 checkpoint runs in FP8 whatever this says",
     )
-    speculative: Literal["off", "ngram", "mtp"] = Field(
-        "off",
-        description="Speculative decoding's drafter: ngram (drafts copied from the request's "
-        "own prompt and output: no weights, strong on code, JSON and edits) or mtp (the "
-        "checkpoint's MTP head, loaded from its mtp.* tensors). Greedy and seeded output are "
-        "unchanged (bit for bit with --deterministic); requests with penalties or a grammar "
-        "decode without drafts. Off by default: steps that draft are read at once (no host and "
-        "device overlap) and the gain depends on acceptance: measure it on your GPU first "
-        "(sparkinfer-bench spec)",
-    )
-    num_speculative_tokens: int = Field(
-        3, ge=1, le=16, description="Most drafts a request verifies per engine step"
-    )
+    speculative: SpeculativeMethod = engine_setting("speculative")
+    num_speculative_tokens: int = engine_setting("num_speculative_tokens")
     mrope: bool = Field(
         True,
         description="3-axis (t, h, w) rotary positions for image and video tokens (off: "
@@ -173,8 +137,7 @@ class Settings(BaseSettings):
         4000,
         ge=1,
         description="Most JSON values in one request's tool parameter schemas (in all) or "
-        "response_format schema enforced as a grammar (1000 integer properties compile in "
-        "about 2.4 s on one CPU core)",
+        "response_format schema enforced as a grammar (bounds the grammar's compile time)",
     )
     grammar_compile_timeout_s: float = Field(
         10.0,
@@ -235,11 +198,15 @@ def _check_unknown(environ: Mapping[str, str]) -> None:
         )
 
 
+def _where(field: str, overrides: Mapping[str, object]) -> str:
+    """The flag when the value came from one, else the variable."""
+    return f"--{field.replace('_', '-')}" if field in overrides else env_name(field)
+
+
 def _describe(err: ValidationError, overrides: Mapping[str, object]) -> str:
     first = err.errors()[0]
     field = str(first["loc"][0]) if first["loc"] else "?"
-    where = f"--{field.replace('_', '-')}" if field in overrides else env_name(field)
-    return f"invalid setting {where}={first.get('input')!r}: {first['msg']}"
+    return f"invalid setting {_where(field, overrides)}={first.get('input')!r}: {first['msg']}"
 
 
 def load_settings(
@@ -255,7 +222,28 @@ def load_settings(
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as err:
         raise SettingsError(_describe(err, overrides)) from None
+    try:
+        scheduler_config(settings)  # the engine's rules, checked before anything loads
+    except InvalidConfig as err:
+        raise SettingsError(f"invalid setting {_where(err.setting, overrides)}: {err}") from None
     return _with_key_file(settings)
+
+
+def scheduler_config(
+    settings: Settings, *, max_model_len: int | None = None, eos_token_ids: tuple[int, ...] = ()
+) -> SchedulerConfig:
+    """Settings -> SchedulerConfig: every engine knob the settings share with it, plus what
+    start-up reads from the checkpoint (`max_model_len` beats the setting; without either, the
+    config's default stands in while only the rules are checked)."""
+    knobs = {
+        name: getattr(settings, name) for name in _ENGINE_FIELDS if name in Settings.model_fields
+    }
+    if max_model_len is not None:
+        knobs["max_model_len"] = max_model_len
+    elif settings.max_model_len is None:
+        del knobs["max_model_len"]
+    knobs["eos_token_ids"] = eos_token_ids
+    return dataclasses.replace(SchedulerConfig(), **knobs)
 
 
 def _with_key_file(settings: Settings) -> Settings:

@@ -1,9 +1,16 @@
-"""Engine settings: one frozen, validated dataclass (no torch here)."""
+"""Engine settings: one frozen, validated dataclass (no torch here).
+
+Each field's default and its rule live here only; the server's settings take both, and each
+field's `help`, from these fields (`sparkinfer.api.settings`).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from sparkinfer.scheduler.errors import InvalidConfig
 
 # The output block of the GDN prefill kernels (two 64-token chunks share one stored state): with
 # `deterministic`, prompt chunks are cut only at multiples of it, so where the budget cuts a
@@ -12,129 +19,204 @@ PREFILL_CHUNK_ALIGNMENT = 128
 # Decode batch sizes that get a CUDA graph: small sizes dense, larger ones every 16 then 32 rows.
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # Prompt-chunk forwards that get a CUDA graph: token counts from the first doubling up to the
-# second, then every third up to `prefill_graph_tokens`. Past about 180 rows the 27B model's
-# GEMMs are compute-bound on an H200, so padding a step to the next bucket costs device time:
-# steps of 64 keep it under 64 rows.
+# second, then every third up to `prefill_graph_tokens`. Once the model's GEMMs are
+# compute-bound, padding a step to the next bucket costs device time: steps of 64 keep the
+# padding under 64 rows.
 _PREFILL_GRAPH_MIN_TOKENS, _PREFILL_GRAPH_DOUBLING_UNTIL, _PREFILL_GRAPH_STEP = 16, 128, 64
-SPECULATIVE_METHODS = ("off", "ngram", "mtp")
+SpeculativeMethod = Literal["off", "ngram", "mtp"]
+SPECULATIVE_METHODS: tuple[SpeculativeMethod, ...] = get_args(SpeculativeMethod)
+MAX_SPECULATIVE_TOKENS = 16
+# The paged-attention kernels tile a KV block in powers of two, from 16 rows (CUDA; the CPU
+# references take any power of two, which the scheduler's tests use for small pages).
+CUDA_MIN_BLOCK_SIZE = 16
+HELP = "help"  # the metadata key of each field's description
+_BLOCK_SIZES = (
+    f"a power of two (16, 32, 64, 128, ...; the CUDA kernels need >= {CUDA_MIN_BLOCK_SIZE}): "
+    "the paged-attention kernels tile a block in powers of two"
+)
+_SIZES = ">= 1, or unset to size it from memory"
+_METHODS = f"one of {', '.join(SPECULATIVE_METHODS)}"
+_DRAFTS = f"1 to {MAX_SPECULATIVE_TOKENS} drafts"
+
+
+def _help(text: str) -> dict[str, str]:
+    """A field's metadata: the description the server's flags and README show."""
+    return {HELP: text}
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """How the engine batches, caches and runs.
+    """How the engine batches, caches and runs; each field's description is its `help`."""
 
-    max_num_seqs: most sequences in one step (also bounded by the state slots that fit).
-    max_model_len: context window: prompt + generated tokens.
-    max_num_batched_tokens: token budget of one step (decodes first, then prefill chunks).
-    max_queue_depth: most waiting requests before `add_request` raises QueueFull (0: unlimited).
-    block_size: tokens per KV page.
-    gpu_memory_utilization: fraction of the GPU's memory the process may use (weights included).
-    num_kv_blocks / num_state_slots: explicit cache sizes; None sizes them from memory on CUDA
-        and from `cpu_cache_bytes` on CPU.
-    cpu_cache_bytes: cache budget on CPU when the sizes are not given.
-    enforce_eager: never capture CUDA graphs.
-    prefill_graph_tokens: largest forward of a step's prompt chunks (tokens) replayed from a
-        CUDA graph instead of launched eagerly (`prefill_graphs`); the host needs longer to launch
-        a forward than the device needs to run a few hundred tokens. 0 captures none.
-    overlap_steps: queue each step before reading the previous step's samples, so the host
-        schedules step N+1 while the device runs step N (a decode row takes its input token from
-        the device; penalties count it there); a step with a logits processor is read at once.
-        Tokens, and greedy outputs, are the same either way; outputs reach callbacks one step
-        later, and a request that stops on a sampled token has run one extra row.
-    dependent_launch: launch the Triton kernels of a step as programmatic dependents (Hopper and
-        later; `kernels.dependent_launch`), so each one's launch overlaps the tail of the kernel
-        before it. Outputs are the same either way.
-    deterministic: batch-invariant numerics: decode and prefill rows run as separate forwards
-        with fixed-shape matmuls (fixed-tile Triton GEMMs on CUDA, row-blocked on CPU), and a
-        prompt chunk that leaves prompt behind ends on a multiple of `chunk_alignment`.
-    eos_token_ids: the model's end-of-sequence ids (from its generation defaults).
-    seed: seed of the sampler's shared generator (unseeded requests).
-    prefix_cache_snapshots: GDN state snapshots kept for prefix reuse (`prefix_cache`); 0 turns
-        the prefix cache off. Each is one sequence's conv and recurrent state (147 MiB at 27B),
-        taken from the cache memory like a state slot.
-    prefix_cache_min_tokens: fewest new tokens worth a snapshot: a prompt's prefill ends a chunk
-        at a checkpoint (`prefix_cache`) only this far or more past the cached part before it.
-    speculative: speculative decoding's drafter (`spec_decode`): "off", "ngram" (prompt lookup:
-        drafts copied from the request's own tokens) or "mtp" (the checkpoint's MTP head).
-    num_speculative_tokens: most drafts verified per request and step.
-    speculative_max_seqs: most requests verified in one step; each needs
-        num_speculative_tokens state rows for its roll-back points (147 MiB each at 27B).
-    speculative_adaptive: stop drafting for a request whose drafts are rarely accepted, and in
-        steps where the measured step times say verifying costs more than it brings
-        (`spec_policy`); off: every eligible request drafts every step (tests, benchmarks).
-    """
-
-    max_num_seqs: int = 64
-    max_model_len: int = 32768
-    max_num_batched_tokens: int = 2048
-    max_queue_depth: int = 0
-    block_size: int = 64
-    gpu_memory_utilization: float = 0.90
-    num_kv_blocks: int | None = None
-    num_state_slots: int | None = None
-    cpu_cache_bytes: int = 1 << 30
-    enforce_eager: bool = False
-    prefill_graph_tokens: int = 512
-    overlap_steps: bool = True
-    dependent_launch: bool = True
-    deterministic: bool = False
-    eos_token_ids: tuple[int, ...] = ()
-    seed: int = 0
-    prefix_cache_snapshots: int = 0
-    prefix_cache_min_tokens: int = 1024
-    speculative: str = "off"
-    num_speculative_tokens: int = 3
-    speculative_max_seqs: int = 8
-    speculative_adaptive: bool = True
+    max_num_seqs: int = field(
+        default=64,
+        metadata=_help(
+            "Most sequences in one engine step (also bounded by the state slots that fit)"
+        ),
+    )
+    max_model_len: int = field(
+        default=32768, metadata=_help("Context window: prompt plus generated tokens")
+    )
+    max_num_batched_tokens: int = field(
+        default=2048,
+        metadata=_help("Most tokens in one engine step: decode rows first, then prompt chunks"),
+    )
+    max_queue_depth: int = field(
+        default=0,
+        metadata=_help(
+            "Most waiting requests before new ones are refused as overloaded (0: unlimited)"
+        ),
+    )
+    block_size: int = field(
+        default=64,
+        metadata=_help(
+            "Tokens per KV-cache block: a power of two, at least 16 on CUDA (the paged-attention "
+            "kernels tile a block in powers of two)"
+        ),
+    )
+    gpu_memory_utilization: float = field(
+        default=0.90,
+        metadata=_help(
+            "Share of the GPU's memory the process may use for weights and caches, in (0, 1]"
+        ),
+    )
+    num_kv_blocks: int | None = field(
+        default=None,
+        metadata=_help(
+            "KV blocks to allocate; unset: sized from memory (cpu_cache_bytes on the CPU)"
+        ),
+    )
+    num_state_slots: int | None = field(
+        default=None,
+        metadata=_help(
+            "Recurrent-state rows to allocate; unset: sized from memory like num_kv_blocks"
+        ),
+    )
+    cpu_cache_bytes: int = field(
+        default=1 << 30, metadata=_help("Cache budget on the CPU when sizes are unset")
+    )
+    enforce_eager: bool = field(default=False, metadata=_help("Never capture CUDA graphs"))
+    prefill_graph_tokens: int = field(
+        default=512,
+        metadata=_help(
+            "Largest forward of an engine step's prompt chunks (tokens) replayed from a CUDA graph "
+            "instead of launched eagerly: launching a short forward takes the host longer than the "
+            "device takes to run it. 0: such steps launch eagerly"
+        ),
+    )
+    overlap_steps: bool = field(
+        default=True,
+        metadata=_help(
+            "Schedule the next engine step while the device runs this one: samples are read a step "
+            "later and a request that stops has run one extra row; tokens are the same either way "
+            "(a step with a logits processor is read at once)"
+        ),
+    )
+    dependent_launch: bool = field(
+        default=True,
+        metadata=_help(
+            "Launch each Triton kernel while the one before it finishes (programmatic dependent "
+            "launch, Hopper and later), so launches overlap the kernels' tails; outputs are the "
+            "same either way"
+        ),
+    )
+    deterministic: bool = field(
+        default=False,
+        metadata=_help(
+            "Batch-invariant numerics: a request's output (greedy, or seeded) does not depend on "
+            "what else is batched with it (fixed-tile GEMMs per phase, prompt chunks cut on whole "
+            "GDN blocks). Costs speed on CUDA (docs/benchmarks.md); off, output is still identical "
+            "across runs of the same batch"
+        ),
+    )
+    eos_token_ids: tuple[int, ...] = field(
+        default=(), metadata=_help("The model's end-of-sequence ids")
+    )
+    seed: int = field(
+        default=0, metadata=_help("Seed of the sampler's shared generator (unseeded requests)")
+    )
+    prefix_cache_snapshots: int = field(
+        default=8,
+        metadata=_help(
+            "Prompt prefixes kept for reuse, each with one snapshot of the model's recurrent "
+            "state (taken from the KV cache's memory, like a state slot); a later prompt that "
+            "starts with one prefills only the rest, and a new prompt pays one more prefill step "
+            "to its checkpoint (docs/benchmarks.md). 0: no prefix cache"
+        ),
+    )
+    prefix_cache_min_tokens: int = field(
+        default=1024,
+        metadata=_help(
+            "Shortest uncached prompt part worth a prefix snapshot: such a prompt ends a prefill "
+            "step at its last checkpoint (a multiple of 128 tokens and of block_size), where its "
+            "prefix is kept"
+        ),
+    )
+    speculative: SpeculativeMethod = field(
+        default="off",
+        metadata=_help(
+            "Speculative decoding's drafter: ngram (drafts copied from the request's own prompt "
+            "and output: no weights, strong on code, JSON and edits) or mtp (the checkpoint's MTP "
+            "head, loaded from its mtp.* tensors). Greedy and seeded output are unchanged (bit for "
+            "bit with deterministic); requests with penalties or a grammar decode without drafts. "
+            "Off by default: steps that draft are read at once (no host and device overlap) and "
+            "the gain depends on acceptance: measure it on your GPU first (sparkinfer-bench spec)"
+        ),
+    )
+    num_speculative_tokens: int = field(
+        default=3,
+        metadata=_help(
+            f"Most drafts a request verifies per engine step (1 to {MAX_SPECULATIVE_TOKENS})"
+        ),
+    )
+    speculative_max_seqs: int = field(
+        default=8,
+        metadata=_help(
+            "Most requests verified in one step; each needs num_speculative_tokens state rows for "
+            "its roll-back points"
+        ),
+    )
+    speculative_adaptive: bool = field(
+        default=True,
+        metadata=_help(
+            "Stop drafting for a request whose drafts are rarely accepted, and in steps where the "
+            "measured step times say verifying costs more than it brings; off: every eligible "
+            "request drafts every step (tests, benchmarks)"
+        ),
+    )
 
     def __post_init__(self) -> None:
-        positive = {
-            "max_num_seqs": self.max_num_seqs,
-            "max_model_len": self.max_model_len,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "block_size": self.block_size,
-            "cpu_cache_bytes": self.cpu_cache_bytes,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise ValueError(f"{name} is {value}; it must be >= 1")
-        if self.prefix_cache_snapshots < 0 or self.prefix_cache_min_tokens < 1:
-            raise ValueError(
-                f"prefix_cache_snapshots is {self.prefix_cache_snapshots} and "
-                f"prefix_cache_min_tokens {self.prefix_cache_min_tokens}; expected >= 0 "
-                "snapshots (0 turns the prefix cache off) and >= 1 token"
-            )
-        if self.prefill_graph_tokens < 0:
-            raise ValueError(
-                f"prefill_graph_tokens is {self.prefill_graph_tokens}; it must be >= 0 (0 "
-                "captures no prefill graphs)"
-            )
-        if self.max_queue_depth < 0:
-            raise ValueError(
-                f"max_queue_depth is {self.max_queue_depth}; it must be >= 0 (0 means unlimited)"
-            )
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"gpu_memory_utilization is {self.gpu_memory_utilization}; it must be in (0, 1]"
-            )
-        for name, value in (
-            ("num_kv_blocks", self.num_kv_blocks),
-            ("num_state_slots", self.num_state_slots),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} is {value}; it must be >= 1 or None (size from memory)")
-        if self.speculative not in SPECULATIVE_METHODS:
-            raise ValueError(
-                f"speculative is {self.speculative!r}; expected one of {SPECULATIVE_METHODS}"
-            )
-        if not 1 <= self.num_speculative_tokens <= 16 or self.speculative_max_seqs < 1:
-            raise ValueError(
-                f"num_speculative_tokens is {self.num_speculative_tokens} and "
-                f"speculative_max_seqs {self.speculative_max_seqs}; expected 1..16 drafts and "
-                ">= 1 request"
-            )
-        if any(t < 0 for t in self.eos_token_ids):
-            raise ValueError(f"eos_token_ids is {self.eos_token_ids}; ids must be >= 0")
+        block, drafts = self.block_size, self.num_speculative_tokens
+        rules = (
+            ("max_num_seqs", self.max_num_seqs >= 1, ">= 1"),
+            ("max_model_len", self.max_model_len >= 1, ">= 1"),
+            ("max_num_batched_tokens", self.max_num_batched_tokens >= 1, ">= 1"),
+            ("max_queue_depth", self.max_queue_depth >= 0, ">= 0 (0: unlimited)"),
+            ("block_size", block >= 1 and block & (block - 1) == 0, _BLOCK_SIZES),
+            ("gpu_memory_utilization", 0.0 < self.gpu_memory_utilization <= 1.0, "in (0, 1]"),
+            ("num_kv_blocks", _is_size(self.num_kv_blocks), _SIZES),
+            ("num_state_slots", _is_size(self.num_state_slots), _SIZES),
+            ("cpu_cache_bytes", self.cpu_cache_bytes >= 1, ">= 1"),
+            ("prefill_graph_tokens", self.prefill_graph_tokens >= 0, ">= 0 (0: no graphs)"),
+            ("prefix_cache_snapshots", self.prefix_cache_snapshots >= 0, ">= 0 (0: no cache)"),
+            ("prefix_cache_min_tokens", self.prefix_cache_min_tokens >= 1, ">= 1"),
+            ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
+            ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
+            ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),
+            ("eos_token_ids", all(t >= 0 for t in self.eos_token_ids), "ids >= 0"),
+        )
+        for name, is_valid, allowed in rules:
+            _check(self, name, is_valid, allowed)
+
+    def check_cuda(self) -> None:
+        """Raise InvalidConfig where the CUDA kernels need more than the CPU path does."""
+        _check(
+            self,
+            "block_size",
+            self.block_size >= CUDA_MIN_BLOCK_SIZE,
+            f"a power of two >= {CUDA_MIN_BLOCK_SIZE} on CUDA (the paged-attention kernels' "
+            "smallest tile)",
+        )
 
     @property
     def chunk_alignment(self) -> int:
@@ -188,3 +270,13 @@ class SchedulerConfig:
             sizes.append(nxt)
             nxt += 32
         return (*sizes, max_batch)
+
+
+def _is_size(value: int | None) -> bool:
+    return value is None or value >= 1
+
+
+def _check(config: SchedulerConfig, name: str, is_valid: bool, allowed: str) -> None:
+    if not is_valid:
+        value = getattr(config, name)
+        raise InvalidConfig(name, f"{name} is {value!r}; it must be {allowed}")

@@ -33,3 +33,11 @@ class CacheAllocationError(RuntimeError):
 
 class GraphCaptureError(RuntimeError):
     """The decode forward could not be captured as a CUDA graph."""
+
+
+class InvalidConfig(ValueError):
+    """A `SchedulerConfig` field has a value its rule refuses; `setting` names the field."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting

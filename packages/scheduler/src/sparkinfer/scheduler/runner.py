@@ -116,6 +116,8 @@ class Runner:
         self.config = config
         self.device = torch.device(device) if device else next(model.parameters()).device
         self._is_cuda = self.device.type == "cuda"
+        if self._is_cuda:
+            config.check_cuda()
         self._stream = torch.cuda.Stream(self.device) if self._is_cuda else None
         set_dependent_launch(config.dependent_launch)
         spec: CacheSpec = model.cache_spec()
