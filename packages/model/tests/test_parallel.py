@@ -1,0 +1,98 @@
+"""Tensor parallel on CPU: two gloo processes give the whole model's logits (plan, layers,
+sharded loading), on the embedded checkpoint and on a random one with one replicated KV head."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from sparkinfer.model import embedded
+from sparkinfer.model.config import load_model_config
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.errors import ConfigError
+from sparkinfer.model.parallel.plan import ShardPlan
+from sparkinfer.model.weights import checkpoint_views, load_model
+
+RANK_SCRIPT = Path(__file__).with_name("tensor_parallel_rank.py")
+sys.path.insert(0, str(RANK_SCRIPT.parent))
+from tensor_parallel_rank import run_steps  # noqa: E402
+
+ATOL = 1e-4  # fp32: the split sums differ from the whole GEMMs in rounding only
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(ckpt: Path, out: Path, world: int = 2) -> list[torch.Tensor]:
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(RANK_SCRIPT), str(r), str(world), port, str(ckpt), str(out)]
+        )
+        for r in range(world)
+    ]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0] * world
+    return torch.load(out)
+
+
+def random_checkpoint(dst: Path) -> Path:
+    """The embedded config with one KV head (replicated at size 2), an odd vocabulary (a padded
+    last shard) and an untied head, filled with seeded noise."""
+    src = embedded.embedded_checkpoint_dir()
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    cfg["text_config"].update(num_key_value_heads=1, vocab_size=8191, tie_word_embeddings=False)
+    cfg.pop("vision_config", None)
+    dst.mkdir()
+    (dst / "config.json").write_text(json.dumps(cfg))
+    shutil.copy(src / "generation_config.json", dst / "generation_config.json")
+    model = Qwen3_8ForCausalLM(load_model_config(dst), device="cpu", dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    tensors = {
+        name: (torch.randn(view.shape, generator=gen) * 0.05).to(torch.bfloat16)
+        for name, view in checkpoint_views(model).items()
+    }
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+@pytest.mark.parametrize("which", ["embedded", "random"])
+def test_two_ranks_give_the_whole_models_logits(which: str, tmp_path: Path) -> None:
+    ckpt = (
+        embedded.embedded_checkpoint_dir()
+        if which == "embedded"
+        else random_checkpoint(tmp_path / "ckpt")
+    )
+    whole = load_model(ckpt, device="cpu", dtype=torch.float32, progress=False)
+    expected = run_steps(whole)
+    got = run_ranks(ckpt, tmp_path / "logits.pt")
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=ATOL, rtol=0)
+        assert torch.equal(g.argmax(-1), e.argmax(-1))
+
+
+def test_plan_replicates_kv_heads_when_the_size_is_their_multiple() -> None:
+    text = load_model_config(embedded.embedded_checkpoint_dir()).text  # 4 q, 2 kv heads
+    plans = [ShardPlan(text, r, 4) for r in range(4)]
+    assert [list(p.q_heads) for p in plans] == [[0], [1], [2], [3]]
+    assert [list(p.kv_heads) for p in plans] == [[0], [0], [1], [1]]
+    assert [list(p.k_heads) for p in plans] == [[0], [1], [2], [3]]
+    assert [list(p.v_heads) for p in plans] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_plan_names_the_field_a_size_cannot_split() -> None:
+    text = load_model_config(embedded.embedded_checkpoint_dir()).text
+    with pytest.raises(ConfigError, match="num_attention_heads is 4; tensor_parallel_size 3"):
+        ShardPlan(text, 0, 3)
