@@ -45,6 +45,7 @@ from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.hub import fetch_checkpoint
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
 from sparkinfer.multimodal import MediaLimits
@@ -171,7 +172,7 @@ def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) 
 def _load_checkpoint(
     settings: Settings, source: str, model_id: str, device: torch.device, dtype: torch.dtype
 ) -> _LoadedModel:
-    configs = read_checkpoint_configs(source)
+    configs = read_checkpoint_configs(fetch_checkpoint(source))  # a hub id: weights too
     tokenizer = Tokenizer.from_checkpoint(configs.path)
     chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
     logger.info("loading %s on %s as %s", source, device, dtype)

@@ -188,15 +188,20 @@ def resolve_checkpoint(
         )
     except (HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OSError) as e:
         raise CheckpointNotFound(
-            f"cannot fetch {text!r} from the Hugging Face hub ({type(e).__name__}: {e}); if you "
-            "are offline or the repo is private, download it elsewhere and pass its local "
+            f"cannot fetch {text!r} from the Hugging Face hub ({type(e).__name__}: {e}); fetch "
+            f"it with `python -m sparkinfer.model.hub {text}` where the hub is reachable (a "
+            "private repo also needs HF_TOKEN), or download it elsewhere and pass its local "
             "directory path instead"
         ) from e
     return Path(str(local))
 
 
 def read_checkpoint_configs(path_or_id: str | Path, *, progress: bool = True) -> CheckpointConfigs:
-    """Config and generation defaults of a directory or hub id (fetches only the small files)."""
+    """Config and generation defaults of a directory or hub id (fetches only the small files).
+
+    The returned `path` of a hub id holds no weights: load the model from the id itself, or from
+    `hub.fetch_checkpoint(id)`, which fetches the whole checkpoint.
+    """
     path = resolve_checkpoint(path_or_id, allow_patterns=CONFIG_PATTERNS, progress=progress)
     model = load_model_config(path)
     return CheckpointConfigs(path, model, load_generation_defaults(path, config=model))
