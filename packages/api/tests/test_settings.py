@@ -18,6 +18,7 @@ from sparkinfer.api.settings import (
     parse_args,
     scheduler_config,
 )
+from sparkinfer.kernels.linear.shape_table import ShapeTable
 from sparkinfer.scheduler.config import HELP, SchedulerConfig
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -138,7 +139,7 @@ def test_engine_knobs_are_declared_once_in_the_scheduler_config() -> None:
         for st in cls.body
         if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value
     }
-    hints = typing.get_type_hints(SchedulerConfig)
+    hints = typing.get_type_hints(SchedulerConfig, localns={"ShapeTable": ShapeTable})
     specs = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
     assert len(ENGINE_KNOBS) >= 15
     for name in ENGINE_KNOBS:

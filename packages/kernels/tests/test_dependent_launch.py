@@ -1,11 +1,15 @@
-"""Programmatic dependent launch: off on the CPU and under the interpreter, switchable, and a
-kernel that waits first still computes the same result when launched without it."""
+"""Programmatic dependent launch: off on the CPU and under the interpreter, switched by the
+current `KernelTuning`, and a kernel that waits first still computes the same result when launched
+without it."""
 
 import pytest
 import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels import dependent_launch as dl
+from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
+
+OFF = KernelTuning(use_dependent_launch=False)
 
 
 @triton.jit
@@ -15,15 +19,9 @@ def _add_one_kernel(p_x, N, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
     tl.store(p_x + o, tl.load(p_x + o, mask=o < N) + 1, mask=o < N)
 
 
-@pytest.fixture(autouse=True)
-def _restore_default():
-    yield
-    dl.set_dependent_launch(True)
-
-
-def test_off_for_cpu_tensors_whatever_the_switch():
-    dl.set_dependent_launch(True)
-    assert not dl.dependent_launch(torch.zeros(1))
+def test_off_for_cpu_tensors_whatever_the_tuning():
+    with kernel_tuning(KernelTuning(use_dependent_launch=True)):
+        assert not dl.dependent_launch(torch.zeros(1))
 
 
 @pytest.mark.any_device
@@ -36,13 +34,12 @@ def test_kernel_that_waits_first_runs_without_dependent_launch():
 
 
 @pytest.mark.gpu
-def test_switch_turns_it_off_on_gpu():
+def test_tuning_turns_it_off_on_gpu():
     x = torch.zeros(1, device="cuda")
-    dl.set_dependent_launch(False)
-    assert not dl.dependent_launch(x)
-    dl.set_dependent_launch(True)
+    with kernel_tuning(OFF):
+        assert not dl.dependent_launch(x)
     hopper = torch.cuda.get_device_capability()[0] >= 9
-    assert dl.dependent_launch(x) == hopper
+    assert dl.dependent_launch(x) == hopper  # the default, outside any kernel_tuning
 
 
 @pytest.mark.gpu
@@ -54,7 +51,6 @@ def test_early_state_reads_give_the_waiting_bits_in_a_decode_graph():
     from sparkinfer.kernels.gated_delta_rule import fused_recurrent_gated_delta_rule
     from sparkinfer.kernels.linear import linear
 
-    dl.set_dependent_launch(True)
     gen = torch.Generator(device="cuda").manual_seed(3)
     nh, nhv, dk, hidden, batch = 16, 48, 128, 5120, 4
     conv_dim = 2 * nh * dk + nhv * dk

@@ -13,6 +13,7 @@ from sparkinfer.kernels.linear import (
     linear_swiglu,
     shape_table,
 )
+from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}
@@ -81,7 +82,7 @@ def test_gemv_lookup_takes_the_nearest_measured_width():
     assert shape_table.gemv_lookup(7, 9, torch.bfloat16) is None
 
 
-def test_use_table_swaps_the_dispatchers_table_and_back(tmp_path):
+def test_a_tuning_names_the_dispatchers_table_for_the_launches_inside_it(tmp_path):
     bf16 = torch.bfloat16
     committed = shape_table.gemv_lookup(34816, 5120, bf16)
     assert committed is not None
@@ -92,16 +93,18 @@ def test_use_table_swaps_the_dispatchers_table_and_back(tmp_path):
     ]}  # fmt: skip
     path = tmp_path / "table.json"
     path.write_text(json.dumps(table))
-    try:
-        shape_table.use_table(str(path))
+    other = shape_table.ShapeTable.load(path)
+    with kernel_tuning(KernelTuning(shape_table=other)):
+        assert shape_table.current_table() is other
         assert shape_table.gemv_lookup(34816, 5120, bf16) is None
         assert shape_table.lookup(8, 34816, 5120, bf16) == shape_table.SkinnyGemmConfig(
             BN=16, BK=128, SWAP_AB=True
         )
         assert shape_table.lookup(8, 14336, 5120, bf16) is None  # not in this table: cuBLAS
-    finally:
-        shape_table.use_table(None)
+    assert shape_table.current_table() is shape_table.COMMITTED
     assert shape_table.gemv_lookup(34816, 5120, bf16) == committed
+    assert other.gemv_lookup(34816, 5120, bf16) is None  # the table itself never changed
+    assert "entries" in repr(other) and len(repr(other)) < 200
 
 
 CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -40,6 +40,14 @@ def test_cuda_needs_blocks_of_at_least_16_tokens():
         SchedulerConfig(block_size=8).check_cuda()
 
 
+def test_kernel_tuning_comes_from_the_config():
+    from sparkinfer.kernels.tuning import KernelTuning
+
+    assert SchedulerConfig().kernel_tuning == KernelTuning()
+    off = SchedulerConfig(dependent_launch=False).kernel_tuning
+    assert off == KernelTuning(use_dependent_launch=False) and off.shape_table is None
+
+
 def test_every_field_has_a_description():
     for f in dataclasses.fields(SchedulerConfig):
         assert f.metadata[HELP] and "%" not in f.metadata[HELP], f.name

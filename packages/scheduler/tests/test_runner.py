@@ -250,3 +250,28 @@ def test_overlapped_steps_give_the_tokens_of_steps_read_at_once(tiny_model, refe
     tokens = at_once.tokens
     assert tokens[0] == references[0] and tokens[4] == references[4]
     assert tokens[3] == references[3][: references[3].index(stop) + 1]
+
+
+def test_every_device_step_runs_under_the_configs_kernel_tuning(tiny_model, monkeypatch):
+    """The runner passes the config's `KernelTuning` to the kernels of every forward and device
+    step (not a process-wide switch): the model sees it, and it is gone after the step."""
+    from sparkinfer.kernels.linear.shape_table import ShapeTable
+    from sparkinfer.kernels.tuning import DEFAULT_TUNING, current_tuning
+
+    cfg = config(dependent_launch=False, shape_table=ShapeTable.load(), num_kv_blocks=16)
+    runner = Runner(tiny_model, cfg)
+    assert runner.kernel_tuning == cfg.kernel_tuning and not cfg.kernel_tuning.use_dependent_launch
+    seen = []
+    forward = type(tiny_model).forward
+    monkeypatch.setattr(
+        type(tiny_model),
+        "forward",
+        lambda self, *a, **kw: (seen.append(current_tuning()), forward(self, *a, **kw))[1],
+    )
+    engine = Engine(runner, cfg)
+    try:
+        assert len(engine.generate(PROMPTS[0], GREEDY)) == NUM_NEW
+    finally:
+        engine.shutdown()
+    assert seen and all(t is runner.kernel_tuning for t in seen)
+    assert current_tuning() is DEFAULT_TUNING

@@ -130,7 +130,7 @@ def _wall_clock_timer(warmup: int, iters: int) -> Callable[[Callable[[], None]],
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
-    from sparkinfer.kernels.dependent_launch import set_dependent_launch
+    from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 
     device = require_cuda()
     cfg = full_size_config(args.num_layers)
@@ -139,14 +139,11 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     caches = stack_caches(model, max_seqs, args.context + 1, device)
     timer = _graph_timer if device.type == "cuda" else _wall_clock_timer
     time_ms = timer(args.warmup, args.iters)
-    set_dependent_launch(args.dependent_launch)
-    try:
+    with kernel_tuning(KernelTuning(use_dependent_launch=args.dependent_launch)):
         rows = measure(
             model, caches, batches=args.decode_batches, context=args.context, reps=args.reps,
             time_ms=time_ms, device=device,
         )  # fmt: skip
-    finally:
-        set_dependent_launch(True)
     launch = "dependent launch on" if args.dependent_launch else "dependent launch off"
     return Report(
         "step-costs",

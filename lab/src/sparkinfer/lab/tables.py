@@ -3,14 +3,16 @@
 The kernel tune times each projection alone, where cuBLAS's launch gap and the dependent launch
 of the Triton kernels around it do not show; this mode settles a table change in the engine
 itself. One model (full-size Qwen3.8-27B text shapes, random bf16 weights) is built once; for
-every repetition, each table in turn becomes the dispatcher's, an engine is started on it (its
-CUDA graphs captured with that table's kernels) and decodes at each concurrency as the `offline`
-mode does. Repetitions interleave the tables, so a drift of the GPU's clocks reaches them all.
+every repetition, each table in turn is named in the engine's config (`shape_table`), an engine
+is started on it (its CUDA graphs captured with that table's kernels) and decodes at each
+concurrency as the `offline` mode does. Repetitions interleave the tables, so a drift of the
+GPU's clocks reaches them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import math
 from dataclasses import asdict, dataclass
@@ -50,7 +52,7 @@ def parse_table(text: str) -> tuple[str, str | None]:
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
-    from sparkinfer.kernels.linear import shape_table
+    from sparkinfer.kernels.linear.shape_table import ShapeTable
     from sparkinfer.scheduler.config import SchedulerConfig
 
     tables = [parse_table(t) for t in args.table]
@@ -64,25 +66,23 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         max_model_len=max(args.context + args.new_tokens, offline.WARMUP_PROMPT + 16) + 1,
         max_num_batched_tokens=args.max_batched_tokens,
     )
+    loaded = {name: ShapeTable.load(path) for name, path in tables}
     runs: list[TableRun] = []
-    try:
-        for rep in range(args.reps):
-            for name, path in tables:
-                log(f"tables: repetition {rep + 1} of {args.reps}, table {name}")
-                shape_table.use_table(path)
-                with offline.started_engine(model, sched, device) as engine:
-                    offline.run_requests(
-                        engine, offline.random_prompts(2, offline.WARMUP_PROMPT, 1), 16, "warmup"
-                    )
-                    for b in args.concurrency:
-                        r = offline.measure_decode(
-                            engine, cfg.text, peaks, batch=b, context=args.context,
-                            new_tokens=args.new_tokens, seed=b,
-                        )  # fmt: skip
-                        value = r.stream_tok_s if b == 1 else r.aggregate_tok_s
-                        runs.append(TableRun(name, rep, b, value, r.steady_tok_s, r.errors))
-    finally:
-        shape_table.use_table(None)
+    for rep in range(args.reps):
+        for name, _ in tables:
+            log(f"tables: repetition {rep + 1} of {args.reps}, table {name}")
+            with_table = dataclasses.replace(sched, shape_table=loaded[name])
+            with offline.started_engine(model, with_table, device) as engine:
+                offline.run_requests(
+                    engine, offline.random_prompts(2, offline.WARMUP_PROMPT, 1), 16, "warmup"
+                )
+                for b in args.concurrency:
+                    r = offline.measure_decode(
+                        engine, cfg.text, peaks, batch=b, context=args.context,
+                        new_tokens=args.new_tokens, seed=b,
+                    )  # fmt: skip
+                    value = r.stream_tok_s if b == 1 else r.aggregate_tok_s
+                    runs.append(TableRun(name, rep, b, value, r.steady_tok_s, r.errors))
     del model
     gc.collect()
     torch.cuda.empty_cache()

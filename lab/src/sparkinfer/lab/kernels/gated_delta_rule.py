@@ -188,10 +188,7 @@ def bench_decode_norm(batches: tuple[int, ...], warmup: int, iters: int, device:
     dependent launch on and the states read before the wait on the kernel ahead (`early_state`),
     as in the model's decode graphs; the states are not in L2.
     """
-    from sparkinfer.kernels.dependent_launch import set_dependent_launch
-
-    rows = []
-    set_dependent_launch(True)  # the library's default, left on for the benchmarks after this one
+    rows = []  # dependent launch: on, the kernels' default outside any kernel_tuning
     for batch in batches:
         times = _decode_norm_times(batch, warmup, iters, device)
         state_bytes = 2 * batch * NUM_V_HEADS * HEAD_DIM * HEAD_DIM * 4

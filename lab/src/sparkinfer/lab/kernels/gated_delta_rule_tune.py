@@ -74,9 +74,6 @@ def tune_decode(device: str = "cuda", batches: tuple[int, ...] = DECODE_TUNE_BAT
     of the whole-head program with the norm inside at fewer sequences; over 48 layers' states in
     one CUDA graph with dependent launch on and the early state read the model uses; the
     largest difference from the default's output."""
-    from sparkinfer.kernels.dependent_launch import set_dependent_launch
-
-    set_dependent_launch(True)  # the library's default
     _tune_norm_warps(device)
     _tune_large_tiles(device, batches)
 

@@ -8,6 +8,8 @@ One subpackage per op; import the op from its subpackage (this module imports no
 - `qk_norm_rotary`: `qk_norm_rotary` (q/k head norms, partial rotary and the KV-cache write)
 - `linear`: `linear` (skinny GEMM or cuBLAS per shape), `skinny_gemm`
 - `gated_delta_rule`, `causal_conv1d`: the Gated-DeltaNet mixer's kernels
+- `tuning`: `KernelTuning` (dependent launch, the linear shape table) and `kernel_tuning(...)`,
+  the launch choices a caller passes to the kernels it runs
 
 Each `<op>` has an `<op>_ref` in plain torch (fp32 accumulate) that is its specification.
 """

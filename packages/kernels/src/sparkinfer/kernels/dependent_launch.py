@@ -3,7 +3,8 @@ it in the stream still runs, so its launch and set-up overlap that kernel's tail
 
 Kernels opt in with a ``USE_PDL`` constexpr set from `dependent_launch(t)`, passed again as the
 launch's ``launch_pdl``, and call `wait_for_prior_kernels(USE_PDL)` as their first statement. The
-decode step's kernels do: at one stream its hundreds of launches are mostly short.
+decode step's kernels do: at one stream its hundreds of launches are mostly short. Whether it is
+on comes from the caller's `tuning.KernelTuning` (`use_dependent_launch`), not from process state.
 """
 
 import functools
@@ -12,15 +13,8 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import is_interpreting
+from sparkinfer.kernels.tuning import current_tuning
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-_dependent_launch = {"enabled": True}
-
-
-def set_dependent_launch(enabled: bool) -> None:
-    """Turn programmatic dependent launch on (the default) or off for later launches in this
-    process; a CUDA graph keeps the mode it was captured with."""
-    _dependent_launch["enabled"] = enabled
 
 
 @functools.cache
@@ -30,8 +24,8 @@ def _supports_dependent_launch(device_index: int) -> bool:
 
 def dependent_launch(t: torch.Tensor) -> bool:
     """Whether a kernel on t's device launches as a programmatic dependent: CUDA, compute
-    capability 9.0 or later, not switched off, not under the interpreter."""
-    if not (_dependent_launch["enabled"] and t.is_cuda) or is_interpreting():
+    capability 9.0 or later, on in the current `KernelTuning`, not under the interpreter."""
+    if not (t.is_cuda and current_tuning().use_dependent_launch) or is_interpreting():
         return False
     return _supports_dependent_launch(t.device.index or 0)
 

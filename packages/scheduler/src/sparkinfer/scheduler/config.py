@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
+from sparkinfer.kernels.tuning import KernelTuning
 from sparkinfer.scheduler.errors import InvalidConfig
+
+if TYPE_CHECKING:  # the table's module imports torch, which this module does not
+    from sparkinfer.kernels.linear.shape_table import ShapeTable
 
 # The output block of the GDN prefill kernels (two 64-token chunks share one stored state): with
 # `deterministic`, prompt chunks are cut only at multiples of it, so where the budget cuts a
@@ -118,6 +122,13 @@ class SchedulerConfig:
             "Launch each Triton kernel while the one before it finishes (programmatic dependent "
             "launch, Hopper and later), so launches overlap the kernels' tails; outputs are the "
             "same either way"
+        ),
+    )
+    shape_table: ShapeTable | None = field(
+        default=None,
+        metadata=_help(
+            "The linear layers' measured shape table (`kernels.linear.shape_table.ShapeTable`); "
+            "unset: the committed one. For tools that compare tables in the engine"
         ),
     )
     deterministic: bool = field(
@@ -234,6 +245,13 @@ class SchedulerConfig:
         """Tokens a prefix-cache checkpoint is a multiple of: whole KV blocks, and a cut the
         deterministic mode allows, so a prompt resumed there gets the bits of one cut there."""
         return math.lcm(self.block_size, PREFILL_CHUNK_ALIGNMENT)
+
+    @property
+    def kernel_tuning(self) -> KernelTuning:
+        """The launch choices this config makes for the kernels (the runner passes them on)."""
+        return KernelTuning(
+            use_dependent_launch=self.dependent_launch, shape_table=self.shape_table
+        )
 
     @property
     def is_speculative(self) -> bool:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sparkinfer.kernels.dependent_launch import set_dependent_launch
 from sparkinfer.kernels.linear import batch_invariant
+from sparkinfer.kernels.tuning import kernel_tuning
 from sparkinfer.model.cache_spec import CacheSpec, ModelCaches, allocate_caches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
@@ -119,7 +119,7 @@ class Runner:
         if self._is_cuda:
             config.check_cuda()
         self._stream = torch.cuda.Stream(self.device) if self._is_cuda else None
-        set_dependent_launch(config.dependent_launch)
+        self.kernel_tuning = config.kernel_tuning  # every device step runs under it (on_stream)
         spec: CacheSpec = model.cache_spec()
         self.vocab_size, activation_bytes = self._profile(spec)
         self.plan = plan_cache(
@@ -350,20 +350,27 @@ class Runner:
 
     @contextlib.contextmanager
     def numerics(self, *, is_decode: bool) -> Generator[None, None, None]:
-        """Batch-invariant numerics for one forward when `deterministic` asks for them."""
-        if not self.config.deterministic:
-            yield
-        elif self._is_cuda:
-            with batch_invariant("decode" if is_decode else "prefill"):
+        """The kernel tuning, and batch-invariant numerics when `deterministic` asks for them,
+        for one forward (or graph capture)."""
+        with kernel_tuning(self.kernel_tuning):
+            if not self.config.deterministic:
                 yield
-        else:
-            with BatchInvariantMode():
-                yield
+            elif self._is_cuda:
+                with batch_invariant("decode" if is_decode else "prefill"):
+                    yield
+            else:
+                with BatchInvariantMode():
+                    yield
 
-    def on_stream(self) -> contextlib.AbstractContextManager[object]:
-        if self._stream is None:
-            return contextlib.nullcontext()
-        return torch.cuda.stream(self._stream)
+    @contextlib.contextmanager
+    def on_stream(self) -> Generator[None, None, None]:
+        """The runner's stream and kernel tuning, for every device step (tower, drafts, copies)."""
+        with kernel_tuning(self.kernel_tuning):
+            if self._stream is None:
+                yield
+            else:
+                with torch.cuda.stream(self._stream):
+                    yield
 
     @torch.inference_mode()
     def _profile(self, spec: CacheSpec) -> tuple[int, int]:
