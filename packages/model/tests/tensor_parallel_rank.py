@@ -1,8 +1,8 @@
 """One rank of the tensor-parallel model test, run as its own process (gloo on CPU).
 
-argv: rank, world size, rendezvous port, checkpoint folder, output file. Runs a prompt chunk,
-a second chunk and decode steps through the rank's sharded model; rank 0 saves every step's
-logits to the output file.
+argv: rank, world size, rendezvous port, then checkpoint folders. For each, runs a prompt chunk,
+a second chunk and decode steps through the rank's sharded model (`run_rank`; the test runs
+rank 0 in its own process and keeps its logits).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def run_steps(model) -> list[torch.Tensor]:
     return out
 
 
-def main() -> None:
-    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def run_rank(rank: int, world: int, port: int, ckpts: list[str]) -> list[list[torch.Tensor]]:
+    """Each checkpoint's step logits, from this rank's shard of it."""
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
@@ -54,13 +54,14 @@ def main() -> None:
         world_size=world,
         timeout=timedelta(seconds=60),
     )
-    tp = TensorParallelGroup(rank, world)
-    model = load_sharded_model(sys.argv[4], tp, device="cpu", dtype=torch.float32)
-    logits = run_steps(model)
-    if rank == 0:
-        torch.save(logits, sys.argv[5])
-    dist.destroy_process_group()
+    try:
+        tp = TensorParallelGroup(rank, world)
+        return [
+            run_steps(load_sharded_model(c, tp, device="cpu", dtype=torch.float32)) for c in ckpts
+        ]
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    run_rank(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])

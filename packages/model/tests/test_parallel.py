@@ -22,7 +22,7 @@ from sparkinfer.model.weights import checkpoint_views, load_model
 
 RANK_SCRIPT = Path(__file__).with_name("tensor_parallel_rank.py")
 sys.path.insert(0, str(RANK_SCRIPT.parent))
-from tensor_parallel_rank import run_steps  # noqa: E402
+from tensor_parallel_rank import run_rank, run_steps  # noqa: E402
 
 ATOL = 1e-4  # fp32: the split sums differ from the whole GEMMs in rounding only
 
@@ -33,17 +33,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(ckpt: Path, out: Path, world: int = 2) -> list[torch.Tensor]:
-    port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(RANK_SCRIPT), str(r), str(world), port, str(ckpt), str(out)]
-        )
-        for r in range(world)
-    ]
-    codes = [p.wait(timeout=120) for p in procs]
-    assert codes == [0] * world
-    return torch.load(out)
+def run_two_ranks(ckpts: list[Path]) -> list[list[torch.Tensor]]:
+    """Rank 1 in a child process, rank 0 here: rank 0's logits of each checkpoint."""
+    port, names = free_port(), [str(c) for c in ckpts]
+    rank1 = subprocess.Popen([sys.executable, str(RANK_SCRIPT), "1", "2", str(port), *names])
+    try:
+        logits = run_rank(0, 2, port, names)
+    finally:
+        assert rank1.wait(timeout=120) == 0
+    return logits
 
 
 def random_checkpoint(dst: Path) -> Path:
@@ -67,20 +65,15 @@ def random_checkpoint(dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("which", ["embedded", "random"])
-def test_two_ranks_give_the_whole_models_logits(which: str, tmp_path: Path) -> None:
-    ckpt = (
-        embedded.embedded_checkpoint_dir()
-        if which == "embedded"
-        else random_checkpoint(tmp_path / "ckpt")
-    )
-    whole = load_model(ckpt, device="cpu", dtype=torch.float32, progress=False)
-    expected = run_steps(whole)
-    got = run_ranks(ckpt, tmp_path / "logits.pt")
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, e, atol=ATOL, rtol=0)
-        assert torch.equal(g.argmax(-1), e.argmax(-1))
+def test_two_ranks_give_the_whole_models_logits(tmp_path: Path) -> None:
+    """The embedded checkpoint (2 KV heads split) and a random one (1 KV head replicated)."""
+    ckpts = [embedded.embedded_checkpoint_dir(), random_checkpoint(tmp_path / "ckpt")]
+    for ckpt, got in zip(ckpts, run_two_ranks(ckpts), strict=True):
+        expected = run_steps(load_model(ckpt, device="cpu", dtype=torch.float32, progress=False))
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, atol=ATOL, rtol=0)
+            assert torch.equal(g.argmax(-1), e.argmax(-1))
 
 
 def test_plan_replicates_kv_heads_when_the_size_is_their_multiple() -> None:

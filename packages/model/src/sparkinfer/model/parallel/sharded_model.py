@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from sparkinfer.model.config import ModelConfig
-from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.decoder import DecoderLayer, Qwen3_8ForCausalLM
 from sparkinfer.model.errors import CheckpointError, UnsupportedCheckpoint
 from sparkinfer.model.parallel.group import TensorParallelGroup
 from sparkinfer.model.parallel.layers import (
@@ -50,18 +50,23 @@ def build_sharded_model(
     model.config = dataclasses.replace(config, text=local_text, vision=None)
     dims = {"tp": tp, "ops": model.ops, "device": device, "dtype": dtype}
     hidden = local_text.hidden_size
-    for layer in model.model.layers:
+    for layer in model.model.modules():
+        if not isinstance(layer, DecoderLayer):
+            continue
         if layer.is_linear:
             value_dim = local_text.linear_value_dim
-            layer.linear_attn.out_proj = RowParallelLinear(value_dim, hidden, **dims)
+            layer.linear_attn.register_module(
+                "out_proj", RowParallelLinear(value_dim, hidden, **dims)
+            )
         else:
             q_width = local_text.num_attention_heads * local_text.head_dim
-            layer.self_attn.o_proj = RowParallelLinear(q_width, hidden, **dims)
-        layer.mlp.down_proj = RowParallelLinear(local_text.intermediate_size, hidden, **dims)
-    model.model.embed_tokens = VocabParallelEmbedding(
+            layer.self_attn.register_module("o_proj", RowParallelLinear(q_width, hidden, **dims))
+        down_proj = RowParallelLinear(local_text.intermediate_size, hidden, **dims)
+        layer.mlp.register_module("down_proj", down_proj)
+    embed = VocabParallelEmbedding(
         plan.vocab, plan.vocab_shard_len, hidden, tp=tp, device=device, dtype=dtype
     )
-    model.lm_head = VocabParallelLMHead(
+    head = VocabParallelLMHead(
         config.text.vocab_size,
         plan.vocab_shard_len,
         hidden,
@@ -69,7 +74,10 @@ def build_sharded_model(
         **dims,
     )
     if config.text.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
+        head.weight = embed.weight
+    # The attributes keep their names (and so the checkpoint's), only the modules change.
+    model.model.register_module("embed_tokens", embed)
+    model.register_module("lm_head", head)
     return model
 
 

@@ -64,7 +64,10 @@ def _join_group(source: ModelSource, rank: int, size: int, port: int) -> StepCha
         timeout=timedelta(seconds=source.timeout_s),
         device_id=device if is_cuda else None,
     )
-    control = dist.new_group(backend="gloo") if is_cuda else None
+    if not is_cuda:
+        return StepChannel(device=device)  # gloo carries both the headers and the tensors
+    control = dist.new_group(backend="gloo")
+    assert isinstance(control, dist.ProcessGroup), "every rank is a member of the group"
     return StepChannel(device=device, control_group=control)
 
 

@@ -47,8 +47,9 @@ class MirroredModel:
             raise NotImplementedError("image and video input does not run under tensor parallel")
         meta, packed = encode_forward(input_ids, batch, logits_rows_only=logits_rows_only)
         self.channel.send("forward", meta, packed)
-        self._last_hidden = self.shard(input_ids, batch, logits_rows_only=logits_rows_only)
-        return self._last_hidden
+        hidden = self.shard(input_ids, batch, logits_rows_only=logits_rows_only)
+        self._last_hidden = hidden
+        return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The all-gathered logits; the ranks reuse their own forward output when `hidden` is

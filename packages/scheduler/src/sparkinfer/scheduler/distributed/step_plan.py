@@ -56,14 +56,21 @@ def decode_forward(
     """The inverse of `encode_forward` on a worker: (input_ids, batch over `caches`)."""
     shapes: list[tuple[int, ...]] = meta["shapes"]
     sizes = [int(torch.Size(s).numel()) for s in shapes]
-    parts = packed.split(sizes)
+    parts = torch.split(packed, sizes)
     input_ids = parts[0].reshape(shapes[0])
-    fields = {
-        name: part.reshape(shape).to(dtype)
-        for (name, dtype), part, shape in zip(_FIELDS, parts[1:], shapes[1:], strict=True)
-    }
+    f = [
+        part.reshape(shape).to(dtype)
+        for (_, dtype), part, shape in zip(_FIELDS, parts[1:], shapes[1:], strict=True)
+    ]
     batch = ForwardBatch(
-        **fields,
+        positions=f[0],
+        cu_seqlens=f[1],
+        cached_lens=f[2],
+        context_lens=f[3],
+        block_tables=f[4],
+        slot_mapping=f[5],
+        state_slots=f[6],
+        logits_indices=f[7],
         is_decode=meta["is_decode"],
         caches=caches,
         cu_seqlens_cpu=meta["cu_seqlens_cpu"],
