@@ -3,12 +3,13 @@
 `run(batch)` turns the scheduler's bookkeeping into forwards and samples. A step's decode rows
 and prompt chunks run as two packed forwards: decode rows keep the recurrent kernels, the decode
 attention kernel and their CUDA graphs (in one mixed forward each decode row was a prefill
-sequence of one token, and a 256-token prompt joining 31 decoding streams at 4K context stalled
-them 59 ms instead of 43 on an H200, docs/benchmarks.md). With `deterministic` a row's numerics
-then never depend on what else shares the step: on CUDA each forward's linear layers run the
-kernels' fixed-tile batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the
-graphs are captured with it); on CPU every matmul runs row-blocked at a fixed shape
-(`_batch_invariant`). Without it, each forward takes the fastest kernel per shape.
+sequence of one token, and a prompt joining decoding streams stalled them longer,
+docs/benchmarks.md). With `deterministic` a row's numerics then never depend on what else
+shares the step: on CUDA each forward's linear layers run the kernels' fixed-tile
+batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the graphs are captured
+with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`). Without
+it, each forward takes the fastest kernel per shape. Every forward and device step runs under
+the config's `KernelTuning` (`on_stream`, `numerics`): dependent launch and the shape table.
 
 Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
 outside the batch-invariant mode (its rows depend only on the request's own media); each chunk

@@ -50,7 +50,7 @@ def linear_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     For one row, where `linear` would run the GEMV or a one-slice skinny GEMM (the measured tile,
     or the decode tile of `batch_invariant("decode")`), one launch computes both halves and the
     activation. From two rows the tiles measured best hold twice the weight per pipeline stage
-    when fused and ran 6% slower end to end at 2-8 streams (docs/benchmarks.md), so those rows
+    when fused and ran slower end to end (docs/benchmarks.md), so those rows
     take the two launches; the bits are the same either way.
 
     Args:

@@ -34,17 +34,16 @@ from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 Phase = Literal["decode", "prefill"]
 
 DECODE_BM = 16  # rows of a decode tile for one to 16 rows, and for fp32 at any M
-# Row tiles for 16-bit decode batches: the smallest holding M rows, the last beyond. On the H200
-# at the 27B shapes, tiles of 64 rows ran the decode projections of 64 rows 1.8x as fast as
-# 16-row ones (`sparkinfer.lab.kernels.linear_invariant --decode-tile-rows 32,64`).
+# Row tiles for 16-bit decode batches: the smallest holding M rows, the last beyond. A larger
+# tile reads each weight tile fewer times, so large batches run faster in 64-row tiles
+# (`sparkinfer.lab.kernels.linear_invariant --decode-tile-rows 32,64`; docs/benchmarks.md).
 DECODE_TILE_ROWS = (16, 32, 64)
-# Measured on the H200 at Qwen3.8-27B's prefill shapes (M = 4096), the best over the model's
-# projections of the tiles swept by `sparkinfer.lab.kernels.linear_invariant --sweep`: the
-# descriptor tile on 4 warps took 313 ms for a 4K prompt's projections, the pointer tile on 8
-# (the earlier choice) 329-337 and cuBLAS 277 (docs/benchmarks.md).
+# The fastest over the model's prefill projections of the tiles swept by
+# `sparkinfer.lab.kernels.linear_invariant --sweep` (the descriptor tile on 4 warps; its time
+# against the pointer tile and cuBLAS is in docs/benchmarks.md).
 PREFILL_CONFIG = TiledGemmConfig(num_warps=4, TMA=True)
 PREFILL_CONFIG_FP32 = TiledGemmConfig(BK=32)  # the same pipeline in shared memory
-_TARGET_PROGRAMS = 256  # about two waves over the H200's 132 multiprocessors
+_TARGET_PROGRAMS = 256  # about two waves over a Hopper GPU's multiprocessors
 
 _PHASE: ContextVar[Phase | None] = ContextVar("sparkinfer_linear_phase", default=None)
 

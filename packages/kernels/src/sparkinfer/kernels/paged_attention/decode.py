@@ -15,21 +15,17 @@ so a CUDA graph captures it).
   is chosen from the batch size and the KV-head count (`choose_max_splits`): the power of two
   nearest PROGRAMS_PER_SM * multiprocessors / (num_seqs * HKV), at most the config's 64. A
   context of at least BN * MAX_SPLITS keys then runs about two programs an SM whatever its
-  length: on an H200 (132 SMs) at 4 KV heads, 64 splits for one sequence, 8 for 8, 2 for 32
-  and one for 64. Fewer, longer splits write fewer fp32 partials for the merge to read; half as
+  length. Fewer, longer splits write fewer fp32 partials for the merge to read; half as
   many splits again (one program an SM) ran slower at every batch size tried. A row's output
-  then depends on the batch size (a CUDA graph bucket), through the split plan only. Against
-  the plan of at least four programs an SM in splits of at most 256 keys (32-key pointer tiles
-  from 16 sequences), this streamed a 4K context 1.05x as fast at 8 sequences and 1.16x at 32
-  on the H200, 32K-128K ones 1.05-1.09x (kernel records at 3e02ed6 and c0736e7,
-  docs/benchmarks.md).
+  then depends on the batch size (a CUDA graph bucket), through the split plan only. It
+  streams contexts faster than a plan of at least four programs an SM in splits of at most 256
+  keys (the kernel records, docs/benchmarks.md).
 
 Tile loads: with `DecodeConfig.use_tma` (the CUDA default for the 64-key tiles) a BN-key tile,
 which lies inside one cache block, is one tensor-descriptor box of the caches viewed as
 [blocks * block_size, HKV * D]; V rows past the context are zeroed after the load, as the
 pointer loads' masks do, so a stale NaN in the block's tail never meets p = 0. The outputs are
-the pointer loads' bits. On the H200 descriptors streamed the 64-key tiles faster (one sequence
-at 4K context 16.1 against 18.0 us).
+the pointer loads' bits; descriptors stream the 64-key tiles faster (docs/benchmarks.md).
 """
 
 # Triton's annotations misread valid kernel code: constexpr arguments and branches,
@@ -68,8 +64,8 @@ LOG2E = 1.4426950408889634
 # Split programs per multiprocessor that the default mode's grid aims for over a long context.
 PROGRAMS_PER_SM = 2
 # Partials one merge program loads at once: 64 splits x 64 columns, 16 KiB of fp32 on 4 warps.
-# Against 16 splits x the whole D a load, looped, one sequence's 4K-context attention went from
-# 16.3 to 11.3 us on the H200 (the kernel records at 1dcf345 and 3e02ed6, docs/benchmarks.md).
+# Faster than loading 16 splits x the whole D at a time, looped (the kernel records,
+# docs/benchmarks.md).
 MERGE_TILE_ELEMENTS = 4096
 
 
@@ -222,8 +218,9 @@ def choose_max_splits(num_seqs: int, num_kv_heads: int, num_sms: int, config: De
 
 
 def default_decode_config(q: torch.Tensor, num_kv_heads: int) -> DecodeConfig:
-    """Tiles measured on an H200 on CUDA, small tiles and splits for the CPU interpreter; outside
-    a batch-invariant phase the split plan is chosen for q's batch size (`choose_max_splits`)."""
+    """Tiles measured on CUDA (docs/benchmarks.md), small tiles and splits for the CPU
+    interpreter; outside a batch-invariant phase the split plan is chosen for q's batch size
+    (`choose_max_splits`)."""
     if q.is_cuda:
         config = DecodeConfig(use_tma=True)
     else:

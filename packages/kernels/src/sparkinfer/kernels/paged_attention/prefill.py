@@ -38,25 +38,21 @@ from sparkinfer.kernels.paged_attention.prefill_tma import launch_prefill_tma, t
 LOG2E = 1.4426950408889634
 # KV splits: a grid short of KV_SPLIT_BELOW programs per SM (a few query tiles over a long
 # cached context) has its tiles' keys cut into up to MAX_KV_SPLITS ranges run side by side, as
-# many as bring it to KV_SPLIT_PROGRAMS_PER_SM. On the H200 at 27B shapes over a 32K cached
-# context, 54 new rows (64-row tiles, 16 splits) ran 1.50x and 128 rows (16 splits) 1.16x as
-# fast as 128-row tiles in 8 splits (the paged attention kernel record, docs/benchmarks.md).
-# Packed tiles (at most 64 rows: 4-16 programs) take 32 splits: 16 new rows ran 1.36x and 54
-# rows 1.10x as fast as in 16 splits there.
+# many as bring it to KV_SPLIT_PROGRAMS_PER_SM: a few rows over a long cached context then fill
+# the GPU instead of a handful of its multiprocessors. Packed tiles (at most 64 rows: 4-16
+# programs) take 32 splits (the paged attention kernel record, docs/benchmarks.md).
 KV_SPLIT_BELOW = 2
 KV_SPLIT_PROGRAMS_PER_SM = 3
 MAX_KV_SPLITS = 32
 # Grids of at most this many waves of (query tile, head) programs start every head's longest
 # tile first (PrefillConfig.heads_fastest): with few waves the causal grid's tail of long tiles
-# costs more than the K/V locality of one head's tiles running together. On the H200 a 4K
-# prompt's attention (6 waves) ran 1.09x as fast head-first, 8K-32K ones (12 waves and more)
-# 1.03x as fast tile-first (the paged attention kernel record at a8f4db2, docs/benchmarks.md).
+# costs more than the K/V locality of one head's tiles running together; with many waves the
+# locality wins (the paged attention kernel record, docs/benchmarks.md).
 HEADS_FASTEST_MAX_WAVES = 8
 # Steps of at most this many new rows (a prefix-cache hit's short question) pack each KV head's
 # query heads into 128-row tiles (PrefillConfig.pack_gqa): one head a tile would leave most of
-# a tile's rows empty. At 27B shapes on the H200, 54 new rows over a 32K cached context ran
-# 1.08x as fast packed as in 64-row tiles of one head, and 128 rows 0.98x as fast packed as in
-# 128-row tiles of one head (the paged attention kernel record at 7f16344, docs/benchmarks.md).
+# a tile's rows empty; past this many rows packing stops paying (the paged attention kernel
+# record, docs/benchmarks.md).
 PACKED_MAX_ROWS = 64
 
 
@@ -199,10 +195,10 @@ def _prefill_kernel(
 
 
 def default_prefill_config(q: torch.Tensor, num_kv_heads: int) -> PrefillConfig:
-    """Tiles measured on an H200 for D=256 on CUDA; small tiles for the CPU interpreter.
+    """Tiles measured for D=256 on CUDA (docs/benchmarks.md); small tiles for the CPU interpreter.
 
-    On CUDA the TMA kernel is asked for (1.25-1.3x the pointer kernel at 16K-32K tokens on the
-    H200); layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
+    On CUDA the TMA kernel is asked for (faster than the pointer kernel over long prompts);
+    layouts it cannot read fall back to the pointer kernel (`tma_layout_error`). Outside
     a batch-invariant phase a step of at most PACKED_MAX_ROWS rows packs the query heads of each
     of its num_kv_heads KV heads into the tiles' rows, and the keys are split when q's rows
     make few query tiles (`choose_kv_splits`; counted as if one sequence held them all, so the
