@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, build_tiny_model, run_mixed_steps
+from scheduler_testing import MixedRun, attach_cpu_graphs, build_tiny_model, run_mixed_steps
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
@@ -60,12 +60,43 @@ class RecordingDrafter(MTPDrafter):
         return out
 
 
-def _recording_runner(model: Qwen3_8ForCausalLM, cfg: SchedulerConfig) -> Runner:
+class ThrottledDrafter(RecordingDrafter):
+    """Asks for fewer drafts than allowed, by a pattern over calls and rows: none at all for
+    whole stretches (the head falls behind and catches up), else 1 to k (rows of one step
+    drafting different counts)."""
+
+    num_calls = 0
+    is_silent = False  # never draft
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        self.num_calls += 1
+        c = self.num_calls
+        wanted = [
+            0 if self.is_silent or (c // 3 + i) % 3 == 0 else min(k, 1 + (c + i) % 3)
+            for i, k in enumerate(num_drafts)
+        ]
+        return super().propose(seqs, wanted)
+
+
+class CountingHead(torch.nn.Module):
+    """The head, counting the rows of each call."""
+
+    def __init__(self, head: MTPHead) -> None:
+        super().__init__()
+        self.inner = head
+        self.calls: list[int] = []
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch) -> object:
+        self.calls.append(embeds.shape[0])
+        return self.inner(embeds, hidden, batch)
+
+
+def _recording_runner(
+    model: Qwen3_8ForCausalLM, cfg: SchedulerConfig, kind: type[RecordingDrafter] = RecordingDrafter
+) -> Runner:
     runner = Runner(model, cfg)
     assert model.mtp is not None
-    drafter = RecordingDrafter(
-        model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device
-    )
+    drafter = kind(model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device)
     drafter.proposals = []
     runner.spec_step.drafter = drafter
     return runner
@@ -145,6 +176,45 @@ def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
     assert sum(same) >= 0.9 * len(same), same  # rounding may flip a near tie, rarely
 
 
+def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
+    mtp_model, plain, monkeypatch
+):
+    """Rows that do not draft leave the head behind; it catches up when they draft again, and
+    rows of one step drafting 1 to k drafts write only their own KV. Plain steps replay the
+    decode graphs (with their hidden states) on the CPU stand-ins."""
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
+    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
+    replayed = attach_cpu_graphs(runner, monkeypatch)
+    params = [replace(GREEDY, max_tokens=14)] * 3
+    on = run_mixed_steps(runner, cfg, PROMPTS[:3], params)
+    off = config(speculative="off", max_num_batched_tokens=20)
+    want = run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:3], params)
+    assert on.tokens == want.tokens
+    assert replayed, "no plain decode step replayed a graph"
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, ThrottledDrafter)
+    assert {len(d) for _, d in drafter.proposals} == {1, 2, 3}
+    same = [
+        drafts == _reference_drafts(mtp_model, tokens, len(drafts))
+        for tokens, drafts in drafter.proposals
+    ]
+    assert sum(same) >= 0.9 * len(same), same
+
+
+def test_a_head_that_never_drafts_runs_only_over_prompts(mtp_model):
+    """No request drafts: the head runs over the prompt chunks and never per decode step."""
+    cfg = config(num_speculative_tokens=3)
+    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, ThrottledDrafter)
+    drafter.is_silent = True
+    head = CountingHead(drafter.head)
+    drafter.head = head  # type: ignore[assignment]
+    run_mixed_steps(runner, cfg, PROMPTS[:3], [GREEDY] * 3)
+    assert not drafter.proposals
+    assert head.calls and sum(head.calls) == sum(len(p) for p in PROMPTS[:3])
+
+
 @pytest.mark.gpu
 def test_mtp_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     """bf16 on the device, the head on the Triton kernels, verify steps graphed."""
@@ -160,4 +230,26 @@ def test_mtp_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     off = replace(cfg, speculative="off")
     want = run_mixed_steps(Runner(model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
     got = run_mixed_steps(Runner(model, cfg), cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs
+
+
+@pytest.mark.gpu
+def test_adaptive_mtp_on_cuda_gives_plain_decoding_bit_for_bit():
+    """A random head's drafts are rejected, so the adaptive policy turns drafting off: plain
+    steps replay the decode graphs, the head catches up when a request probes again."""
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cuda"), dtype=model.dtype)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    model.mtp = head.eval()
+    cfg = config(max_model_len=256, speculative_adaptive=True)
+    params = [replace(GREEDY, max_tokens=60)] * len(PROMPTS)
+    off = replace(cfg, speculative="off")
+    want = run_mixed_steps(Runner(model, off), off, PROMPTS, params)
+    runner = Runner(model, cfg)
+    assert runner.graphs is not None
+    got = run_mixed_steps(runner, cfg, PROMPTS, params)
     assert got.tokens == want.tokens and got.logprobs == want.logprobs

@@ -7,6 +7,10 @@ done), pads the bucket with rows that touch nothing
 (state slot -1, context length 0, KV slot -1) and replays. Graphs are never rebuilt; a batch
 larger than the largest bucket runs eagerly. The buffers are filled on the caller's stream, so
 `capture` orders the graph stream after it before the first forward reads them.
+
+Each graph also leaves its rows' final hidden states in a buffer of its pool (`hidden`, no
+extra kernel: the forward's own output), so a drafter that reads them (MTP) replays the graphs
+for its plain decode steps too.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class DecodeGraphs:
         # reads the next step's rows and replays them twice (state updated twice).
         self._staging_read = torch.cuda.Event()
         self._graphs: dict[int, Captured] = {}  # logits [bucket, vocab] fp32 per bucket
+        self._hidden: dict[int, torch.Tensor] = {}  # [bucket, hidden], rewritten by each replay
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
@@ -132,6 +137,11 @@ class DecodeGraphs:
             captured.graph.replay()
             return captured.output[: len(seqs)]
 
+    def hidden(self, bucket: int, num_rows: int) -> torch.Tensor:
+        """The final hidden states [num_rows, hidden] of the bucket's last replay (valid until
+        it replays again)."""
+        return self._hidden[bucket][:num_rows]
+
     def _forward_batch(self, size: int) -> ForwardBatch:
         """Views of the static buffers for `size` rows (the graph reads these addresses)."""
         return ForwardBatch(
@@ -152,4 +162,5 @@ class DecodeGraphs:
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         size = batch.num_seqs
         hidden = self.model(self.input_ids[:size], batch)
+        self._hidden[size] = hidden  # the captured call's is the graph's: its pool keeps it
         return self.model.compute_logits(hidden)

@@ -1,26 +1,38 @@
 """The MTP drafter: the checkpoint's multi-token-prediction head (`model.mtp`) proposes drafts
 from the target's final hidden states (docs/model.md §10).
 
-After every step (`observe`) the head runs over each of the step's accepted target rows, row p
-paired with the token that follows it, and writes its KV at index p of its own cache (the
-target's block tables; a verify's rejected rows are overwritten when their positions are
-accepted later). The last row of a request that sampled gives its first draft, d1 = argmax of
-the target's lm_head over the head's output, and that output is kept. A request that drafts
-k tokens at its next step (`propose`) gets d1 and k - 1 more head steps, each feeding the draft
-before and the head's output before (one row per request, batched over the step's requests).
+The head runs over each accepted target row, row p paired with the token that follows it, and
+writes its KV at index p of its own cache (the target's block tables; a verify's rejected rows
+are overwritten when their positions are accepted later). The last such row of a request (its
+tail) gives its first draft, d1 = argmax of the target's lm_head over the head's output there.
+A request that drafts k tokens at its next step (`propose`) gets d1 and k - 1 more head steps,
+each feeding the draft before and the head's output before (one row per request, batched over
+the step's requests).
 
-Every step of a speculating engine is read at once, and its prompt chunks and plain decode
-rows run eagerly (the head needs every row's hidden state and every sampled token; verify
-steps replay their graphs, which return hidden states); the drafts are greedy, so the verify's
-acceptance equals rejection sampling's (`rejection_sampler`). Each draft step reads the full
-lm_head ([vocab, hidden], 2.5 GB at 27B): at batch 1 that is the head's main cost.
+Lazily: `observe` only keeps a decode step's accepted rows (their hidden states and next
+tokens) per request; the head runs over them when the request drafts next (`propose`, one
+batched forward over every request that catches up), when a request has kept
+`MAX_PENDING_ROWS` of them, and at once for prompt chunks (so a prompt's head KV is written
+before its blocks can be shared through the prefix cache). A request whose drafting is off
+(adaptive cool-down, or the cost model) so costs the head nothing per step: an MTP engine whose
+drafts are never accepted runs at plain-decode speed, its plain steps replaying the decode
+graphs (`spec_step`), and pays one catch-up forward over the rows of a stretch when it probes
+again. Positions decoded while drafting is off keep no head KV until then: a draft reading them
+through a shared prefix block may be worse, never wrong (every draft is verified).
+
+Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
+device to device into the next head step, whose batch (positions, KV slots, context lengths)
+is the one before advanced by one on the device; the drafts come to the host in one copy at the
+end. The drafts are greedy, so the verify's acceptance equals rejection sampling's
+(`rejection_sampler`). Each draft reads the full lm_head ([vocab, hidden]): at batch 1 that is
+the head's main cost.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
@@ -32,19 +44,33 @@ from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.sampler import host_list
 from sparkinfer.scheduler.spec_decode import TargetStep
 
+MAX_PENDING_ROWS = 64  # a request's rows kept before the head runs over them anyway
+
+
+@dataclass
+class _Pending:
+    """A request's accepted target rows the head has not run over yet: positions start onwards,
+    their hidden states (in step pieces) and the token after each."""
+
+    start: int
+    hidden: list[torch.Tensor] = field(default_factory=list[torch.Tensor])
+    next_ids: list[int] = field(default_factory=list[int])
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.next_ids)
+
 
 @dataclass(frozen=True)
 class _Tail:
-    """A request's last head row: its target position, the head's output there [hidden] and
-    the draft it gives for the position after next."""
+    """A request's last head row: its target position and the head's output there [hidden]."""
 
     position: int
     hidden: torch.Tensor
-    first_draft: int
 
 
 class MTPDrafter:
-    """Owns the head's per-request tails (its KV lives in the runner's caches)."""
+    """Owns the head's per-request pending rows and tails (its KV lives in the runner's caches)."""
 
     needs_hidden = True
 
@@ -63,64 +89,91 @@ class MTPDrafter:
         self.block_size = block_size
         self.device = device
         # Dropped with the request: a finished request leaves nothing behind.
+        self._pending: weakref.WeakKeyDictionary[Request, _Pending] = weakref.WeakKeyDictionary()
         self._tails: weakref.WeakKeyDictionary[Request, _Tail] = weakref.WeakKeyDictionary()
 
     def observe(self, step: TargetStep) -> None:
-        """Run the head over the step's accepted target rows; keep each request's tail."""
-        if not step.seqs:
-            return
-        seqs = step.seqs
+        """Keep the step's accepted target rows; run the head over prompt chunks' at once."""
+        due: list[ScheduledSeq] = []
+        offset = 0
+        for seq, n, start in zip(step.seqs, step.rows_per_seq, step.start_positions, strict=True):
+            pending = self._pending.get(seq.req)
+            if pending is None or pending.end != start:  # a fresh run (or a recomputed one)
+                pending = self._pending[seq.req] = _Pending(start)
+            pending.hidden.append(step.hidden[offset : offset + n])
+            pending.next_ids += step.next_token_ids[offset : offset + n]
+            offset += n
+            if not seq.is_decode or len(pending.next_ids) >= MAX_PENDING_ROWS:
+                due.append(seq)
+        if due:
+            self._catch_up(due)
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        """Up to num_drafts[i] drafts for each decode row whose rows the head has run through
+        (after catching up) up to right before it."""
+        behind = [
+            s
+            for s, k in zip(seqs, num_drafts, strict=True)
+            if k and (p := self._pending.get(s.req)) is not None and p.end == s.num_cached_tokens
+        ]
+        if behind:
+            self._catch_up(behind)
+        out: list[list[int]] = [[] for _ in seqs]
+        going = [
+            i
+            for i, (s, k) in enumerate(zip(seqs, num_drafts, strict=True))
+            if k
+            and (t := self._tails.get(s.req)) is not None
+            and t.position == s.num_cached_tokens - 1
+        ]
+        if not going:
+            return out
+        rows = [seqs[i] for i in going]
+        counts = [num_drafts[i] for i in going]
+        hidden = torch.stack([self._tails[s.req].hidden for s in rows])
+        drafts = [self.model.compute_logits(hidden).argmax(dim=-1)]
+        batch: ForwardBatch | None = None
+        for step in range(1, max(counts)):
+            if batch is None:
+                batch = self._draft_batch(rows, counts)
+            else:
+                batch = _advance(batch, counts, step, block_size=self.block_size)
+            hidden = self.head(self.model.embed_input_ids(drafts[-1]), hidden, batch)
+            drafts.append(self.model.compute_logits(hidden).argmax(dim=-1))
+        table: list[list[int]] = host_list(torch.stack(drafts, dim=1))  # the one wait
+        for i, k, row in zip(going, counts, table, strict=True):
+            out[i] = row[:k]
+        return out
+
+    def _catch_up(self, seqs: list[ScheduledSeq]) -> None:
+        """One head forward over these requests' pending rows; keeps each one's tail."""
+        pending = [self._pending.pop(s.req) for s in seqs]
+        counts = [len(p.next_ids) for p in pending]
+        starts = [p.start for p in pending]
         batch = ForwardBatch.build(
-            list(step.rows_per_seq),
-            list(step.start_positions),
+            counts,
+            starts,
             [s.req.block_ids for s in seqs],
             [0] * len(seqs),  # the head keeps no recurrent state
             caches=self.caches,
             block_size=self.block_size,
             device=self.device,
-            positions=self._positions(seqs, step.start_positions, step.rows_per_seq),
+            positions=self._positions(seqs, starts, counts),
         )
-        next_ids = host_to_device(torch.tensor(step.next_token_ids, dtype=torch.int64), self.device)
-        out = self.head(self.model.embed_input_ids(next_ids), step.hidden, batch)
-        last = batch.logits_indices  # each request's last row
-        drafts: list[int] = host_list(self.model.compute_logits(out[last]).argmax(dim=-1))
-        ends = [p + n - 1 for p, n in zip(step.start_positions, step.rows_per_seq, strict=True)]
-        for i, seq in enumerate(seqs):
-            self._tails[seq.req] = _Tail(ends[i], out[int(last[i])], drafts[i])
+        ids = [t for p in pending for t in p.next_ids]
+        next_ids = host_to_device(torch.tensor(ids, dtype=torch.int64), self.device)
+        pieces = [h for p in pending for h in p.hidden]
+        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
+        last = -1
+        for seq, start, n in zip(seqs, starts, counts, strict=True):
+            last += n
+            self._tails[seq.req] = _Tail(start + n - 1, out[last])
 
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        """Up to num_drafts[i] drafts for each decode row whose tail ends right before it."""
-        out: list[list[int]] = [[] for _ in seqs]
-        going: list[int] = []  # rows that draft, and their current hidden and draft
-        hidden: list[torch.Tensor] = []
-        for i, (seq, k) in enumerate(zip(seqs, num_drafts, strict=True)):
-            tail = self._tails.get(seq.req)
-            if k == 0 or tail is None or tail.position != seq.num_cached_tokens - 1:
-                continue
-            out[i].append(tail.first_draft)
-            if k > 1:
-                going.append(i)
-                hidden.append(tail.hidden)
-        step = 1
-        while going:
-            h = torch.stack(hidden)
-            prev = [out[i][-1] for i in going]
-            h = self._draft_step([seqs[i] for i in going], prev, h, step)
-            drafts: list[int] = host_list(self.model.compute_logits(h).argmax(dim=-1))
-            for row, i in enumerate(going):
-                out[i].append(drafts[row])
-            step += 1
-            keep = [r for r, i in enumerate(going) if len(out[i]) < num_drafts[i]]
-            going = [going[r] for r in keep]
-            hidden = [h[r] for r in keep]
-        return out
-
-    def _draft_step(
-        self, seqs: list[ScheduledSeq], prev: list[int], hidden: torch.Tensor, step: int
-    ) -> torch.Tensor:
-        """One head row per request at cache index num_cached + step - 1 (the position after
-        its input token, then one further each step) -> the head's outputs [B, hidden]."""
-        starts = [s.num_cached_tokens + step - 1 for s in seqs]
+    def _draft_batch(self, seqs: list[ScheduledSeq], counts: list[int]) -> ForwardBatch:
+        """The first draft step's batch: one head row per request at cache index num_cached
+        (the position after its input token); rows with one draft write nothing."""
+        starts = [s.num_cached_tokens for s in seqs]
         batch = ForwardBatch.build(
             [1] * len(seqs),
             starts,
@@ -131,8 +184,9 @@ class MTPDrafter:
             device=self.device,
             positions=self._positions(seqs, starts, [1] * len(seqs)),
         )
-        ids = host_to_device(torch.tensor(prev, dtype=torch.int64), self.device)
-        return self.head(self.model.embed_input_ids(ids), hidden, batch)
+        if min(counts) <= 1:
+            batch = _advance(batch, counts, 1, block_size=self.block_size, by=0)
+        return batch
 
     def _positions(
         self, seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
@@ -145,3 +199,29 @@ class MTPDrafter:
             for r in range(n)
         ]
         return host_to_device(torch.tensor(values, dtype=torch.int64), self.device)
+
+
+def _advance(
+    batch: ForwardBatch, counts: list[int], step: int, *, block_size: int, by: int = 1
+) -> ForwardBatch:
+    """Draft step `step`'s batch from the one before, on the device: each row that still drafts
+    (counts[b] > step) moves `by` positions on; the others stay and write no KV."""
+    inc = batch.cached_lens.new_full(batch.cached_lens.shape, by)
+    active = None
+    if min(counts) <= step:
+        ks = host_to_device(torch.tensor(counts, dtype=torch.int32), batch.cached_lens.device)
+        active = ks > step
+        inc = inc * active
+    cached = batch.cached_lens + inc
+    idx = (cached // block_size).long().clamp_(max=batch.block_tables.shape[1] - 1)
+    blocks = batch.block_tables.gather(1, idx[:, None])[:, 0].long()
+    slots = blocks * block_size + (cached % block_size).long()
+    if active is not None:
+        slots = torch.where(active, slots, -1)
+    return replace(
+        batch,
+        positions=batch.positions + inc.long(),
+        cached_lens=cached,
+        context_lens=batch.context_lens + inc,
+        slot_mapping=slots,
+    )

@@ -5,7 +5,9 @@ The runner hands such a step here. The step before is read first (a drafter draf
 token); the prompt chunks run as in any step; the decode rows run as one verify forward when
 any of them has drafts (replaying a `verify_graphs` graph when a bucket holds the rows), else as
 a plain decode forward (the decode graphs then still apply). With a drafter that reads hidden
-states (MTP) the plain forwards run eagerly, since a decode graph returns only logits.
+states (MTP) a plain decode forward replays a decode graph too (each graph keeps its rows'
+hidden states, `DecodeGraphs.hidden`); prompt chunks, and decode rows no bucket holds, run
+eagerly over every row.
 """
 
 from __future__ import annotations
@@ -178,11 +180,28 @@ class SpecStep:
         r = self.runner
         scores = {} if prompt_logprobs is None else prompt_logprobs
         if self.needs_hidden:
-            out, h = r.forward_eager(seqs, scores, inflight, all_rows=True)
+            graphed = self._plain_graphed(seqs, inflight)
+            out, h = graphed or r.forward_eager(seqs, scores, inflight, all_rows=True)
             logits.append(out)
             hidden.append(h)
         else:
             logits.append(r._forward(seqs, scores, inflight))  # pyright: ignore[reportPrivateUsage]
+
+    def _plain_graphed(
+        self, seqs: list[ScheduledSeq], inflight: StepInFlight | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Decode rows replayed on a decode graph -> (logits, hidden rows); None: run eagerly."""
+        graphs = self.runner.graphs
+        if graphs is None or not all(s.is_decode for s in seqs):
+            return None
+        if any(s.num_prompt_logprobs for s in seqs):
+            return None
+        bucket = graphs.bucket_for(len(seqs))
+        if bucket is None:
+            return None
+        sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
+        logits = graphs.run(seqs, bucket, sources, inflight)
+        return logits, graphs.hidden(bucket, len(seqs))
 
     def _draw_now(
         self,
