@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 ROUTER = shutil.which("sglang-router") or str(Path(sys.executable).with_name("sglang-router"))
 START_S = 180
@@ -101,14 +102,14 @@ def test_each_conversation_stays_on_the_replica_holding_its_prefix(
     model = httpx.get(replicas[0] + "/v1/models", timeout=10).json()["data"][0]["id"]
     for key, system in SYSTEM.items():
         before = [_served(r) for r in replicas]
-        messages = [{"role": "system", "content": system}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": system}]
         for turn in range(3):
             messages.append({"role": "user", "content": f"turn {turn} of conversation {key}"})
             reply = client.chat.completions.create(
                 model=model,
                 messages=messages,
                 max_tokens=8,
-                temperature=0,  # pyright: ignore[reportArgumentType]
+                temperature=0,
             )
             content = reply.choices[0].message.content or ""
             messages.append({"role": "assistant", "content": content})
