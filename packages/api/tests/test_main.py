@@ -98,3 +98,16 @@ def test_bad_block_size_is_one_clear_line_before_anything_loads(
         main(argv)
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1 and expected in err
+
+
+def test_a_context_over_the_checkpoints_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparkinfer.api import main as main_module
+
+    monkeypatch.setattr(main_module, "build_server", pytest.fail)  # never reached
+    with pytest.raises(SystemExit) as info:
+        main(["--max-model-len", "99999999", "--device", "cpu"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the loading progress
+    assert info.value.code == 2 and last.startswith("sparkinfer-api: ")
+    assert "--max-model-len" in last and "the checkpoint supports" in last

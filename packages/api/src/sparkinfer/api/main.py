@@ -51,7 +51,7 @@ from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkp
 from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.errors import InvalidConfig
+from sparkinfer.scheduler.errors import CacheAllocationError, InvalidConfig
 
 logger = logging.getLogger("sparkinfer.api")
 
@@ -284,4 +284,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    build_server(create_app(settings), settings).run()
+    try:  # before the server starts, so what the checkpoint or the memory refuses is one line
+        state = build_state(settings)
+    except (SettingsError, InvalidConfig, CacheAllocationError) as exc:
+        print(f"sparkinfer-api: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    build_server(create_app(settings, state=state), settings).run()
