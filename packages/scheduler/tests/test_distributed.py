@@ -19,7 +19,11 @@ import torch
 from sparkinfer.model import embedded
 from sparkinfer.model.weights import load_model
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.distributed.launch import ModelSource, start_tensor_parallel_engine
+from sparkinfer.scheduler.distributed.launch import (
+    CheckpointShards,
+    ModelSource,
+    start_tensor_parallel_engine,
+)
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
 
@@ -43,7 +47,8 @@ PROMPTS = [
 
 
 def _source() -> ModelSource:
-    return ModelSource(str(embedded.embedded_checkpoint_dir()), "float32", "cpu")
+    loader = CheckpointShards(str(embedded.embedded_checkpoint_dir()), "float32")
+    return ModelSource(loader, "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
+from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.parallel.group import TensorParallelGroup
 from sparkinfer.model.parallel.sharded_model import load_sharded_model
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -36,14 +38,36 @@ logger = logging.getLogger(__name__)
 _JOIN_S = 10.0  # how long a stopping rank may take before it is terminated
 
 
+class ShardLoader(Protocol):
+    """Builds rank `tp.rank`'s model on `device`; picklable, since each spawned rank calls it."""
+
+    def __call__(self, tp: TensorParallelGroup, device: torch.device) -> Qwen3_8ForCausalLM: ...
+
+
 @dataclass(frozen=True)
-class ModelSource:
-    """What every rank loads: a checkpoint folder, the dtype's name, the tokenizer's length."""
+class CheckpointShards:
+    """The serving loader: each rank reads its slices of a checkpoint folder."""
 
     checkpoint: str
-    dtype: str
-    device_type: str  # "cuda" or "cpu"
+    dtype: str  # a torch dtype's name: "bfloat16", "float32"
     num_real_tokens: int | None = None
+
+    def __call__(self, tp: TensorParallelGroup, device: torch.device) -> Qwen3_8ForCausalLM:
+        return load_sharded_model(
+            self.checkpoint,
+            tp,
+            device=device,
+            dtype=getattr(torch, self.dtype),
+            num_real_tokens=self.num_real_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What every rank runs: its loader, the device type, and how long a collective may take."""
+
+    loader: ShardLoader
+    device_type: str  # "cuda" or "cpu"
     timeout_s: float = 120.0  # start-up rendezvous, and any one collective
 
 
@@ -71,14 +95,8 @@ def _join_group(source: ModelSource, rank: int, size: int, port: int) -> StepCha
     return StepChannel(device=device, control_group=control)
 
 
-def _load(source: ModelSource, rank: int, size: int):
-    return load_sharded_model(
-        source.checkpoint,
-        TensorParallelGroup(rank, size),
-        device=_device(source, rank),
-        dtype=getattr(torch, source.dtype),
-        num_real_tokens=source.num_real_tokens,
-    )
+def _load(source: ModelSource, rank: int, size: int) -> Qwen3_8ForCausalLM:
+    return source.loader(TensorParallelGroup(rank, size), _device(source, rank))
 
 
 def worker_main(rank: int, size: int, port: int, source: ModelSource, deterministic: bool) -> None:
@@ -164,6 +182,25 @@ def start_tensor_parallel_engine(
     ]
     for p in procs:
         p.start()
+    try:
+        return _start_rank_0(source, config, procs, port, on_rank_exit)
+    except BaseException:
+        for p in procs:  # a rank 0 that cannot start leaves no rank behind
+            p.terminate()
+            p.join(_JOIN_S)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+
+
+def _start_rank_0(
+    source: ModelSource,
+    config: SchedulerConfig,
+    procs: list[BaseProcess],
+    port: int,
+    on_rank_exit: Callable[[str], None] | None,
+) -> Engine:
+    size = len(procs) + 1
     channel = _join_group(source, 0, size, port)
     runner_box: list[TensorParallelRunner] = []
 
