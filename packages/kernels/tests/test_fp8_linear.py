@@ -13,10 +13,12 @@ import torch
 from sparkinfer.kernels.fp8_linear import (
     FP8_DTYPE,
     Fp8DecodeConfig,
+    Fp8GemvConfig,
     Fp8PromptConfig,
     dequantize_weight_fp8,
     fp8_gemm_decode,
     fp8_gemm_prompt,
+    fp8_gemv,
     fp8_linear,
     fp8_linear_prompt_ref,
     fp8_linear_ref,
@@ -77,6 +79,18 @@ def test_decode_gemm_matches_ref(m, dtype, assert_close):
         assert_close(y, expected)
 
 
+@pytest.mark.parametrize("bk", [64, 256])
+def test_gemv_matches_ref_with_block_and_per_row_scales(bk, assert_close):
+    w, s = _weight(150, 300, 12)  # partial edge blocks on both sides
+    x = torch.randn(1, 300)
+    cfg = Fp8GemvConfig(BN=8, BK=bk)
+    assert_close(fp8_gemv(x, w, s, cfg), fp8_linear_ref(x, w, s))
+    per_row = s.repeat_interleave(128, dim=0)[:150].contiguous()
+    assert_close(fp8_gemv(x, w, per_row, cfg), fp8_linear_ref(x, w, s))
+    with pytest.raises(ValueError, match="one row"):
+        fp8_gemv(torch.randn(2, 300), w, s)
+
+
 def test_decode_gemm_per_row_scales_and_strided_rows(assert_close):
     w, s = _weight(96, 130, 3)
     per_row = s.repeat_interleave(128, dim=0)[:96].contiguous()
@@ -105,10 +119,11 @@ def test_prompt_gemm_matches_ref(m, assert_close):
     assert (y - exact).norm() <= 0.1 * exact.norm()
 
 
-def test_dispatch_picks_decode_then_prompt_and_a_fixed_tile_per_phase(monkeypatch):
+def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monkeypatch):
     from sparkinfer.kernels.fp8_linear import dispatch
 
     calls = []
+    monkeypatch.setattr(dispatch, "fp8_gemv", lambda x, w, s: calls.append(("g", None)))
     monkeypatch.setattr(dispatch, "fp8_gemm_decode", lambda x, w, s, c=None: calls.append(("d", c)))
     monkeypatch.setattr(dispatch, "fp8_gemm_prompt", lambda x, w, s, c=None: calls.append(("p", c)))
     w, s = _weight(8, 128, 6)
@@ -120,7 +135,7 @@ def test_dispatch_picks_decode_then_prompt_and_a_fixed_tile_per_phase(monkeypatc
     with batch_invariant("prefill"):
         fp8_linear(torch.randn(3, 128), w, s)
     kinds = [kind for kind, _ in calls]
-    assert kinds == ["d", "d", "p", "d", "d", "p"]
+    assert kinds == ["g", "d", "p", "d", "d", "p"]
     assert calls[3][1] == calls[4][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
 
 

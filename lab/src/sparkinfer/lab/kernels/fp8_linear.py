@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 from sparkinfer.kernels.fp8_linear import (
-    fp8_gemm_decode,
-    fp8_gemm_prompt,
+    fp8_linear,
     fp8_linear_prompt_ref,
     fp8_linear_ref,
     quantize_activation_fp8,
@@ -47,12 +46,15 @@ def _scaled_mm(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor) -> torch.Tens
     import torch.nn.functional as F
 
     xq, xs = quantize_activation_fp8(x)
+    m, kb = xs.shape
+    xs_outer = torch.empty_strided((m, kb), (1, m), dtype=xs.dtype, device=xs.device)
+    xs_outer.copy_(xs)  # column-major even at one row (where .contiguous() keeps the strides)
     return F.scaled_mm(
         xq,
         w.t(),
-        xs.t().contiguous().t(),
+        xs_outer,
         F.ScalingType.BlockWise1x128,
-        ws,
+        ws.t(),  # [K/128, N/128], the layout of w.t()
         F.ScalingType.BlockWise128x128,
         output_dtype=torch.bfloat16,
     )
@@ -76,7 +78,7 @@ def _row(op: str, impl: str, m: int, n: int, k: int, t, copy: float, err: float 
 
 def _impls(m: int) -> list[tuple[str, Any, Any]]:
     """(impl, op, reference) timed at M rows."""
-    fast = fp8_gemm_decode if m <= 64 else fp8_gemm_prompt
+    fast = fp8_linear  # the dispatcher: GEMV at one row, decode GEMM to 64, prompt GEMM beyond
     ref = fp8_linear_ref if m <= 64 else fp8_linear_prompt_ref
     return [
         ("fast", fast, ref),

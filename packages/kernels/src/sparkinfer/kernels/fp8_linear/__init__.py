@@ -1,8 +1,10 @@
-"""Block-scaled FP8 (e4m3, 128x128 blocks) linear layers: a decode GEMM on bf16 activations,
-a prompt GEMM on per-token-group e4m3 activations, and the quantizers the loader uses."""
+"""Block-scaled FP8 (e4m3, 128x128 blocks) linear layers: a one-row GEMV and a decode GEMM on
+bf16 activations, a prompt GEMM on per-token-group e4m3 activations, and the quantizers the
+loader uses."""
 
 from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig, fp8_gemm_decode
 from sparkinfer.kernels.fp8_linear.dispatch import fp8_linear
+from sparkinfer.kernels.fp8_linear.gemv import Fp8GemvConfig, fp8_gemv
 from sparkinfer.kernels.fp8_linear.prompt import (
     Fp8PromptConfig,
     fp8_gemm_prompt,
@@ -24,10 +26,12 @@ __all__ = [
     "FP8_DTYPE",
     "FP8_MAX",
     "Fp8DecodeConfig",
+    "Fp8GemvConfig",
     "Fp8PromptConfig",
     "dequantize_weight_fp8",
     "fp8_gemm_decode",
     "fp8_gemm_prompt",
+    "fp8_gemv",
     "fp8_linear",
     "fp8_linear_prompt_ref",
     "fp8_linear_ref",

@@ -1,5 +1,6 @@
 """`fp8_linear`: y = x @ W.T for a block-scaled e4m3 weight, by row count.
 
+- one row: the GEMV (bf16 activation, the weight streamed by many programs, no tensor cores);
 - up to DECODE_MAX_ROWS rows: the decode GEMM (bf16 activations, the weight read once);
 - more rows: the prompt GEMM (activations quantized per token and group, e4m3 tensor cores);
 - inside `linear.batch_invariant(phase)`: the phase's kernel with one fixed tile for every row
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 from sparkinfer.kernels._triton import is_interpreting
 from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig, fp8_gemm_decode
+from sparkinfer.kernels.fp8_linear.gemv import fp8_gemv
 from sparkinfer.kernels.fp8_linear.prompt import Fp8PromptConfig, fp8_gemm_prompt
 from sparkinfer.kernels.fp8_linear.ref import fp8_linear_ref
 from sparkinfer.kernels.linear.invariant import current_phase
@@ -42,6 +44,8 @@ def fp8_linear(
         return fp8_gemm_decode(x, weight, weight_scale_inv, DECODE_INVARIANT_CONFIG)
     if phase == "prefill":
         return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
+    if x.shape[0] == 1:
+        return fp8_gemv(x, weight, weight_scale_inv)
     if x.shape[0] <= DECODE_MAX_ROWS:
         return fp8_gemm_decode(x, weight, weight_scale_inv)
     return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
