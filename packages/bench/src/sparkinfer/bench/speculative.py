@@ -337,10 +337,11 @@ def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCa
 
     use_mtp = "mtp" in args.drafters
     if args.model:
+        from sparkinfer.model.hub import fetch_checkpoint
         from sparkinfer.model.tokenizer import Tokenizer
-        from sparkinfer.model.weights import load_model, read_checkpoint_configs
+        from sparkinfer.model.weights import load_model
 
-        path = read_checkpoint_configs(args.model).path
+        path = fetch_checkpoint(args.model)  # a hub id: its weights too, not only the configs
         tokenizer = Tokenizer.from_checkpoint(path)
         model = load_model(
             path, device=device, dtype=torch.bfloat16, use_mtp=use_mtp,
