@@ -170,5 +170,13 @@ def test_the_server_never_installs_the_lab_or_the_bench():
     installed = _locked_closure("sparkinfer-api")
     assert "sparkinfer-scheduler" in installed
     assert not {"sparkinfer-lab", "sparkinfer-bench"} & installed
-    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    assert "--package sparkinfer-api --no-dev" in dockerfile
+
+
+def test_the_image_installs_the_bench_but_never_the_lab():
+    """The image syncs the workspace root without dev groups: the six packages (its `bench`
+    command runs sparkinfer-bench), never the development-only lab."""
+    installed = _locked_closure("sparkinfer-workspace")
+    assert {"sparkinfer-api", "sparkinfer-bench"} <= installed
+    assert "sparkinfer-lab" not in installed
+    build = (ROOT / "docker" / "build-venv.sh").read_text()
+    assert build.count("uv sync --locked --no-dev ") == 2
