@@ -138,14 +138,136 @@ class RankWatchdog:
             "rank's log above, then restart the server"
         )
 
-    def stop(self) -> None:
-        """Wait for the ranks to leave (they were told to stop), terminating any that hang."""
+    def stop(self, *, is_told: bool) -> None:
+        """Wait for the ranks to leave (`is_told`: they were told to stop), terminating any that
+        hang or were never told."""
         self._is_stopping.set()
         for p in self.procs:
-            p.join(_JOIN_S)
+            p.join(_JOIN_S if is_told else 0)
             if p.is_alive():
                 p.terminate()
                 p.join(_JOIN_S)
+
+
+class TensorParallelRanks:
+    """The ranks of one tensor-parallel model, seen from rank 0: `start` spawns and joins them
+    and loads rank 0's shard (`shard`); `engine` starts the engine over them; shutting that
+    engine down (or `stop`, before there is one) stops the other ranks."""
+
+    def __init__(
+        self,
+        shard: Qwen3_8ForCausalLM,
+        channel: StepChannel,
+        watchdog: RankWatchdog,
+        *,
+        deterministic: bool,
+    ) -> None:
+        self.shard = shard
+        self.channel = channel
+        self.deterministic = deterministic
+        self._watchdog = watchdog
+        self._runner: TensorParallelRunner | None = None
+        self._failure: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self._watchdog.procs) + 1
+
+    @classmethod
+    def start(
+        cls,
+        source: ModelSource,
+        *,
+        size: int,
+        deterministic: bool = False,
+        on_rank_exit: Callable[[str], None] | None = None,
+    ) -> TensorParallelRanks:
+        """Spawn ranks 1..size-1, join them as rank 0 and load every rank's shard.
+
+        `on_rank_exit(message)` runs (on the watchdog's thread) when a rank exits before it was
+        told to stop; the engine's later steps fail with that message either way.
+        `deterministic`: the engine's `deterministic`, which the other ranks' numerics follow.
+        """
+        if size < 2:
+            raise ValueError(f"size is {size}; tensor parallel needs at least 2 ranks")
+        port = _free_port()
+        spawn = multiprocessing.get_context("spawn")
+        procs: list[BaseProcess] = [
+            spawn.Process(
+                target=worker_main,
+                args=(rank, size, port, source, deterministic),
+                name=f"sparkinfer-tp-rank-{rank}",
+                daemon=True,
+            )
+            for rank in range(1, size)
+        ]
+        for p in procs:
+            p.start()
+        box: list[TensorParallelRanks] = []
+
+        def rank_exited(message: str) -> None:
+            logger.error("%s", message)
+            for ranks in box:
+                ranks.fail(message)
+            if on_rank_exit is not None:
+                on_rank_exit(message)
+
+        watchdog = RankWatchdog(procs, rank_exited)
+        try:
+            channel = _join_group(source, 0, size, port)
+            ranks = cls(_load(source, 0, size), channel, watchdog, deterministic=deterministic)
+        except BaseException:
+            watchdog.stop(is_told=False)  # a rank 0 that cannot start leaves no rank behind
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            raise
+        box.append(ranks)
+        return ranks
+
+    def fail(self, reason: str) -> None:
+        """A rank has exited: the engine's later steps raise `reason`."""
+        self._failure = reason
+        if self._runner is not None:
+            self._runner.fail(reason)
+
+    def engine(self, config: SchedulerConfig) -> Engine:
+        """The engine over these ranks (CUDA graphs off; speculative decoding refused)."""
+        if config.is_speculative:
+            self.stop()
+            raise ValueError(
+                "speculative decoding does not run under tensor parallel yet: set speculative "
+                "off or tensor_parallel_size 1"
+            )
+        if config.deterministic != self.deterministic:
+            self.stop()
+            raise ValueError("the ranks were started with another `deterministic`: a bug")
+        config = dataclasses.replace(config, enforce_eager=True)
+        model = MirroredModel(self.shard, self.channel)
+        try:
+            runner = TensorParallelRunner(
+                model, config, device=self.channel.device, on_close=self._close
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self._runner = runner
+        if self._failure is not None:
+            runner.fail(self._failure)
+        return Engine(runner, config)
+
+    def stop(self) -> None:
+        """Stop the other ranks and leave the group (what the engine's shutdown does)."""
+        if self._failure is None:
+            try:
+                self.channel.send("stop", {})
+            except Exception:  # a rank gone while stopping: the watchdog reports it
+                logger.exception("could not tell the tensor-parallel ranks to stop")
+        self._close()
+
+    def _close(self) -> None:
+        self._watchdog.stop(is_told=True)
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def start_tensor_parallel_engine(
@@ -155,69 +277,8 @@ def start_tensor_parallel_engine(
     size: int,
     on_rank_exit: Callable[[str], None] | None = None,
 ) -> Engine:
-    """Spawn ranks 1..size-1, join them as rank 0, and start the engine over all of them.
-
-    Shutting the engine down stops the other ranks. `on_rank_exit(message)` runs (on the
-    watchdog's thread) when a rank exits while serving; the engine's later steps fail with that
-    message either way. CUDA graphs and speculative decoding are off under tensor parallel.
-    """
-    if size < 2:
-        raise ValueError(f"size is {size}; tensor parallel needs at least 2 ranks")
-    if config.is_speculative:
-        raise ValueError(
-            "speculative decoding does not run under tensor parallel yet: set speculative off "
-            "or tensor_parallel_size 1"
-        )
-    config = dataclasses.replace(config, enforce_eager=True)
-    port = _free_port()
-    spawn = multiprocessing.get_context("spawn")
-    procs: list[BaseProcess] = [
-        spawn.Process(
-            target=worker_main,
-            args=(rank, size, port, source, config.deterministic),
-            name=f"sparkinfer-tp-rank-{rank}",
-            daemon=True,
-        )
-        for rank in range(1, size)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        return _start_rank_0(source, config, procs, port, on_rank_exit)
-    except BaseException:
-        for p in procs:  # a rank 0 that cannot start leaves no rank behind
-            p.terminate()
-            p.join(_JOIN_S)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        raise
-
-
-def _start_rank_0(
-    source: ModelSource,
-    config: SchedulerConfig,
-    procs: list[BaseProcess],
-    port: int,
-    on_rank_exit: Callable[[str], None] | None,
-) -> Engine:
-    size = len(procs) + 1
-    channel = _join_group(source, 0, size, port)
-    runner_box: list[TensorParallelRunner] = []
-
-    def rank_exited(message: str) -> None:
-        logger.error("%s", message)
-        for runner in runner_box:
-            runner.fail(message)
-        if on_rank_exit is not None:
-            on_rank_exit(message)
-
-    watchdog = RankWatchdog(procs, rank_exited)
-
-    def close() -> None:
-        watchdog.stop()
-        dist.destroy_process_group()
-
-    model = MirroredModel(_load(source, 0, size), channel)
-    runner = TensorParallelRunner(model, config, device=channel.device, on_close=close)
-    runner_box.append(runner)
-    return Engine(runner, config)
+    """`TensorParallelRanks.start` then its `engine`: one call for tests and benchmarks."""
+    ranks = TensorParallelRanks.start(
+        source, size=size, deterministic=config.deterministic, on_rank_exit=on_rank_exit
+    )
+    return ranks.engine(config)

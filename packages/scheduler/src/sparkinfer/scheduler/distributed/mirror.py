@@ -65,9 +65,6 @@ class MirroredModel:
         if copies:
             self.channel.send("copy_states", {"cache_key": key, "copies": list(copies)})
 
-    def stop(self) -> None:
-        self.channel.send("stop", {})
-
     def cache_spec(self) -> CacheSpec:
         return self.shard.cache_spec()
 
@@ -120,7 +117,7 @@ class TensorParallelRunner(Runner):
         super().close()
         if self._failure is None:
             try:
-                self.mirrored.stop()
+                self.mirrored.channel.send("stop", {})
             except Exception:  # a rank gone while stopping: the watchdog reports it
                 logger.exception("could not tell the tensor-parallel ranks to stop")
         self._on_close()
