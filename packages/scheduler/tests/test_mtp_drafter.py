@@ -10,7 +10,15 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, attach_cpu_graphs, build_tiny_model, run_mixed_steps
+from scheduler_testing import (
+    CpuGraph,
+    CpuStream,
+    MixedRun,
+    attach_cpu_graphs,
+    build_tiny_model,
+    run_mixed_steps,
+    use_cpu_graph_standins,
+)
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
@@ -194,6 +202,52 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
     drafter = runner.spec_step.drafter
     assert isinstance(drafter, ThrottledDrafter)
     assert {len(d) for _, d in drafter.proposals} == {1, 2, 3}
+    same = [
+        drafts == _reference_drafts(mtp_model, tokens, len(drafts))
+        for tokens, drafts in drafter.proposals
+    ]
+    assert sum(same) >= 0.9 * len(same), same
+
+
+def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Capture the head's graphs on the CPU stand-ins; returns the list of replayed buckets."""
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, MTPDrafter)
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    drafter.capture_graphs(
+        batch_sizes=(1, 2, 4, 8),
+        num_drafts=runner.config.num_speculative_tokens,
+        max_blocks_per_seq=runner.config.max_blocks_per_seq,
+        stream=CpuStream(),  # type: ignore[arg-type]
+    )
+    graphs = drafter.graphs
+    assert graphs is not None
+    replayed: list[int] = []
+    for size, captured in graphs._graphs.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            replayed.append(size)
+            output.copy_(graphs._forward(size))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    return replayed
+
+
+@pytest.mark.parametrize("kind", [RecordingDrafter, ThrottledDrafter])
+def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind):
+    """The head's catch-up rows (as decode rows of their own) and draft steps replayed from a
+    graph give the drafts plain forwards give; steps the graphs do not hold run eagerly."""
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
+    runner = _recording_runner(mtp_model, cfg, kind)
+    replayed = _attach_cpu_head_graphs(runner, monkeypatch)
+    params = [replace(GREEDY, max_tokens=12)] * 2
+    on = run_mixed_steps(runner, cfg, PROMPTS[:2], params)
+    off = config(speculative="off", max_num_batched_tokens=20)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
+    assert replayed, "no step replayed a head graph"
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, RecordingDrafter) and len(drafter.proposals) > 5
     same = [
         drafts == _reference_drafts(mtp_model, tokens, len(drafts))
         for tokens, drafts in drafter.proposals

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
@@ -40,6 +40,7 @@ from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.head_graphs import HeadGraphs, advance_draft_batch
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.sampler import host_list
 from sparkinfer.scheduler.spec_decode import TargetStep
@@ -91,6 +92,32 @@ class MTPDrafter:
         # Dropped with the request: a finished request leaves nothing behind.
         self._pending: weakref.WeakKeyDictionary[Request, _Pending] = weakref.WeakKeyDictionary()
         self._tails: weakref.WeakKeyDictionary[Request, _Tail] = weakref.WeakKeyDictionary()
+        self.graphs: HeadGraphs | None = None  # captured by `capture_graphs` (CUDA)
+
+    def capture_graphs(
+        self,
+        *,
+        batch_sizes: Sequence[int],
+        num_drafts: int,
+        max_blocks_per_seq: int,
+        stream: torch.cuda.Stream,
+    ) -> None:
+        """Capture the head's catch-up and draft steps for these buckets (`head_graphs`)."""
+        graphs = HeadGraphs(
+            self.model,
+            self.head,
+            self.caches,
+            batch_sizes=batch_sizes,
+            num_drafts=num_drafts,
+            max_blocks_per_seq=max_blocks_per_seq,
+            block_size=self.block_size,
+            hidden_size=self.head.config.hidden_size,
+            dtype=next(self.head.parameters()).dtype,
+            stream=stream,
+        )
+        with torch.inference_mode():
+            graphs.capture()
+        self.graphs = graphs
 
     def observe(self, step: TargetStep) -> None:
         """Keep the step's accepted target rows; run the head over prompt chunks' at once."""
@@ -111,6 +138,9 @@ class MTPDrafter:
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         """Up to num_drafts[i] drafts for each decode row whose rows the head has run through
         (after catching up) up to right before it."""
+        graphed = self._propose_graphed(seqs, num_drafts)
+        if graphed is not None:
+            return graphed
         behind = [
             s
             for s, k in zip(seqs, num_drafts, strict=True)
@@ -143,6 +173,47 @@ class MTPDrafter:
         table: list[list[int]] = host_list(torch.stack(drafts, dim=1))  # the one wait
         for i, k, row in zip(going, counts, table, strict=True):
             out[i] = row[:k]
+        return out
+
+    def _propose_graphed(
+        self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]
+    ) -> list[list[int]] | None:
+        """The drafts from one replay of a head graph, when one holds the step: every request
+        that drafts has 1 to k + 1 pending rows, ending right before its input (else None)."""
+        graphs = self.graphs
+        going = [i for i, k in enumerate(num_drafts) if k]
+        bucket = graphs.bucket_for(len(going)) if graphs is not None and going else None
+        if graphs is None or bucket is None:
+            return None
+        pending: list[_Pending] = []
+        for i in going:
+            p = self._pending.get(seqs[i].req)
+            if (
+                p is None
+                or p.end != seqs[i].num_cached_tokens
+                or p.end - p.start > graphs.rows_per_seq
+            ):
+                return None
+            if num_drafts[i] > graphs.num_drafts:
+                return None
+            pending.append(p)
+        rows = [
+            (p.next_ids, self._position_values([seqs[i]], [p.start], [len(p.next_ids)]), p.start)
+            for i, p in zip(going, pending, strict=True)
+        ]
+        pieces = [h for p in pending for h in p.hidden]
+        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        counts = [num_drafts[i] for i in going]
+        tables = [seqs[i].req.block_ids for i in going]
+        drafts, tails = graphs.run(bucket, rows, tables, counts, hidden)
+        tails = tails.clone()  # the graph's buffer is rewritten by its next replay
+        table: list[list[int]] = host_list(drafts)  # the one wait
+        out: list[list[int]] = [[] for _ in seqs]
+        for row, (i, p) in enumerate(zip(going, pending, strict=True)):
+            req = seqs[i].req
+            del self._pending[req]
+            self._tails[req] = _Tail(p.end - 1, tails[row])
+            out[i] = table[row][: num_drafts[i]]
         return out
 
     def _catch_up(self, seqs: list[ScheduledSeq]) -> None:
@@ -191,37 +262,28 @@ class MTPDrafter:
     def _positions(
         self, seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
     ) -> torch.Tensor:
+        values = self._position_values(seqs, starts, counts)
+        return host_to_device(torch.tensor(values, dtype=torch.int64), self.device)
+
+    @staticmethod
+    def _position_values(
+        seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
+    ) -> list[int]:
         """Rotary positions of the rows: each one the position of the token it embeds (its
         cache index + 1), offset by the request's rope_delta past an image."""
-        values = [
+        return [
             start + 1 + r + (s.req.rope_delta if start + 1 + r >= s.req.num_prompt_tokens else 0)
             for s, start, n in zip(seqs, starts, counts, strict=True)
             for r in range(n)
         ]
-        return host_to_device(torch.tensor(values, dtype=torch.int64), self.device)
 
 
 def _advance(
     batch: ForwardBatch, counts: list[int], step: int, *, block_size: int, by: int = 1
 ) -> ForwardBatch:
-    """Draft step `step`'s batch from the one before, on the device: each row that still drafts
-    (counts[b] > step) moves `by` positions on; the others stay and write no KV."""
-    inc = batch.cached_lens.new_full(batch.cached_lens.shape, by)
+    """Draft step `step`'s batch from the one before: rows with counts[b] > step move on."""
     active = None
     if min(counts) <= step:
         ks = host_to_device(torch.tensor(counts, dtype=torch.int32), batch.cached_lens.device)
         active = ks > step
-        inc = inc * active
-    cached = batch.cached_lens + inc
-    idx = (cached // block_size).long().clamp_(max=batch.block_tables.shape[1] - 1)
-    blocks = batch.block_tables.gather(1, idx[:, None])[:, 0].long()
-    slots = blocks * block_size + (cached % block_size).long()
-    if active is not None:
-        slots = torch.where(active, slots, -1)
-    return replace(
-        batch,
-        positions=batch.positions + inc.long(),
-        cached_lens=cached,
-        context_lens=batch.context_lens + inc,
-        slot_mapping=slots,
-    )
+    return advance_draft_batch(batch, active, block_size=block_size, by=by)

@@ -154,6 +154,7 @@ class Runner:
             self.graphs = self._capture_graphs()
             if config.is_speculative:
                 self.verify_graphs = self._capture_verify_graphs()
+                self.spec_step.capture_graphs()
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
 
@@ -261,6 +262,7 @@ class Runner:
         self.graphs = None
         self.prefill_graphs = None
         self.verify_graphs = None
+        self.spec_step.drop_graphs()
         self._inflight = None
         self.vision.clear()
         self.caches = ModelCaches(attention={}, linear={})  # graphs above held views of them

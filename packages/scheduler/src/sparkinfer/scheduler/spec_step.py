@@ -12,6 +12,7 @@ eagerly over every row.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.errors import GraphCaptureError
 from sparkinfer.scheduler.mtp_drafter import MTPDrafter
 from sparkinfer.scheduler.ngram_drafter import NgramDrafter
 from sparkinfer.scheduler.request import Request, TokenLogprob
@@ -39,6 +41,8 @@ from sparkinfer.scheduler.spec_decode import (
 if TYPE_CHECKING:  # the runner owns this step; a cycle only for annotations
     from sparkinfer.model.cache_spec import ModelCaches
     from sparkinfer.scheduler.runner import Runner
+
+logger = logging.getLogger(__name__)
 
 
 def make_drafter(
@@ -65,6 +69,27 @@ class SpecStep:
         self.runner = runner
         self.drafter = drafter
 
+    def capture_graphs(self) -> None:
+        """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
+        head runs eagerly (slower drafts, the same tokens)."""
+        r, verify = self.runner, self.runner.verify_graphs
+        if not isinstance(self.drafter, MTPDrafter) or verify is None:
+            return
+        try:
+            with r.on_stream(), r.numerics(is_decode=True):
+                self.drafter.capture_graphs(
+                    batch_sizes=verify.batch_sizes,
+                    num_drafts=verify.num_drafts,
+                    max_blocks_per_seq=r.config.max_blocks_per_seq,
+                    stream=verify.stream,
+                )
+        except GraphCaptureError:
+            logger.warning("the MTP head runs eagerly", exc_info=True)
+
+    def drop_graphs(self) -> None:
+        if isinstance(self.drafter, MTPDrafter):
+            self.drafter.graphs = None
+
     @property
     def needs_hidden(self) -> bool:
         return self.drafter is not None and self.drafter.needs_hidden
@@ -83,7 +108,10 @@ class SpecStep:
             wanted = [s.num_lookahead_tokens for s in decodes]
             drafts: list[list[int]] = [[] for _ in decodes]
             if self.drafter is not None and any(wanted):
-                drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
+                # The target's decode numerics: the kernels its graphs already built, so no
+                # head shape compiles a kernel of its own mid-serving.
+                with r.numerics(is_decode=True):
+                    drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
             rows = layout_verify(decodes, drafts, r.spec_state_rows)[0]
@@ -105,7 +133,9 @@ class SpecStep:
             r.copy_states(accepted.restores)
             now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
             if self.drafter is not None and self.needs_hidden:
-                self.drafter.observe(self._target_step(batch, rows, accepted, now, hidden))
+                step = self._target_step(batch, rows, accepted, now, hidden)
+                with r.numerics(is_decode=not prefills):
+                    self.drafter.observe(step)
         return ModelOutput(
             samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
         )
