@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -28,6 +29,7 @@ from sparkinfer.model.weights import Checkpoint, checkpoint_views, open_checkpoi
 
 # A tensor's slice: the dimension it is cut along and the ranges of it this rank reads, in order.
 Slice = tuple[int, tuple[range, ...]]
+_VOCAB_PARALLEL = ("embed_tokens.weight", "lm_head.weight")
 
 
 def build_sharded_model(
@@ -115,18 +117,18 @@ def tensor_slice(name: str, plan: ShardPlan) -> Slice | None:
     return table.get(suffix)
 
 
-def _read_slice(file: Path, stored_name: str, cut: Slice | None) -> torch.Tensor:
-    with safe_open(str(file), framework="pt", device="cpu") as f:
-        if cut is None:
-            return f.get_tensor(stored_name)
-        dim, ranges = cut
-        part = f.get_slice(stored_name)
-        index: list[slice] = [slice(None)] * len(part.get_shape())
-        pieces = []
-        for r in ranges:
-            index[dim] = slice(r.start, r.stop)
-            pieces.append(part[tuple(index)])
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
+def _read_slice(f: Any, stored_name: str, cut: Slice | None) -> torch.Tensor:
+    """One tensor's slice from an open safetensors file (only those bytes are read)."""
+    if cut is None:
+        return f.get_tensor(stored_name)
+    dim, ranges = cut
+    part = f.get_slice(stored_name)
+    index: list[slice] = [slice(None)] * len(part.get_shape())
+    pieces = []
+    for r in ranges:
+        index[dim] = slice(r.start, r.stop)
+        pieces.append(part[tuple(index)])
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
 
 
 @torch.no_grad()
@@ -147,19 +149,28 @@ def load_sharded_weights(model: Qwen3_8ForCausalLM, ckpt: Checkpoint, plan: Shar
             f"missing tensors {missing[:8]} in {ckpt.path}: the checkpoint does not match its "
             "config.json"
         )
-    for name, view in views.items():
-        ref = refs[name]
-        value = _read_slice(ref.file, ref.name, tensor_slice(name, plan))
-        target = view[: value.shape[0]] if name.endswith(_VOCAB_PARALLEL) else view
-        if tuple(value.shape) != tuple(target.shape):
-            raise CheckpointError(
-                f"tensor {ref.name}: rank {plan.rank}'s slice has shape {list(value.shape)}; its "
-                f"layer expects {list(target.shape)}: the checkpoint does not match its config"
-            )
-        target.copy_(value)
+    by_file: dict[Path, list[str]] = {}
+    for name in views:
+        by_file.setdefault(refs[name].file, []).append(name)
+    for file, names in by_file.items():  # each file opened once
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in names:
+                ref = refs[name]
+                value = _read_slice(f, ref.name, tensor_slice(name, plan))
+                _copy_slice(views[name], value, name=name, stored_name=ref.name, rank=plan.rank)
 
 
-_VOCAB_PARALLEL = ("embed_tokens.weight", "lm_head.weight")
+def _copy_slice(
+    view: torch.Tensor, value: torch.Tensor, *, name: str, stored_name: str, rank: int
+) -> None:
+    # A vocabulary shard's tail rows past the vocabulary stay zero.
+    target = view[: value.shape[0]] if name.endswith(_VOCAB_PARALLEL) else view
+    if tuple(value.shape) != tuple(target.shape):
+        raise CheckpointError(
+            f"tensor {stored_name}: rank {rank}'s slice has shape {list(value.shape)}; its "
+            f"layer expects {list(target.shape)}: the checkpoint does not match its config"
+        )
+    target.copy_(value)
 
 
 def load_sharded_model(
