@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -59,11 +60,24 @@ def whole() -> Iterator[Engine]:
     engine.shutdown()
 
 
+class Split(NamedTuple):
+    """The TP=2 engine and the messages of its ranks that exited."""
+
+    engine: Engine
+    exits: list[str]
+
+
 @pytest.fixture(scope="module")
-def split() -> Iterator[Engine]:
-    engine = start_tensor_parallel_engine(_source(), CONFIG, size=2)
-    yield engine
+def split_ranks() -> Iterator[Split]:
+    exits: list[str] = []
+    engine = start_tensor_parallel_engine(_source(), CONFIG, size=2, on_rank_exit=exits.append)
+    yield Split(engine, exits)
     engine.shutdown()
+
+
+@pytest.fixture
+def split(split_ranks: Split) -> Engine:
+    return split_ranks.engine
 
 
 class Collector:
@@ -134,26 +148,22 @@ def test_two_ranks_abort_one_request_and_serve_the_rest(whole: Engine, split: En
     assert_same(run_all(split, PROMPTS[:2]), run_all(whole, PROMPTS[:2]))
 
 
-def test_a_rank_that_dies_fails_the_engine_with_a_clear_error(split: Engine) -> None:
-    split.shutdown()  # the module's engine: one tensor-parallel group per process at a time
-    exits: list[str] = []
-    engine = start_tensor_parallel_engine(_source(), CONFIG, size=2, on_rank_exit=exits.append)
-    try:
-        out = Collector()
-        params = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
-        engine.add_request("doomed", PROMPTS[1], params, on_output=out)
-        while not out.tokens:
-            time.sleep(0.01)
-        (rank1,) = [p for p in multiprocessing.active_children() if p.name.endswith("rank-1")]
-        assert rank1.pid is not None
-        os.kill(rank1.pid, signal.SIGKILL)
-        assert out.done.wait(30), "the request hung after its rank died"
-        assert out.final is not None and out.final.finish_reason is FinishReason.ERROR
-        deadline = time.monotonic() + 10
-        while not exits and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert exits and "tensor-parallel rank 1" in exits[0] and "restart" in exits[0]
-        with pytest.raises(RuntimeError, match="tensor-parallel rank 1"):
-            engine.generate([1, 2], GREEDY, timeout=30)
-    finally:
-        engine.shutdown()
+def test_a_rank_that_dies_fails_the_engine_with_a_clear_error(split_ranks: Split) -> None:
+    """Last in this module: it kills the module's rank 1."""
+    engine, exits = split_ranks
+    out = Collector()
+    params = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
+    engine.add_request("doomed", PROMPTS[1], params, on_output=out)
+    while not out.tokens:
+        time.sleep(0.01)
+    (rank1,) = [p for p in multiprocessing.active_children() if p.name.endswith("rank-1")]
+    assert rank1.pid is not None
+    os.kill(rank1.pid, signal.SIGKILL)
+    assert out.done.wait(30), "the request hung after its rank died"
+    assert out.final is not None and out.final.finish_reason is FinishReason.ERROR
+    deadline = time.monotonic() + 10
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exits and "tensor-parallel rank 1" in exits[0] and "restart" in exits[0]
+    with pytest.raises(RuntimeError, match="tensor-parallel rank 1"):
+        engine.generate([1, 2], GREEDY, timeout=30)
