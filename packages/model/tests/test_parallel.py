@@ -3,6 +3,7 @@ sharded loading), on the embedded checkpoint and on a random one with one replic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import socket
@@ -89,3 +90,26 @@ def test_plan_names_the_field_a_size_cannot_split() -> None:
     text = load_model_config(embedded.embedded_checkpoint_dir()).text
     with pytest.raises(ConfigError, match="num_attention_heads is 4; tensor_parallel_size 3"):
         ShardPlan(text, 0, 3)
+
+
+def test_plan_at_27b_shapes_on_eight_ranks() -> None:
+    """24 q / 4 kv heads: three query heads and one KV head per rank, each KV head on the two
+    ranks whose queries read it; 16 / 48 Gated-DeltaNet heads: two key and six value heads."""
+    text = dataclasses.replace(
+        load_model_config(embedded.embedded_checkpoint_dir()).text,
+        num_attention_heads=24,
+        num_key_value_heads=4,
+        linear_num_key_heads=16,
+        linear_num_value_heads=48,
+        intermediate_size=17_408,
+        vocab_size=248_320,
+    )
+    plans = [ShardPlan(text, r, 8) for r in range(8)]
+    assert [list(p.q_heads) for p in plans[:3]] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert [p.kv_heads.start for p in plans] == [0, 0, 1, 1, 2, 2, 3, 3]
+    group = text.num_attention_heads // text.num_key_value_heads
+    assert all(q // group == p.kv_heads.start for p in plans for q in p.q_heads)
+    assert [len(p.k_heads) for p in plans] == [2] * 8 and list(plans[7].v_heads) == [*range(42, 48)]
+    local = plans[0].local_text()
+    assert (local.num_attention_heads, local.num_key_value_heads) == (3, 1)
+    assert local.intermediate_size == 2176 and plans[0].vocab_shard_len == 31_040

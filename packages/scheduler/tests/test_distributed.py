@@ -148,6 +148,22 @@ def test_two_ranks_abort_one_request_and_serve_the_rest(whole: Engine, split: En
     assert_same(run_all(split, PROMPTS[:2]), run_all(whole, PROMPTS[:2]))
 
 
+def test_one_rank_runs_no_collective(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At size 1 the engine holds the plain model: not one torch.distributed call."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a collective ran at tensor_parallel_size 1")
+
+    for name in ("all_reduce", "all_gather", "broadcast", "broadcast_object_list"):
+        monkeypatch.setattr(torch.distributed, name, refuse)
+    model = load_model(embedded.embedded_checkpoint_dir(), device="cpu", dtype=torch.float32)
+    engine = Engine.from_model(model, CONFIG, device="cpu")
+    try:
+        assert len(engine.generate(PROMPTS[0], GREEDY)) == GREEDY.max_tokens
+    finally:
+        engine.shutdown()
+
+
 def test_a_rank_that_dies_fails_the_engine_with_a_clear_error(split_ranks: Split) -> None:
     """Last in this module: it kills the module's rank 1."""
     engine, exits = split_ranks
