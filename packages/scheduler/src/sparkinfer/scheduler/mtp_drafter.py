@@ -1,31 +1,35 @@
-"""The MTP drafter: the checkpoint's multi-token-prediction head (`model.mtp`) proposes drafts
-from the target's final hidden states (docs/model.md §10).
+"""The MTP drafter: the checkpoint's multi-token-prediction head (`model.mtp`) proposes drafts from
+the target's final hidden states (docs/model.md §10).
 
 The head runs over each accepted target row, row p paired with the token that follows it, and
 writes its KV at index p of its own cache (the target's block tables; a verify's rejected rows
 are overwritten when their positions are accepted later). The last such row of a request (its
-tail) gives its first draft, d1 = argmax of the target's lm_head over the head's output there.
-A request that drafts k tokens at its next step (`propose`) gets d1 and k - 1 more head steps,
+tail) gives its first draft, d1 = argmax of the target's lm_head over the head's output there. A
+request that drafts k tokens at its next step (`propose`) gets d1 and k - 1 more head steps,
 each feeding the draft before and the head's output before (one row per request, batched over
 the step's requests).
 
-Lazily: `observe` only keeps a decode step's accepted rows (their hidden states and next
-tokens) per request; the head runs over them when the request drafts next (`propose`, one
-batched forward over every request that catches up), when a request has kept
-`MAX_PENDING_ROWS` of them, and at once for prompt chunks (so a prompt's head KV is written
-before its blocks can be shared through the prefix cache). A request whose drafting is off
-(adaptive cool-down, or the cost model) so costs the head nothing per step: an MTP engine whose
-drafts are never accepted runs at plain-decode speed, its plain steps replaying the decode
-graphs (`spec_step`), and pays one catch-up forward over the rows of a stretch when it probes
-again. Positions decoded while drafting is off keep no head KV until then: a draft reading them
-through a shared prefix block may be worse, never wrong (every draft is verified).
+Lazily: `observe` only keeps a decode step's accepted rows (their hidden states and next tokens)
+per request; the head runs over them when the request drafts next (`propose`, one batched
+forward over every request that catches up), when a request has kept `MAX_PENDING_ROWS` of them,
+and at once for prompt chunks (so a prompt's head KV is written before its blocks can be shared
+through the prefix cache). A request whose drafting is off (adaptive cool-down, or the cost
+model) so costs the head nothing per step: an MTP engine whose drafts are never accepted runs
+close to plain-decode speed, its plain steps replaying the decode graphs (`spec_step`; its steps
+are still read at once, see the scheduler), and pays one catch-up forward over the rows of a
+stretch when it probes again. The head's work so lands in the steps that draft, whose times feed
+the cost model's verify fit (`spec_policy`). Positions decoded while drafting is off keep no
+head KV until then: a draft reading them through a shared prefix block may be worse, never wrong
+(every draft is verified).
 
 Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
-device to device into the next head step, whose batch (positions, KV slots, context lengths)
-is the one before advanced by one on the device; the drafts come to the host in one copy at the
-end. The drafts are greedy, so the verify's acceptance equals rejection sampling's
-(`rejection_sampler`). Each draft reads the full lm_head ([vocab, hidden]): at batch 1 that is
-the head's main cost.
+device to device into the next head step, whose batch (positions, KV slots, context lengths) is
+the one before advanced by one on the device; the drafts come to the host in one copy at the
+end. In the steady state (every drafting request with 1 to k + 1 pending rows) the catch-up and
+the draft steps replay one CUDA graph (`head_graphs`); the head runs under the target's decode
+numerics, so it builds no kernel variant of its own while serving. The drafts are greedy, so the
+verify's acceptance equals rejection sampling's (`rejection_sampler`). Each draft reads the full
+lm_head ([vocab, hidden]): at batch 1 that is the head's main cost.
 """
 
 from __future__ import annotations

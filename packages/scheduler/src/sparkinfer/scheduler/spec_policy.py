@@ -18,7 +18,10 @@ Cost: two straight-line fits of step time against rows, one for plain decode ste
 verify steps (steps with prompt chunks are left out), measured from the scheduler's side
 (schedule to update, so host time counts). A step drafts when the expected tokens per second with
 drafts beat the plain step's; until both fits have points, and every `PROBE_INTERVAL` steps
-after that, it drafts anyway, so the verify fit follows the batch as it changes.
+after that, it drafts anyway, so the verify fit follows the batch as it changes. A drafter's
+own cost counts where it is paid: the MTP head catches up over a request's rows only when the
+request drafts (`mtp_drafter`), so the verify fit carries the head and the decode fit a plain
+step.
 """
 
 from __future__ import annotations
