@@ -24,6 +24,7 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
+from sparkinfer.kernels.tuning import DEFAULT_TUNING, KernelTuning
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.parallel.group import TensorParallelGroup
 from sparkinfer.model.parallel.sharded_model import load_sharded_model
@@ -99,13 +100,23 @@ def _load(source: ModelSource, rank: int, size: int) -> Qwen3_8ForCausalLM:
     return source.loader(TensorParallelGroup(rank, size), _device(source, rank))
 
 
-def worker_main(rank: int, size: int, port: int, source: ModelSource, deterministic: bool) -> None:
+def worker_main(
+    rank: int,
+    size: int,
+    port: int,
+    source: ModelSource,
+    numerics: tuple[bool, KernelTuning],
+) -> None:
     """The entry point of a spawned rank."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {rank} %(message)s")
     exit_with_parent()
     channel = _join_group(source, rank, size, port)
     model = _load(source, rank, size)
-    RankWorker(model, channel, device=channel.device, deterministic=deterministic).serve()
+    deterministic, tuning = numerics
+    worker = RankWorker(
+        model, channel, device=channel.device, deterministic=deterministic, tuning=tuning
+    )
+    worker.serve()
     dist.destroy_process_group()
 
 
@@ -160,11 +171,11 @@ class TensorParallelRanks:
         channel: StepChannel,
         watchdog: RankWatchdog,
         *,
-        deterministic: bool,
+        numerics: tuple[bool, KernelTuning],
     ) -> None:
         self.shard = shard
         self.channel = channel
-        self.deterministic = deterministic
+        self.numerics = numerics
         self._watchdog = watchdog
         self._runner: TensorParallelRunner | None = None
         self._failure: str | None = None
@@ -180,13 +191,15 @@ class TensorParallelRanks:
         *,
         size: int,
         deterministic: bool = False,
+        tuning: KernelTuning = DEFAULT_TUNING,
         on_rank_exit: Callable[[str], None] | None = None,
     ) -> TensorParallelRanks:
         """Spawn ranks 1..size-1, join them as rank 0 and load every rank's shard.
 
         `on_rank_exit(message)` runs (on the watchdog's thread) when a rank exits before it was
         told to stop; the engine's later steps fail with that message either way.
-        `deterministic`: the engine's `deterministic`, which the other ranks' numerics follow.
+        `deterministic`, `tuning`: the engine config's `deterministic` and `kernel_tuning`, which
+        the other ranks' forwards follow.
         """
         if size < 2:
             raise ValueError(f"size is {size}; tensor parallel needs at least 2 ranks")
@@ -195,7 +208,7 @@ class TensorParallelRanks:
         procs: list[BaseProcess] = [
             spawn.Process(
                 target=worker_main,
-                args=(rank, size, port, source, deterministic),
+                args=(rank, size, port, source, (deterministic, tuning)),
                 name=f"sparkinfer-tp-rank-{rank}",
                 daemon=True,
             )
@@ -215,7 +228,8 @@ class TensorParallelRanks:
         watchdog = RankWatchdog(procs, rank_exited)
         try:
             channel = _join_group(source, 0, size, port)
-            ranks = cls(_load(source, 0, size), channel, watchdog, deterministic=deterministic)
+            numerics = (deterministic, tuning)
+            ranks = cls(_load(source, 0, size), channel, watchdog, numerics=numerics)
         except BaseException:
             watchdog.stop(is_told=False)  # a rank 0 that cannot start leaves no rank behind
             if dist.is_initialized():
@@ -238,9 +252,12 @@ class TensorParallelRanks:
                 "speculative decoding does not run under tensor parallel yet: set speculative "
                 "off or tensor_parallel_size 1"
             )
-        if config.deterministic != self.deterministic:
+        if (config.deterministic, config.kernel_tuning) != self.numerics:
             self.stop()
-            raise ValueError("the ranks were started with another `deterministic`: a bug")
+            raise ValueError(
+                "the ranks were started with another deterministic or kernel tuning than the "
+                "engine's config: start them from the same config"
+            )
         config = dataclasses.replace(config, enforce_eager=True)
         model = MirroredModel(self.shard, self.channel)
         try:
@@ -279,6 +296,10 @@ def start_tensor_parallel_engine(
 ) -> Engine:
     """`TensorParallelRanks.start` then its `engine`: one call for tests and benchmarks."""
     ranks = TensorParallelRanks.start(
-        source, size=size, deterministic=config.deterministic, on_rank_exit=on_rank_exit
+        source,
+        size=size,
+        deterministic=config.deterministic,
+        tuning=config.kernel_tuning,
+        on_rank_exit=on_rank_exit,
     )
     return ranks.engine(config)

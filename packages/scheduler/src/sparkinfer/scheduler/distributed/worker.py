@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from sparkinfer.kernels.linear import batch_invariant
+from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 from sparkinfer.model.cache_spec import ModelCaches, allocate_caches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
@@ -35,17 +36,23 @@ class RankWorker:
         *,
         device: torch.device,
         deterministic: bool,
+        tuning: KernelTuning,
     ) -> None:
         self.model = model
         self.channel = channel
         self.device = device
         self.deterministic = deterministic
+        self.tuning = tuning
         self._caches: tuple[CacheKey, ModelCaches] | None = None
         self._hidden: torch.Tensor | None = None
 
     @torch.inference_mode()
     def serve(self) -> None:
-        """Run rank 0's messages in order until "stop"."""
+        """Run rank 0's messages in order until "stop", under rank 0's kernel tuning."""
+        with kernel_tuning(self.tuning):
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             message, tensor = self.channel.recv()
             if message.op == "stop":
