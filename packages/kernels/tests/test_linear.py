@@ -23,6 +23,7 @@ from sparkinfer.kernels.linear import (
     skinny_gemm,
     tiled_gemm,
 )
+from sparkinfer.kernels.linear.skinny_gemm import split_k_slices
 
 # The module, not the function the package exports under the same name.
 skinny_gemm_module = importlib.import_module("sparkinfer.kernels.linear.skinny_gemm")
@@ -285,14 +286,56 @@ def test_decode_phase_rows_are_batch_invariant(dtype, tiles, record_launches, as
     check(invariant_linear(x, w, "decode"), linear_ref(x, w))
 
 
-def test_decode_config_takes_the_measured_one_row_tile_in_16_row_tiles():
-    for n, k in [(34816, 5120), (5120, 17408), (16384, 5120), (5120, 6144)]:
-        measured = shape_table.decode_entry(n, k, torch.bfloat16)
-        assert measured is not None
-        assert decode_config(n, k) == dataclasses.replace(measured, BM=16)
-    assert shape_table.decode_entry(10240, 5120, torch.bfloat16) is None  # cuBLAS won there
+_MODEL_SHAPES = [(34816, 5120), (5120, 17408), (16384, 5120), (16480, 5120), (5120, 6144),
+                 (6144, 5120), (10240, 5120), (12288, 5120), (248320, 5120)]  # fmt: skip
+
+
+def test_decode_tiles_of_a_weight_share_one_k_plan():
+    """Every row range's tile of a weight sums over K the same way (BK, slices, SWAP_AB)."""
+    for n, k in _MODEL_SHAPES:
+        plan = invariant.decode_k_plan(n, k)
+        for rows in invariant.DECODE_TILE_ROWS:
+            config = decode_config(n, k, torch.bfloat16, rows)
+            assert rows == config.BM
+            assert (config.BK, split_k_slices(k, config)[0], config.SWAP_AB) == plan, (n, k, rows)
+
+
+def test_decode_tiles_take_the_measured_tile_of_their_range_where_it_shares_the_plan():
+    bf16 = torch.bfloat16
+    widest = shape_table.lookup(64, 16384, 5120, bf16)
+    assert widest is not None and decode_config(16384, 5120, bf16, 64) == dataclasses.replace(
+        widest, BM=64
+    )
+    measured_32 = shape_table.lookup(32, 16384, 5120, bf16)
+    assert measured_32 is not None and measured_32.BK == widest.BK
+    assert decode_config(16384, 5120, bf16, 32) == dataclasses.replace(measured_32, BM=32)
+    # 5120x6144's 16-row tile steps K by 256: the 16-row range keeps the 64-row tile's plan
+    measured_16 = shape_table.lookup(16, 5120, 6144, bf16)
+    assert measured_16 is not None and measured_16.BK != decode_config(5120, 6144, bf16, 16).BK
+    assert shape_table.decode_entry(10240, 5120, bf16) is None  # cuBLAS won every range there
     unmeasured = decode_config(10240, 5120)
     assert (unmeasured.BM, unmeasured.BN, unmeasured.SPLIT_K) == (16, 32, 1)  # 320 programs
+
+
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_tiles_with_one_k_plan_launch_one_reduction(swap_ab, record_launches, assert_close):
+    """Tiles differing in rows, columns, warps, stages and descriptor loads but not in BK,
+    slices or SWAP_AB launch the same K loop (the GPU test below asserts the bits)."""
+    torch.manual_seed(17)
+    x = torch.randn(40, 256, dtype=torch.bfloat16)
+    w = torch.randn(48, 256, dtype=torch.bfloat16) * 0.05
+    tiles = [
+        SkinnyGemmConfig(BM=16, BN=16, BK=64, SPLIT_K=2, SWAP_AB=swap_ab),
+        SkinnyGemmConfig(BM=32, BN=32, BK=64, SPLIT_K=2, SWAP_AB=swap_ab, num_stages=2, TMA=True),
+        SkinnyGemmConfig(BM=64, BN=16, BK=64, SPLIT_K=2, SWAP_AB=swap_ab, num_warps=8),
+    ]
+    recorder = record_launches(skinny_gemm_module, "_skinny_gemm_kernel")
+    outs = [skinny_gemm(x, w, tile) for tile in tiles]
+    for out in outs:
+        assert_close(out, linear_ref(x, w))
+    loops = {(launch.kwargs["BK"], launch.kwargs["SPLIT_K"], launch.kwargs["SWAP_AB"],
+              launch.ints[2], launch.ints[3]) for launch in recorder.launches}  # fmt: skip
+    assert loops == {(64, 2, swap_ab, 256, 128)}
 
 
 def test_decode_tiles_grow_with_the_batch_for_16_bit_weights():
@@ -303,22 +346,21 @@ def test_decode_tiles_grow_with_the_batch_for_16_bit_weights():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("n", "k"),
-    [(16480, 5120), (14336, 5120), (34816, 5120), (5120, 17408), (5120, 6144), (248320, 5120)],
-)
-def test_decode_row_tiles_give_the_same_bits(n, k):
-    """The decode phase picks its row tile by batch size; that is batch-invariant only because
-    a row's bits do not depend on the tile's row count (the same K slices and MMA k-steps)."""
+@pytest.mark.parametrize(("n", "k"), _MODEL_SHAPES)
+def test_decode_tiles_give_a_row_the_same_bits(n, k):
+    """Each tile the decode phase can pick for a weight gives every row, at every row count
+    from 1 to 256, the bits of the 256-row decode launch: the claim that a row's sums depend on
+    the K plan alone, not on rows, columns, warps, stages or descriptor loads."""
     torch.manual_seed(16)
-    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-    outs = [
-        skinny_gemm(x, w, decode_config(n, k, torch.bfloat16, rows))
-        for rows in invariant.DECODE_TILE_ROWS
-    ]
-    for out in outs[1:]:
-        assert torch.equal(out, outs[0])
+    full = invariant_linear(x, w, "decode")
+    for rows in invariant.DECODE_TILE_ROWS:
+        config = decode_config(n, k, torch.bfloat16, rows)
+        for m in range(1, 257):
+            out = skinny_gemm(x[:m], w, config)
+            assert torch.equal(out, full[:m]), (rows, m)
+    torch.testing.assert_close(full.float(), linear_ref(x, w).float(), atol=2e-2, rtol=2e-2)
 
 
 def test_batch_invariant_sets_and_restores_the_phase():

@@ -1,14 +1,17 @@
-"""Batch-invariant linear layers on the GPU: one kernel and one tile per (phase, N, K).
+"""Batch-invariant linear layers on the GPU: one reduction order per (phase, N, K).
 
 cuBLAS, and the measured dispatch table, choose a kernel by row count, so a row's bits change with
 the batch it shares. Inside `batch_invariant(phase)` every CUDA `linear` instead runs a kernel
-whose configuration depends only on the phase and the weight's shape:
+whose order of summation over K depends only on the phase and the weight's shape:
 
-- "decode": the skinny GEMM with the columns and K slices the shape table measured best for one
-  row (split-K slices are summed in a fixed order), in row tiles of 16, 32 or 64 by M for 16-bit
-  weights (16 for fp32). A row's bits do not depend on its tile's row count: every tile sums a
-  row's products over the same K slices, BK steps and MMA k-steps (GPU test
-  `test_decode_row_tiles_give_the_same_bits`); a larger tile only reads the weight fewer times.
+- "decode": the skinny GEMM. Per weight one K plan (BK, split-K slices and SWAP_AB, from the
+  table's tile for the widest measured batch: decode batches are the costly ones), summed in a
+  fixed order; per row range (16, 32 or 64 rows, `decode_tile_rows`) the tile the table measured
+  for that range where it shares the K plan, else the plan's own tile, in that range's row
+  tile. Tiles that differ only in rows, columns, warps, stages and descriptor loads sum each of
+  a row's products over the same K slices, BK steps and MMA k-steps, so a row's bits do not
+  depend on which range its batch fell in (GPU test `test_decode_tiles_give_a_row_the_same_bits`
+  checks every tile the dispatch can pick at every row count from 1 to 256).
 - "prefill": the tiled GEMM with one fixed tile per dtype (tensor descriptors for 16-bit
   operands on Hopper), no split-K.
 
@@ -27,8 +30,8 @@ from typing import Literal
 
 import torch
 import triton
-from sparkinfer.kernels.linear.shape_table import decode_entry
-from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm
+from sparkinfer.kernels.linear.shape_table import ShapeTable, current_table
+from sparkinfer.kernels.linear.skinny_gemm import SkinnyGemmConfig, skinny_gemm, split_k_slices
 from sparkinfer.kernels.linear.tiled_gemm import TiledGemmConfig, tiled_gemm
 
 Phase = Literal["decode", "prefill"]
@@ -65,22 +68,55 @@ def current_phase() -> Phase | None:
     return _PHASE.get()
 
 
-@lru_cache(maxsize=256)
 def decode_config(
     n: int, k: int, dtype: torch.dtype = torch.bfloat16, tile_rows: int = DECODE_BM
 ) -> SkinnyGemmConfig:
-    """The skinny-GEMM config every decode batch uses for an [N, K] weight, in `tile_rows`-row
-    tiles (see `decode_tile_rows`; programs of one column block over several row tiles run side
-    by side and share its weight tiles in L2).
+    """The skinny-GEMM config a decode batch in `tile_rows`-row tiles uses for an [N, K] weight
+    (see `decode_tile_rows`; programs of one column block over several row tiles run side by side
+    and share its weight tiles in L2).
 
-    Columns and K slices as the table measured best for one row, or, for shapes it lacks, the
-    widest column block that still gives ~256 programs, no split.
+    Every `tile_rows` gets the same K plan (`decode_k_plan`); the columns, warps, stages and
+    descriptor loads are the table's for that row range where its tile shares the plan.
     """
-    measured = decode_entry(n, k, dtype)
-    if measured is not None:
+    return _decode_config(current_table(), n, k, dtype, tile_rows)
+
+
+def decode_k_plan(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, bool]:
+    """(BK, K slices, SWAP_AB) of every decode tile of an [N, K] weight: what fixes the order in
+    which a row's products are summed."""
+    plan = _plan_tile(current_table(), n, k, dtype)
+    return plan.BK, split_k_slices(k, plan)[0], plan.SWAP_AB
+
+
+@lru_cache(maxsize=512)
+def _decode_config(
+    table: ShapeTable, n: int, k: int, dtype: torch.dtype, tile_rows: int
+) -> SkinnyGemmConfig:
+    plan = _plan_tile(table, n, k, dtype)
+    measured = table.lookup(tile_rows, n, k, dtype) if tile_rows in DECODE_TILE_ROWS else None
+    if measured is not None and _k_plan(measured, k) == _k_plan(plan, k):
         return dataclasses.replace(measured, BM=tile_rows)
+    return dataclasses.replace(plan, BM=tile_rows)
+
+
+@lru_cache(maxsize=256)
+def _plan_tile(table: ShapeTable, n: int, k: int, dtype: torch.dtype) -> SkinnyGemmConfig:
+    """The tile whose K plan every decode batch of an [N, K] weight keeps: the table's Triton tile
+    for the widest row range it measured one, else its one-row tile, else the widest column
+    block that still gives ~256 programs, no split."""
+    for rows in reversed(DECODE_TILE_ROWS):
+        measured = table.lookup(rows, n, k, dtype)
+        if measured is not None:
+            return measured
+    measured = table.decode_entry(n, k, dtype)
+    if measured is not None:
+        return measured
     bn = next((b for b in (64, 32) if triton.cdiv(n, b) >= _TARGET_PROGRAMS * 3 // 4), 16)
-    return SkinnyGemmConfig(BM=tile_rows, BN=bn, BK=128, SPLIT_K=1, num_stages=4)
+    return SkinnyGemmConfig(BN=bn, BK=128, SPLIT_K=1, num_stages=4)
+
+
+def _k_plan(config: SkinnyGemmConfig, k: int) -> tuple[int, int, bool]:
+    return config.BK, split_k_slices(k, config)[0], config.SWAP_AB
 
 
 def decode_tile_rows(num_rows: int, dtype: torch.dtype) -> int:
