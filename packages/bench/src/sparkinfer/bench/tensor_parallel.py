@@ -76,12 +76,22 @@ def _config(*, is_eager: bool) -> SchedulerConfig:
     )
 
 
-def _row(name: str, measure: Callable[[], str]) -> None:
-    try:
-        print(f"| {name} | {measure()} |", flush=True)
-    except Exception as exc:
-        traceback.print_exc()
-        print(f"| {name} | error: {type(exc).__name__}: {exc} |", flush=True)
+@dataclass(frozen=True)
+class Rows:
+    """Prints the table's rows; none starts after `deadline` (time.monotonic), so the run ends
+    inside its budget, the rows after it marked skipped."""
+
+    deadline: float
+
+    def row(self, name: str, measure: Callable[[], str]) -> None:
+        if time.monotonic() > self.deadline:
+            print(f"| {name} | skipped: past --budget-s |", flush=True)
+            return
+        try:
+            print(f"| {name} | {measure()} |", flush=True)
+        except Exception as exc:
+            traceback.print_exc()
+            print(f"| {name} | error: {type(exc).__name__}: {exc} |", flush=True)
 
 
 def _decode_tok_s(engine: Engine, batch: int) -> str:
@@ -98,22 +108,22 @@ def _ttft_s(engine: Engine, prompt_len: int) -> str:
     return f"{events[0][0] - tracker.submitted_s:.3f} s to first token"
 
 
-def _engine_rows(tag: str, engine: Engine, *, with_prompts: bool = True) -> None:
+def _engine_rows(rows: Rows, tag: str, engine: Engine, *, with_prompts: bool = True) -> None:
     run_requests(engine, random_prompts(2, 512, seed=7), 8, "warmup")
-    _row(f"{tag} decode batch 1", lambda: _decode_tok_s(engine, 1))
-    _row(f"{tag} decode 32 streams", lambda: _decode_tok_s(engine, 32))
+    rows.row(f"{tag} decode batch 1", lambda: _decode_tok_s(engine, 1))
+    rows.row(f"{tag} decode 32 streams", lambda: _decode_tok_s(engine, 32))
     if with_prompts:  # long prompts run eagerly either way: one row per model split is enough
-        _row(f"{tag} 4K prompt", lambda: _ttft_s(engine, 4096))
-        _row(f"{tag} 128K prompt", lambda: _ttft_s(engine, LONG_PROMPT))
+        rows.row(f"{tag} 4K prompt", lambda: _ttft_s(engine, 4096))
+        rows.row(f"{tag} 128K prompt", lambda: _ttft_s(engine, LONG_PROMPT))
 
 
-def _single_gpu_rows(num_layers: int) -> None:
+def _single_gpu_rows(rows: Rows, num_layers: int) -> None:
     device = torch.device("cuda", 0)
     model = random_model(full_size_config(num_layers), device, "tp1")
     for tag, is_eager in (("TP=1 graphs", False), ("TP=1 eager", True)):
         engine = Engine.from_model(model, _config(is_eager=is_eager), device=device)
         try:
-            _engine_rows(tag, engine, with_prompts=not is_eager)
+            _engine_rows(rows, tag, engine, with_prompts=not is_eager)
         finally:
             engine.shutdown()
     del model, engine
@@ -121,11 +131,11 @@ def _single_gpu_rows(num_layers: int) -> None:
     torch.cuda.empty_cache()
 
 
-def _two_gpu_rows(num_layers: int) -> None:
+def _two_gpu_rows(rows: Rows, num_layers: int) -> None:
     source = ModelSource(RandomShards(num_layers), "cuda", timeout_s=600.0)
     engine = start_tensor_parallel_engine(source, _config(is_eager=True), size=2)
     try:
-        _engine_rows("TP=2 eager", engine)
+        _engine_rows(rows, "TP=2 eager", engine)
     finally:
         engine.shutdown()
 
@@ -195,7 +205,7 @@ def _all_reduce_rank(rank: int, port: int, num_layers: int, results) -> None:
     dist.destroy_process_group()
 
 
-def _all_reduce_rows(num_layers: int) -> None:
+def _all_reduce_rows(rows: Rows, num_layers: int) -> None:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
@@ -223,41 +233,45 @@ def _all_reduce_rows(num_layers: int) -> None:
         if p.is_alive():
             p.terminate()
     per_step = 2 * num_layers + 1
-    for rows in ALL_REDUCE_ROWS:
-        t = out[f"eager {rows}"]
-        _row(
-            f"all-reduce [{rows}, {HIDDEN}] bf16",
+    for num_rows in ALL_REDUCE_ROWS:
+        t = out[f"eager {num_rows}"]
+        rows.row(
+            f"all-reduce [{num_rows}, {HIDDEN}] bf16",
             lambda t=t: f"{t * 1e6:.1f} us each, {per_step * t * 1e3:.2f} ms per step",
         )
     graph = out["graph step"]
     shown = graph if isinstance(graph, str) else f"{graph * 1e3:.2f} ms per step"
-    _row(f"all-reduce [1, {HIDDEN}] x {per_step}, one CUDA graph", lambda: shown)
+    rows.row(f"all-reduce [1, {HIDDEN}] x {per_step}, one CUDA graph", lambda: shown)
     bus_gb_s = BUS_BYTES / out["bus"] / 1e9  # 2 ranks: bus bytes = 2 (n-1)/n x size = size
     share = bus_gb_s / NVLINK_GB_S
-    _row("all-reduce 256 MiB bus bandwidth", lambda: f"{bus_gb_s:.0f} GB/s, {share:.0%} of NVLink")
+    rows.row(
+        "all-reduce 256 MiB bus bandwidth", lambda: f"{bus_gb_s:.0f} GB/s, {share:.0%} of NVLink"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Tensor parallel on two GPUs against one")
     parser.add_argument("--num-layers", type=int, default=64, help="keeps the 3:1 layer pattern")
     parser.add_argument("--skip-engines", action="store_true", help="all-reduce rows only")
+    parser.add_argument("--budget-s", type=float, default=270.0, help="start no row after this")
     args = parser.parse_args(argv)
+    rows = Rows(deadline=time.monotonic() + args.budget_s)
     print(f"| row (Qwen3.8-27B shapes, {args.num_layers} layers, random bf16) | result |")
     print("|---|---|")
-    _row("GPUs", lambda: f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
+    rows.row("GPUs", lambda: f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
     try:
-        _all_reduce_rows(args.num_layers)
+        _all_reduce_rows(rows, args.num_layers)
     except Exception as exc:
         traceback.print_exc()
         print(f"| all-reduce rows | error: {type(exc).__name__}: {exc} |", flush=True)
     if args.skip_engines:
         return
-    for rows in (_single_gpu_rows, _two_gpu_rows):
+    for part in (_single_gpu_rows, _two_gpu_rows):
         try:
-            rows(args.num_layers)
+            part(rows, args.num_layers)
         except Exception as exc:
             traceback.print_exc()
-            print(f"| {rows.__name__} | error: {type(exc).__name__}: {exc} |", flush=True)
+            print(f"| {part.__name__} | error: {type(exc).__name__}: {exc} |", flush=True)
 
 
 if __name__ == "__main__":
