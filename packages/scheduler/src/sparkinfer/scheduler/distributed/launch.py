@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
-import multiprocessing.connection
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,12 +29,11 @@ from sparkinfer.model.parallel.sharded_model import load_sharded_model
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.distributed.channel import StepChannel
 from sparkinfer.scheduler.distributed.mirror import MirroredModel, TensorParallelRunner
+from sparkinfer.scheduler.distributed.watchdog import RankWatchdog
 from sparkinfer.scheduler.distributed.worker import RankWorker, exit_with_parent
 from sparkinfer.scheduler.engine import Engine
 
 logger = logging.getLogger(__name__)
-
-_JOIN_S = 10.0  # how long a stopping rank may take before it is terminated
 
 
 class ShardLoader(Protocol):
@@ -124,40 +121,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class RankWatchdog:
-    """Waits on the other ranks' processes; the first to exit before `stop` is reported."""
-
-    def __init__(self, procs: list[BaseProcess], on_exit: Callable[[str], None]) -> None:
-        self.procs = procs
-        self._on_exit = on_exit
-        self._is_stopping = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="sparkinfer-tp-watch", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        sentinels = {p.sentinel: rank for rank, p in enumerate(self.procs, start=1)}
-        ready = multiprocessing.connection.wait(list(sentinels))
-        if self._is_stopping.is_set():
-            return
-        rank = sentinels[ready[0]]  # pyright: ignore[reportArgumentType]
-        code = self.procs[rank - 1].exitcode
-        self._on_exit(
-            f"tensor-parallel rank {rank} (pid {self.procs[rank - 1].pid}) exited with code "
-            f"{code}: the model is incomplete without it, so the server stops; check that "
-            "rank's log above, then restart the server"
-        )
-
-    def stop(self, *, is_told: bool) -> None:
-        """Wait for the ranks to leave (`is_told`: they were told to stop), terminating any that
-        hang or were never told."""
-        self._is_stopping.set()
-        for p in self.procs:
-            p.join(_JOIN_S if is_told else 0)
-            if p.is_alive():
-                p.terminate()
-                p.join(_JOIN_S)
 
 
 class TensorParallelRanks:
