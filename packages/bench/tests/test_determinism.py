@@ -55,3 +55,36 @@ def test_depth_result_verdicts():
     failed = determinism.DepthResult(depth=1, prompt="p", outputs=["1", "1"], errors=["HTTP 500"])
     assert not failed.is_deterministic
     assert determinism.build_prompt(100, 4.5).endswith(determinism.QUESTION)
+
+
+def test_concurrency_mode_passes_a_batch_invariant_server(fake_server, tmp_path, capsys):
+    server = fake_server()
+    argv = ["determinism", "--base-url", server.url, "--concurrency", "2,6", "--max-tokens", "4"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gate batch invariance: PASS" in out
+    raw = json.loads((tmp_path / "determinism.json").read_text())["raw"]["concurrency"]
+    assert [(len(r["alone"]), len(r["first"]), len(r["second"])) for r in raw] == [
+        (2, 2, 2),
+        (4, 6, 6),
+    ]
+    assert "4/4" in out and "6/6" in out
+
+
+def test_concurrency_mode_fails_a_server_whose_outputs_vary(fake_server, tmp_path, capsys):
+    server = fake_server(is_deterministic=False)
+    argv = ["determinism", "--base-url", server.url, "--concurrency", "3", "--max-tokens", "4"]
+    assert main([*argv, "--out", str(tmp_path)]) == 1
+    assert "gate batch invariance: FAIL" in capsys.readouterr().out
+
+
+def test_concurrency_result_counts_identical_outputs():
+    r = determinism.ConcurrencyResult(
+        concurrency=3, alone=["a", "b"], first=["a", "x", "c"], second=["a", "x", "d"]
+    )
+    assert (r.num_probes_identical, r.num_batch_identical, r.is_invariant) == (1, 2, False)
+    failed = determinism.ConcurrencyResult(
+        concurrency=1, alone=[None], first=[None], second=[None], errors=["HTTP 500"]
+    )
+    assert (failed.num_probes_identical, failed.num_batch_identical) == (0, 0)
+    assert not failed.is_invariant

@@ -94,6 +94,13 @@ def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--require-correct", action="store_true", help="also gate on the right answer")
     p.add_argument(
+        "--concurrency",
+        type=int_list,
+        help="check batch invariance instead, at each of these batch sizes: "
+        f"{determinism.NUM_PROBES} probes alone, then among the batch sent at once, then the "
+        "batch again (--depths and --runs unused)",
+    )
+    p.add_argument(
         "--reference",
         metavar="CHECKPOINT",
         help="also compare with the offline fp32 CPU path on this small checkpoint ('embedded': "
@@ -225,6 +232,9 @@ async def _workloads(args: argparse.Namespace, info: provenance.RunInfo) -> Repo
 
 
 async def _determinism(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    if args.concurrency:
+        return await _batch_invariance(args, info)
+
     async def run(client: OpenAIClient) -> Report:
         results = await determinism.run_depths(
             client, args.depths, num_runs=args.runs, max_tokens=args.max_tokens, seed=args.seed
@@ -242,6 +252,26 @@ async def _determinism(args: argparse.Namespace, info: provenance.RunInfo) -> Re
             [determinism.plot(results, args.runs)],
             raw,
             determinism.gates(results, is_correct_required=args.require_correct),
+        )
+
+    return await _with_client(args, run)
+
+
+async def _batch_invariance(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    async def run(client: OpenAIClient) -> Report:
+        results = [
+            await determinism.run_concurrency(client, n, max_tokens=args.max_tokens, seed=args.seed)
+            for n in args.concurrency
+        ]
+        raw = {"concurrency": [r.__dict__ for r in results]}
+        return Report(
+            "determinism",
+            info,
+            _http_context(args, client),
+            [determinism.concurrency_table(results)],
+            [],
+            raw,
+            determinism.concurrency_gates(results),
         )
 
     return await _with_client(args, run)

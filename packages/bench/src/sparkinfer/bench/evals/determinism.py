@@ -3,10 +3,15 @@
 Three runs per depth must produce identical text; any difference fails the gate. Whether the answer
 is right is reported beside it (a random-weight model cannot answer, so by default it does not
 gate).
+
+With a concurrency N (`run_concurrency`) it checks batch invariance instead: each of a few probe
+prompts alone, then the probes among the others of a batch of N sent at once, then the same
+batch again; every probe must match its output alone and every request its first send.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +28,9 @@ QUESTION = (
     "Answer with the number only."
 )
 EXPECTED_ANSWER = "278"
+NUM_PROBES = 4
+CONCURRENCY_DEPTH = 256  # prompt tokens of the shortest prompt in a concurrent batch
+DEPTH_STEP = 24  # each prompt of a batch is this many tokens longer than the one before
 
 
 def build_prompt(depth_tokens: int, chars_per_tok: float) -> str:
@@ -74,6 +82,90 @@ async def run_depths(
             res.outputs.append(out.text)
         results.append(res)
     return results
+
+
+@dataclass
+class ConcurrencyResult:
+    """Outputs of one batch-invariance check: probes alone, then the batch (probes first) twice."""
+
+    concurrency: int
+    alone: list[str | None] = field(default_factory=list)
+    first: list[str | None] = field(default_factory=list)
+    second: list[str | None] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def num_probes_identical(self) -> int:
+        return sum(a is not None and a == b for a, b in zip(self.alone, self.first, strict=False))
+
+    @property
+    def num_batch_identical(self) -> int:
+        return sum(a is not None and a == b for a, b in zip(self.first, self.second, strict=True))
+
+    @property
+    def is_invariant(self) -> bool:
+        return (
+            not self.errors
+            and self.num_probes_identical == len(self.alone)
+            and self.num_batch_identical == self.concurrency
+        )
+
+
+async def run_concurrency(
+    client: OpenAIClient,
+    concurrency: int,
+    *,
+    num_probes: int = NUM_PROBES,
+    max_tokens: int,
+    seed: int,
+) -> ConcurrencyResult:
+    """Each probe alone, then a batch of `concurrency` requests at once whose first ones are the
+    probes, then that batch again (greedy, seeded). Prompts differ in length, so the batch's rows
+    cross kernel tiles, chunk budgets and split plans that a probe alone never sees."""
+    cpt = await chars_per_token(client)
+    prompts = [build_prompt(CONCURRENCY_DEPTH + i * DEPTH_STEP, cpt) for i in range(concurrency)]
+    res = ConcurrencyResult(concurrency=concurrency)
+
+    async def one(prompt: str) -> str | None:
+        out = await client.generate(
+            GenRequest(prompt=prompt, max_tokens=max_tokens, is_fixed_len=True, seed=seed)
+        )
+        if out.error:
+            res.errors.append(out.error)
+            return None
+        return out.text
+
+    for i, prompt in enumerate(prompts[: min(num_probes, concurrency)]):
+        log(f"determinism: probe {i + 1} alone")
+        res.alone.append(await one(prompt))
+    for name, outputs in (("first", res.first), ("second", res.second)):
+        log(f"determinism: {concurrency} requests at once ({name} send)")
+        outputs.extend(await asyncio.gather(*(one(p) for p in prompts)))
+    return res
+
+
+def concurrency_table(results: list[ConcurrencyResult]) -> Table:
+    rows = [
+        [
+            r.concurrency,
+            f"{r.num_probes_identical}/{len(r.alone)}",
+            f"{r.num_batch_identical}/{r.concurrency}",
+            len(r.errors),
+        ]
+        for r in results
+    ]
+    notes = [f"concurrency {r.concurrency} error: {e[:200]}" for r in results for e in r.errors[:1]]
+    return Table(
+        "determinism: greedy, probes alone vs among the batch, and the batch sent twice",
+        ["concurrency", "probes = alone", "batch = its resend", "errors"],
+        rows,
+        notes,
+    )
+
+
+def concurrency_gates(results: list[ConcurrencyResult]) -> list[Gate]:
+    bad = [r.concurrency for r in results if not r.is_invariant]
+    return [Gate("batch invariance", not bad, f"differing or failed at: {bad or 'none'}")]
 
 
 def table(results: list[DepthResult], *, num_runs: int) -> Table:
