@@ -91,6 +91,7 @@ class Settings(BaseSettings):
     deterministic: bool = engine_setting("deterministic")
     prefix_cache_snapshots: int = engine_setting("prefix_cache_snapshots")
     prefix_cache_min_tokens: int = engine_setting("prefix_cache_min_tokens")
+    vision_cache_bytes: int = engine_setting("vision_cache_bytes")
     quantization: Literal["none", "fp8"] = Field(
         "none",
         description="fp8: quantize a bf16 checkpoint's decoder projections to FP8 on load "

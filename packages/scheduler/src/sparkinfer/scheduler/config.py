@@ -163,6 +163,13 @@ class SchedulerConfig:
             "prefix is kept"
         ),
     )
+    vision_cache_bytes: int = field(
+        default=1 << 30,
+        metadata=_help(
+            "Device memory for vision tower outputs kept by content hash, least recently used "
+            "out: an image or video sent again skips the tower. 0: no cache"
+        ),
+    )
     speculative: SpeculativeMethod = field(
         default="off",
         metadata=_help(
@@ -211,6 +218,7 @@ class SchedulerConfig:
             ("prefill_graph_tokens", self.prefill_graph_tokens >= 0, ">= 0 (0: no graphs)"),
             ("prefix_cache_snapshots", self.prefix_cache_snapshots >= 0, ">= 0 (0: no cache)"),
             ("prefix_cache_min_tokens", self.prefix_cache_min_tokens >= 1, ">= 1"),
+            ("vision_cache_bytes", self.vision_cache_bytes >= 0, ">= 0 (0: no cache)"),
             ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
             ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
             ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),

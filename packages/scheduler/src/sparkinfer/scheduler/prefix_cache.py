@@ -15,6 +15,11 @@ at the checkpoint. Nothing writes a cached block again: it holds positions befor
 
 Entries go least recently used first: when a snapshot row is needed for a new one, and when the
 KV blocks run short (before any running request is preempted). Plain Python, no torch.
+
+Images and videos: every image's pad tokens have the same id, so a prompt with media is keyed by
+`media_key_tokens`, where each pad run stands as its item's content hash (a negative number no
+token id can equal). Two prompts share a cached prefix only where their text and their media are
+the same.
 """
 
 from __future__ import annotations
@@ -41,6 +46,25 @@ class PrefixEntry:
     digests: tuple[int, ...]
     blocks: tuple[int, ...]
     snapshot_row: int
+
+
+def media_key(content_hash: str) -> int:
+    """The key every pad token of an item stands as: all of the hash (a hit is confirmed key by
+    key, so a shorter key would let two images collide), negative, so never a token id."""
+    return -1 - int(content_hash, 16)
+
+
+def media_key_tokens(
+    token_ids: Sequence[int],
+    content_hashes: Sequence[str],
+    pad_runs: Sequence[tuple[int, int, int]],
+) -> list[int]:
+    """`token_ids` with each pad run `(start, end, item index)` replaced by its item's key: the
+    tokens a prompt with media is cached and looked up by."""
+    keys = list(token_ids)
+    for start, end, item_idx in pad_runs:
+        keys[start:end] = [media_key(content_hashes[item_idx])] * (end - start)
+    return keys
 
 
 class PrefixCache:

@@ -75,6 +75,10 @@ class MultimodalInputs:
                   sequential positions for every token (MRoPE off)
     rope_delta:   the token at cache index n >= num_prompt_tokens has position n + rope_delta on
                   all three axes (0 without MRoPE)
+    content_hashes: one hash per item of what the tower sees (media bytes and processor settings);
+                  empty: the items are not reused (no tower-output cache, no prefix cache)
+    pad_runs:     (start, end, item index) of each run of pad tokens in the prompt, in order; with
+                  content_hashes, the prefix cache keys these runs by their item's hash
     """
 
     pixel_values: torch.Tensor
@@ -82,8 +86,15 @@ class MultimodalInputs:
     kinds: tuple[str, ...]
     positions: torch.Tensor | None = None
     rope_delta: int = 0
+    content_hashes: tuple[str, ...] = ()
+    pad_runs: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.content_hashes and len(self.content_hashes) != len(self.grid_thw):
+            raise ValueError(
+                f"multimodal inputs have {len(self.content_hashes)} content hashes for "
+                f"{len(self.grid_thw)} items; give one hash per item, or none"
+            )
         if len(self.kinds) != len(self.grid_thw) or not self.grid_thw:
             raise ValueError(
                 f"multimodal inputs have {len(self.grid_thw)} grids and {len(self.kinds)} kinds; "

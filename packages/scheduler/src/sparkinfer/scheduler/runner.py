@@ -143,7 +143,7 @@ class Runner:
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
-        self.vision = VisionInputs(model, self.device)
+        self.vision = VisionInputs(model, self.device, config.vision_cache_bytes)
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self._is_closed = False
         self.graphs: DecodeGraphs | None = None

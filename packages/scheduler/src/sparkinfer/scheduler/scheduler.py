@@ -43,7 +43,7 @@ from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch
 from sparkinfer.scheduler.block_manager import BlockManager
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import InvalidRequest
-from sparkinfer.scheduler.prefix_cache import PrefixCache, PrefixEntry
+from sparkinfer.scheduler.prefix_cache import PrefixCache, PrefixEntry, media_key_tokens
 from sparkinfer.scheduler.request import (
     FinishReason,
     MultimodalInputs,
@@ -180,7 +180,7 @@ class Scheduler:
             arrival_time=arrival_time,
             multimodal=multimodal,
         )
-        req.prefix_digests = list(prefix_digests)
+        req.prefix_digests = list(prefix_digests) if multimodal is None else []  # keyed by media
         self._requests[request_id] = req
         self.waiting.append(req)
         return req
@@ -425,16 +425,28 @@ class Scheduler:
         return self._reserve(req, num_new)
 
     def _takes_part_in_prefix_cache(self, req: Request) -> bool:
-        """Media share placeholder token ids, and a hit skips the rows prompt logprobs need."""
+        """Media take part when they carry content hashes (their pads share token ids); a hit
+        skips the rows prompt logprobs need."""
+        mm = req.multimodal
         return (
-            self.prefix.is_enabled and req.multimodal is None and req.params.prompt_logprobs is None
+            self.prefix.is_enabled
+            and (mm is None or bool(mm.content_hashes))
+            and req.params.prompt_logprobs is None
         )
+
+    def _prefix_tokens(self, req: Request) -> list[int]:
+        """What the prefix cache keys `req` by: its tokens, each media pad run as its hash."""
+        mm = req.multimodal
+        if mm is None:
+            return req.token_ids
+        return media_key_tokens(req.token_ids, mm.content_hashes, mm.pad_runs)
 
     def _lookup(self, req: Request) -> PrefixEntry | None:
         if not self._takes_part_in_prefix_cache(req):
             return None
-        digests = self.prefix.digests(req.token_ids, req.prefix_digests)
-        hit = self.prefix.lookup(req.token_ids, digests, req.prefix_confirmed)
+        tokens = self._prefix_tokens(req)
+        digests = self.prefix.digests(tokens, req.prefix_digests)
+        hit = self.prefix.lookup(tokens, digests, req.prefix_confirmed)
         req.prefix_confirmed = hit
         return hit
 
@@ -460,7 +472,8 @@ class Scheduler:
         step copies its state row to the entry's snapshot row before anything writes it."""
         end = req.checkpoints.pop(0)
         assert req.state_slot is not None
-        entry = self.prefix.insert(req.token_ids[:end], req.prefix_digests, req.block_ids)
+        tokens = self._prefix_tokens(req)[:end]
+        entry = self.prefix.insert(tokens, req.prefix_digests, req.block_ids)
         if entry is not None:
             self._state_copies.append((req.state_slot, entry.snapshot_row))
 

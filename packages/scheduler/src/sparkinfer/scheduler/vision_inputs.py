@@ -1,14 +1,19 @@
 """Runner-side media: vision tower rows kept across a request's prefill chunks, and positions.
 
 A multimodal request's images and videos go through the vision tower once, at its first prefill
-chunk (all items in prompt order, one call). The rows are kept until the chunk that ends the
-prompt, and each chunk takes the slice for its own pad tokens: the rows of the pads before the
-chunk are skipped. A preempted request starts again from its first chunk, so its rows are
-recomputed rather than held while it waits.
+chunk (the items it still needs, in prompt order, one call). The rows are kept until the chunk
+that ends the prompt, and each chunk takes the slice for its own pad tokens: the rows of the pads
+before the chunk are skipped. A preempted request starts again from its first chunk, so its rows
+are recomputed rather than held while it waits.
+
+Reuse: items with content hashes take their rows from the `VisionCache` when it holds them (only
+the others run through the tower), and a prompt that starts from a cached prefix needs no rows
+for the items wholly inside that prefix.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +24,7 @@ from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, RequestStatus
 from sparkinfer.scheduler.sampler import host_list
+from sparkinfer.scheduler.vision_cache import VisionCache
 
 
 @dataclass(frozen=True)
@@ -26,16 +32,18 @@ class _Rows:
     """One request's tower output and where its pad tokens sit in the prompt."""
 
     req: Request
-    rows: torch.Tensor  # [num pad tokens, hidden] on the device, in prompt order
+    rows: torch.Tensor  # [pad tokens from first_pad on, hidden] on the device, in prompt order
     is_pad_cpu: torch.Tensor  # [num_prompt_tokens] bool
     pads_before_cpu: list[int]  # [num_prompt_tokens + 1] pad tokens before each index
+    first_pad: int = 0  # pad tokens of the prompt before rows[0] (items inside a cached prefix)
 
 
 class VisionInputs:
     """Owns the vision rows of requests in prefill (runner-internal)."""
 
-    def __init__(self, model: CausalLM, device: torch.device) -> None:
+    def __init__(self, model: CausalLM, device: torch.device, cache_bytes: int = 0) -> None:
         self.model = model
+        self.cache = VisionCache(cache_bytes)
         self.device = device
         visual = getattr(model, "visual", None)
         self.visual: VisionModel | None = visual
@@ -78,10 +86,39 @@ class VisionInputs:
                     f"the prompt has {got} {kind} pad tokens (id {pad_id}); its {kind}s fill "
                     f"{want}: expand the prompt with the same grids"
                 )
+        if mm.content_hashes:
+            self._check_runs(prompt_token_ids, mm)
         if mm.positions is not None and tuple(mm.positions.shape) != (3, len(prompt_token_ids)):
             raise InvalidRequest(
                 f"multimodal positions have shape {tuple(mm.positions.shape)}; the prompt needs "
                 f"(3, {len(prompt_token_ids)})"
+            )
+
+    def _check_runs(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
+        """The pad runs cover exactly the prompt's pad tokens, each item's tokens in order: the
+        prefix cache keys pads by them, so a wrong run could make two images look alike."""
+        assert self.pad_ids is not None, "checked before"
+        want = [t * (h // self.merge_size) * (w // self.merge_size) for t, h, w in mm.grid_thw]
+        got = [0] * len(want)
+        end, item_idx, covered = 0, 0, 0
+        for start, stop, idx in mm.pad_runs:
+            is_valid = (
+                end <= start < stop <= len(prompt_token_ids)
+                and item_idx <= idx < len(want)
+                and all(t in self.pad_ids for t in prompt_token_ids[start:stop])
+            )
+            if not is_valid:
+                raise InvalidRequest(
+                    f"multimodal pad run ({start}, {stop}, {idx}) is out of order or covers "
+                    "tokens that are not pads: build pad_runs from the expanded prompt"
+                )
+            got[idx] += stop - start
+            end, item_idx, covered = stop, idx, covered + stop - start
+        num_pads = sum(1 for t in prompt_token_ids if t in self.pad_ids)
+        if got != want or covered != num_pads:
+            raise InvalidRequest(
+                f"multimodal pad runs cover {got} tokens per item of the prompt's {num_pads} "
+                f"pads; the items fill {want}: build pad_runs from the expanded prompt"
             )
 
     def prepare(self, seqs: Sequence[ScheduledSeq]) -> None:
@@ -91,8 +128,16 @@ class VisionInputs:
                 del self._rows[request_id]
         for seq in seqs:
             req = seq.req
-            if req.multimodal is not None and seq.num_cached_tokens == 0:
-                self._rows[req.request_id] = self._encode(req, req.multimodal)
+            held = self._rows.get(req.request_id)
+            is_new = (
+                held is None
+                or held.req is not req
+                or held.first_pad > held.pads_before_cpu[seq.num_cached_tokens]  # restarted
+            )
+            if req.multimodal is not None and _in_prompt(seq) and is_new:
+                self._rows[req.request_id] = self._encode(
+                    req, req.multimodal, seq.num_cached_tokens
+                )
 
     def embeddings(
         self, seqs: Sequence[ScheduledSeq], input_ids: torch.Tensor
@@ -121,22 +166,55 @@ class VisionInputs:
         first, last = held.pads_before_cpu[start], held.pads_before_cpu[end]
         if last > first:
             is_pad = held.is_pad_cpu[start:end].to(self.device, non_blocking=True)
-            merge_vision_embeddings(embeds[: end - start], is_pad, held.rows[first:last])
+            rows = held.rows[first - held.first_pad : last - held.first_pad]
+            merge_vision_embeddings(embeds[: end - start], is_pad, rows)
         if end == seq.req.num_prompt_tokens:  # the prompt is done: free the rows
             del self._rows[seq.req.request_id]
 
     def clear(self) -> None:
         self._rows.clear()
+        self.cache.clear()
 
-    def _encode(self, req: Request, mm: MultimodalInputs) -> _Rows:
+    def _encode(self, req: Request, mm: MultimodalInputs, start: int) -> _Rows:
+        """Rows of the items with pads at or after prompt index `start` (the rest lie in a cached
+        prefix), from the cache where it has them and one tower call for the others."""
         assert self.visual is not None and self.pad_ids is not None, "checked at add_request"
-        pixel_values = mm.pixel_values.to(self.device, non_blocking=True)
-        rows = self.visual(pixel_values, list(mm.grid_thw))
         prompt = torch.tensor(req.token_ids[: req.num_prompt_tokens], dtype=torch.int64)
         is_pad = (prompt == self.pad_ids[0]) | (prompt == self.pad_ids[1])
         pads_before: list[int] = [0, *host_list(torch.cumsum(is_pad, 0))]
-        assert pads_before[-1] == rows.shape[0], "pad count checked at add_request"
-        return _Rows(req, rows, is_pad, pads_before)
+        m = self.merge_size
+        num_tokens = [t * (h // m) * (w // m) for t, h, w in mm.grid_thw]
+        token_end = list(itertools.accumulate(num_tokens))
+        patch_end = list(itertools.accumulate(t * h * w for t, h, w in mm.grid_thw))
+        assert pads_before[-1] == token_end[-1], "pad count checked at add_request"
+        needed = [i for i, e in enumerate(token_end) if e > pads_before[start]]
+        hashes = mm.content_hashes
+        items: dict[int, torch.Tensor] = {}
+        if hashes and self.cache.max_bytes:
+            for i in needed:
+                cached = self.cache.get(hashes[i])
+                if cached is not None:
+                    items[i] = cached
+        missing = [i for i in needed if i not in items]
+        if missing:
+            pixels = torch.cat(
+                [mm.pixel_values[patch_end[i] - _patches(mm, i) : patch_end[i]] for i in missing]
+            )
+            out = self.visual(
+                pixels.to(self.device, non_blocking=True), [mm.grid_thw[i] for i in missing]
+            )
+            for i, rows in zip(missing, out.split([num_tokens[i] for i in missing]), strict=True):
+                items[i] = rows
+                if hashes and self.cache.max_bytes:
+                    self.cache.put(hashes[i], rows.clone())
+        first_pad = token_end[needed[0]] - num_tokens[needed[0]] if needed else token_end[-1]
+        rows = torch.cat([items[i] for i in needed]) if needed else prompt.new_empty(0)
+        return _Rows(req, rows, is_pad, pads_before, first_pad)
+
+
+def _patches(mm: MultimodalInputs, item_idx: int) -> int:
+    t, h, w = mm.grid_thw[item_idx]
+    return t * h * w
 
 
 def _in_prompt(seq: ScheduledSeq) -> bool:
