@@ -644,6 +644,23 @@ def test_prefill_real_shapes_on_gpu(block_size, assert_close):
 
 
 @pytest.mark.gpu
+def test_decode_rows_keep_their_bits_at_every_graph_batch_size_on_gpu():
+    """Inside batch_invariant("decode") the first rows of a 64-sequence 27B-shaped batch give
+    the same bits in batches of 1 to 64 (the graph buckets and between), since the split plan
+    depends on each context's length alone."""
+    cached = [(i * 997) % 4100 for i in range(64)]
+    b = _paged_batch([1] * 64, cached, heads=(24, 4), d=256, block_size=64,
+                     dtype=torch.bfloat16, device="cuda", seed=21)  # fmt: skip
+    with batch_invariant("decode"):
+        full = _decode(paged_attention_decode, b, b["q"], b["gate"], 256**-0.5)
+        for m in (1, 2, 3, 8, 17, 24, 33, 48, 63):
+            part = {**b, "context_lens": b["context_lens"][:m],
+                    "block_tables": b["block_tables"][:m]}  # fmt: skip
+            out = _decode(paged_attention_decode, part, b["q"][:m], b["gate"][:m], 256**-0.5)
+            assert torch.equal(out, full[:m]), m
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("is_invariant", [False, True], ids=["default", "batch_invariant"])
 def test_decode_real_shapes_on_gpu(is_invariant, assert_close):
     cached = [0, 63, 64, 255, 256, 4095, 20000, 70000]
