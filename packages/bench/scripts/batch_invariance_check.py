@@ -37,7 +37,7 @@ NUM_PROBES = 4
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--num-layers", type=int, default=16)
     p.add_argument("--concurrency", default="1,8,32,64")
     p.add_argument("--context", type=int, default=4096)
@@ -205,8 +205,10 @@ def main() -> int:
     except Exception:
         traceback.print_exc()
     print_table(rows, tests)
-    print(f"total {time.perf_counter() - t0:.0f} s; {args.num_layers} layers, context "
-          f"{args.context}, {args.new_tokens} new tokens")  # fmt: skip
+    print(
+        f"total {time.perf_counter() - t0:.0f} s; {args.num_layers} layers, context "
+        f"{args.context}, {args.new_tokens} new tokens, scheduler defaults (prefix cache on)"
+    )
     return 0
 
 
