@@ -104,6 +104,27 @@ def test_the_model_sees_the_pixels(server: RunningServer) -> None:
     assert first_logprobs(1) != first_logprobs(2)
 
 
+def test_corrupt_image_is_a_400_and_leaves_the_cache_alone(server: RunningServer) -> None:
+    """A corrupt image beside a good one is refused; the good one then gives the logprobs it
+    gives cold (its first run filled the tower cache, the second takes its rows from it)."""
+
+    def first_logprobs(*parts: dict) -> list[float]:
+        resp = chat(server, user(*parts), logprobs=True, top_logprobs=3)
+        assert resp.status_code == 200, resp.text
+        return [
+            t["logprob"]
+            for t in resp.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        ]
+
+    good = image_part(png_url(48, 24, seed=7))
+    cold = first_logprobs(good)
+    corrupt = image_part("data:image/png;base64," + base64.b64encode(b"not a png").decode())
+    resp = chat(server, user(good, corrupt))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "messages[0].content[2].image_url"
+    assert first_logprobs(good) == cold
+
+
 def test_chat_with_a_video_and_two_images(server: RunningServer) -> None:
     """8 frames at 4 fps: 4 sampled at 2 fps, 2 groups of 2x2 patches, 1 pad token each, each
     group led by its `<t seconds>` text and wrapped in its own vision_start/vision_end."""
@@ -203,6 +224,7 @@ def test_mrope_off_gives_sequential_positions() -> None:
     ids, mm = expand_media(prompt, [item], config, tok)
     assert len(ids) == 81 and mm is not None
     assert mm.positions is None and mm.rope_delta == 0 and mm.grid_thw == ((1, 14, 22),)
+    assert mm.content_hashes == (item.content_hash,) and mm.pad_runs == ((2, 79, 0),)
     on = MediaConfig(config.processor, config.limits, config.token_ids, 2, use_mrope=True)
     _, mm_on = expand_media(prompt, [item], on, tok)
     assert mm_on is not None and mm_on.positions is not None

@@ -17,11 +17,14 @@ from sparkinfer.multimodal.errors import (
     UnsupportedMediaSource,
     UnsupportedMediaType,
 )
+from sparkinfer.multimodal.image import ImageConfig
 from sparkinfer.multimodal.processor import (
     ProcessedMedia,
     ProcessorConfig,
     VisionTokenIds,
+    content_hash,
     expand_prompt,
+    pad_runs,
     parse_processor_config,
     placeholder_ids,
     process_image,
@@ -71,7 +74,11 @@ def test_process_image_from_data_url(image_bytes, data_url) -> None:
     assert media.kind == "image" and media.grid_thw == (1, 28, 28)
     assert media.pixel_values.shape == (784, 1536) and media.pixel_values.dtype == torch.float32
     assert media.num_patches == 784 and media.num_tokens == 196
-    assert media.content_hash == hashlib.sha256(image_bytes(448, 448)).hexdigest()
+    again = process_image(
+        data_url("image/png", image_bytes(448, 448)), field="f", config=CONFIG, limits=LIMITS
+    )
+    assert media.content_hash == again.content_hash
+    assert media.content_hash != hashlib.sha256(image_bytes(448, 448)).hexdigest()  # + settings
     prompt = expand_prompt([1, START, IMG, END, 2], [media], token_ids=IDS, encode_text=char_encode)
     assert prompt == [1, START, *[IMG] * 196, END, 2]  # 198-token block (model.md §9, example 1)
 
@@ -192,3 +199,26 @@ def test_parse_processor_config_from_checkpoint_files() -> None:
     assert config.video.max_frames == 16 and config.video.fps == 2.0
     assert config.patch.patch_dim == 1536 and config.patch.factor == 32
     assert parse_processor_config(None) == ProcessorConfig()
+
+
+def test_content_hash_changes_with_the_settings_that_shape_the_pixels() -> None:
+    bounds = (CONFIG.patch, CONFIG.image)
+    smaller = (CONFIG.patch, ImageConfig(max_pixels=CONFIG.image.max_pixels // 2))
+    assert content_hash("image", b"x", bounds) == content_hash("image", b"x", bounds)
+    assert content_hash("image", b"x", bounds) != content_hash("image", b"x", smaller)
+    assert content_hash("image", b"x", bounds) != content_hash("video", b"x", bounds)
+    assert content_hash("image", b"x", bounds) != content_hash("image", b"y", bounds)
+
+
+def test_pad_runs_of_an_expanded_prompt() -> None:
+    media = [image_media(4, 4), video_media(2, 4, 4, (0.0, 1.0)), image_media(2, 4)]
+    prompt = [1, START, IMG, END, START, VID, END, 2, START, IMG, END]
+    ids = expand_prompt(prompt, media, token_ids=IDS, encode_text=six_token_encode)
+    runs = pad_runs(ids, media, token_ids=IDS)
+    assert [(idx, end - start) for start, end, idx in runs] == [(0, 4), (1, 4), (1, 4), (2, 2)]
+    assert all(set(ids[start:end]) <= {IMG, VID} for start, end, _ in runs)
+    assert sum(end - start for start, end, _ in runs) == sum(i in (IMG, VID) for i in ids)
+    with pytest.raises(PlaceholderMismatch, match="pad runs"):
+        pad_runs(ids, [*media, image_media(2, 2)], token_ids=IDS)
+    with pytest.raises(PlaceholderMismatch, match="no media part"):
+        pad_runs(ids, [image_media(2, 2), *media[1:]], token_ids=IDS)

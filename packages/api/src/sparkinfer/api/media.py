@@ -34,6 +34,7 @@ from sparkinfer.multimodal import (
     ProcessorConfig,
     VisionTokenIds,
     expand_prompt,
+    pad_runs,
     parse_processor_config,
     process_image,
     process_video,
@@ -238,6 +239,7 @@ def expand_media(
         ids = expand_prompt(
             prompt_ids, media, token_ids=config.token_ids, encode_text=tokenizer.encode
         )
+        runs = pad_runs(ids, media, token_ids=config.token_ids)
     except MediaError as exc:
         raise InvalidMedia(str(exc), param="messages") from None
     grids = [m.grid_thw for m in media]
@@ -257,5 +259,7 @@ def expand_media(
         kinds=tuple(m.kind for m in media),
         positions=positions,
         rope_delta=rope_delta,
+        content_hashes=tuple(m.content_hash for m in media),
+        pad_runs=runs,
     )
     return ids, mm

@@ -62,8 +62,9 @@ class ProcessedMedia:
 
     pixel_values: [t * h * w, 1536] float32 patch vectors (merge-block order)
     grid_thw:     (t, h, w) in patches; an image has t = 1
-    content_hash: sha256 hex of the media bytes: pad tokens look alike for every image, so
-                  prefix-cache keys of blocks holding them must include this
+    content_hash: sha256 hex of the media bytes and the processor settings that shape the pixels
+                  (`content_hash`): pad tokens look alike for every image, so the tower-output
+                  cache and the prefix cache key media by this
     timestamps:   video only: seconds shown before each of the t temporal groups
     """
 
@@ -130,6 +131,17 @@ def parse_processor_config(
     return ProcessorConfig(patch=patch, image=image, video=video)
 
 
+def content_hash(kind: str, data: bytes, settings: tuple[object, ...]) -> str:
+    """sha256 hex of what decides the tower's input: the kind, the processor settings (their
+    frozen dataclass reprs) and the media bytes. The same bytes under other settings (patch
+    geometry, pixel bounds, frame rate) give other pixels, so another hash."""
+    digest = hashlib.sha256(kind.encode())
+    for setting in settings:
+        digest.update(repr(setting).encode())
+    digest.update(data)
+    return digest.hexdigest()
+
+
 def process_image(
     url: str, *, field: str, config: ProcessorConfig, limits: MediaLimits
 ) -> ProcessedMedia:
@@ -141,7 +153,7 @@ def process_image(
         kind="image",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
-        content_hash=hashlib.sha256(parsed.data).hexdigest(),
+        content_hash=content_hash("image", parsed.data, (config.patch, config.image)),
         merge_size=config.patch.merge_size,
     )
 
@@ -167,7 +179,7 @@ def process_video(
         kind="video",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
-        content_hash=hashlib.sha256(parsed.data).hexdigest(),
+        content_hash=content_hash("video", parsed.data, (config.patch, config.video)),
         merge_size=config.patch.merge_size,
         timestamps=tuple(stamps),
     )
@@ -259,3 +271,34 @@ def expand_prompt(
             f"the chat template must emit one placeholder per media part"
         )
     return out
+
+
+def pad_runs(
+    expanded_ids: Sequence[int], media: Sequence[ProcessedMedia], *, token_ids: VisionTokenIds
+) -> tuple[tuple[int, int, int], ...]:
+    """(start, end, item index) of each run of pad tokens in an `expand_prompt` result: an image
+    is one run, a video one per temporal group. Raises PlaceholderMismatch when the runs do not
+    match the media (a prompt not built by `expand_prompt` with these media)."""
+    pads = (token_ids.image_pad, token_ids.video_pad)
+    owners = [(i, m.tokens_per_group) for i, m in enumerate(media) for _ in range(m.grid_thw[0])]
+    runs: list[tuple[int, int, int]] = []
+    i, n = 0, len(expanded_ids)
+    while i < n:
+        if expanded_ids[i] not in pads:
+            i += 1
+            continue
+        start = i
+        while i < n and expanded_ids[i] == expanded_ids[start]:
+            i += 1
+        if len(runs) >= len(owners) or owners[len(runs)][1] != i - start:
+            raise PlaceholderMismatch(
+                f"the pad run at index {start} has {i - start} tokens, which no media part "
+                "fills there: expand the prompt with expand_prompt and the same media"
+            )
+        runs.append((start, i, owners[len(runs)][0]))
+    if len(runs) != len(owners):
+        raise PlaceholderMismatch(
+            f"the prompt has {len(runs)} pad runs; its media fill {len(owners)}: expand the "
+            "prompt with expand_prompt and the same media"
+        )
+    return tuple(runs)
