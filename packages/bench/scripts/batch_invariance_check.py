@@ -1,6 +1,7 @@
 """One GPU run that prices batch-invariant numerics and checks them, printing one table.
 
-1. The kernels' GPU bit-equality tests of the batch-invariant paths (pytest, `-m gpu`).
+1. The kernels' GPU bit-equality tests of the batch-invariant paths (pytest, `-m gpu`), then
+   the kernel-by-kernel costs (`batch_invariance_kernels.py`).
 2. One random-weight model at Qwen3.8-27B widths (fewer layers: the per-layer kernels are the
    same, so the ratio moves only by the embedding and LM head's share), then one engine with the
    default numerics and one with `deterministic`, each measuring decode at each concurrency and
@@ -47,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--probe-batch", type=int, default=64)
     p.add_argument("--probe-tokens", type=int, default=48)
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--skip-kernels", action="store_true", help="no kernel-by-kernel table")
     return p.parse_args()
 
 
@@ -62,6 +64,15 @@ def run_gpu_tests() -> str:
     if done.returncode:
         print("\n".join(tail[-40:]), flush=True)
     return tail[-1] if tail else f"exit {done.returncode}"
+
+
+def run_kernel_table() -> None:
+    """The kernel-by-kernel costs (`batch_invariance_kernels.py`), printed as they come."""
+    script = Path(__file__).with_name("batch_invariance_kernels.py")
+    try:
+        subprocess.run([sys.executable, str(script)], cwd=ROOT, timeout=180, check=False)
+    except subprocess.TimeoutExpired:
+        print("kernel table: timed out after 180 s", flush=True)
 
 
 def generate(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> list[list[int]]:
@@ -182,6 +193,8 @@ def main() -> int:
     t0 = time.perf_counter()
     tests = "skipped" if args.skip_tests else run_gpu_tests()
     print(f"GPU tests: {tests} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not args.skip_kernels:
+        run_kernel_table()
     rows: dict[str, dict[str, object]] = {}
     try:
         import torch
