@@ -37,7 +37,7 @@ CONTEXT, HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4096, 24, 4, 256, 64
 
 
 def bench_us(fn) -> float:
-    ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+    ms = triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
     return float(ms) * 1e3  # type: ignore[arg-type]
 
 
