@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from pathlib import Path
 
@@ -165,3 +166,33 @@ def test_merge_vision_embeddings_fills_pad_rows_in_order() -> None:
     assert torch.equal(out[~is_vision], torch.zeros(3, 3))
     with pytest.raises(ValueError, match="3 vision pad tokens but 2"):
         merge_vision_embeddings(embeds, is_vision, rows[:2])
+
+
+def test_segment_attention_has_its_reference_signature_and_result_on_cpu() -> None:
+    from sparkinfer.model.vision import segment_attention, segment_attention_ref
+
+    assert inspect.signature(segment_attention) == inspect.signature(segment_attention_ref)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(10, 2, 8, generator=gen) for _ in range(3))
+    got = segment_attention(q, k, v, [4, 6], scale=8**-0.5)
+    assert torch.equal(got, segment_attention_ref(q, k, v, [4, 6], scale=8**-0.5))
+    alone = torch.nn.functional.scaled_dot_product_attention(
+        q[4:].transpose(0, 1), k[4:].transpose(0, 1), v[4:].transpose(0, 1), scale=8**-0.5
+    )
+    torch.testing.assert_close(got[4:], alone.transpose(0, 1))  # segments do not see each other
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seg_lens", [[64], [16, 256, 36, 36], [1, 7, 300]])
+def test_packed_segment_attention_matches_the_reference_on_gpu(seg_lens: list[int]) -> None:
+    """One varlen launch for every segment equals the per-segment SDPA loop (bf16)."""
+    from sparkinfer.model.vision import segment_attention, segment_attention_ref
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    shape = (sum(seg_lens), 4, 72)  # the 27B tower's head dim
+    q, k, v = (
+        torch.randn(shape, generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(3)
+    )
+    got = segment_attention(q, k, v, seg_lens, scale=72**-0.5)
+    want = segment_attention_ref(q, k, v, seg_lens, scale=72**-0.5)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)

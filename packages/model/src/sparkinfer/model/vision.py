@@ -8,7 +8,8 @@ Parameter names are the checkpoint's, below the `model.visual.` prefix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,61 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def segment_attention_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg_lens: Sequence[int], *, scale: float
+) -> torch.Tensor:
+    """Bidirectional attention inside each segment, one SDPA call per segment (the reference).
+
+    q, k, v: [N, H, D] with segments of `seg_lens` rows back to back; returns [N, H, D].
+    """
+    out = torch.empty_like(q)
+    start = 0
+    for length in seg_lens:
+        s = slice(start, start + length)
+        # [1, H, L, D] per segment; no mask: every patch sees its whole frame group
+        o = F.scaled_dot_product_attention(
+            q[s].transpose(0, 1)[None], k[s].transpose(0, 1)[None], v[s].transpose(0, 1)[None],
+            scale=scale,
+        )  # fmt: skip
+        out[s] = o[0].transpose(0, 1)
+        start += length
+    return out
+
+
+def segment_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg_lens: Sequence[int], *, scale: float
+) -> torch.Tensor:
+    """`segment_attention_ref`'s result in one packed variable-length launch for every segment of
+    every image and video of the call (torch's flash varlen attention), where it runs: CUDA,
+    bf16 or fp16, and the default scale 1/sqrt(D). Elsewhere, the per-segment reference."""
+    varlen = _varlen_attn()
+    is_packed = (
+        varlen is not None
+        and q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and abs(scale - q.shape[-1] ** -0.5) < 1e-12
+        and len(seg_lens) > 0
+    )
+    if not is_packed:
+        return segment_attention_ref(q, k, v, seg_lens, scale=scale)
+    assert varlen is not None
+    lens = torch.tensor([0, *seg_lens], dtype=torch.int32)
+    cu_seqlens = lens.cumsum(0, dtype=torch.int32).to(q.device, non_blocking=True)
+    longest = max(seg_lens)
+    out = varlen(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens,
+                 longest, longest)  # fmt: skip
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _varlen_attn() -> Callable[..., Any] | None:
+    """torch.nn.attention.varlen.varlen_attn, or None where this torch has none."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
 class VisionRotary(nn.Module):
     """2-D rotary over the whole head dim: angles [row * f, col * f], duplicated (model.md §9)."""
 
@@ -119,19 +175,7 @@ class VisionAttention(nn.Module):
         cos, sin = cos[:, None], sin[:, None]
         q = (q.float() * cos + rotate_half(q.float()) * sin).to(x.dtype)
         k = (k.float() * cos + rotate_half(k.float()) * sin).to(x.dtype)
-        out = torch.empty_like(q)
-        start = 0
-        for length in seg_lens:
-            s = slice(start, start + length)
-            # [1, H, L, D] per segment; no mask: every patch sees its whole frame group
-            o = F.scaled_dot_product_attention(
-                q[s].transpose(0, 1)[None],
-                k[s].transpose(0, 1)[None],
-                v[s].transpose(0, 1)[None],
-                scale=self.scale,
-            )
-            out[s] = o[0].transpose(0, 1)
-            start += length
+        out = segment_attention(q, k, v, seg_lens, scale=self.scale)
         return self.proj(out.reshape(n, -1))
 
 
