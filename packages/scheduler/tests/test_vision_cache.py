@@ -118,3 +118,27 @@ def test_wrong_pad_runs_are_refused(mm_model) -> None:  # noqa: F811
         assert len(engine.runner.vision.cache) == 0
     finally:
         engine.shutdown()
+
+
+def test_one_tower_call_per_step_and_an_item_once(mm_model, monkeypatch) -> None:  # noqa: F811
+    """Three requests start their prompts in one step, two with the same image: the tower runs
+    once, on two items; the shared image's rows are the same for both."""
+    from sparkinfer.scheduler.batch import ScheduledSeq
+    from sparkinfer.scheduler.request import Request
+    from sparkinfer.scheduler.vision_inputs import VisionInputs
+
+    assert mm_model.visual is not None
+    calls: list[int] = []
+    tower = mm_model.visual.forward
+    monkeypatch.setattr(
+        mm_model.visual, "forward", lambda px, grids: calls.append(len(grids)) or tower(px, grids)
+    )
+    vision = VisionInputs(mm_model, torch.device("cpu"), cache_bytes=1 << 20)
+    reqs = [
+        Request(f"r{i}", ids, GREEDY, max_len=256, multimodal=mm)
+        for i, (ids, mm) in enumerate([image_prompt(4, 0), image_prompt(4, 1), image_prompt(5, 0)])
+    ]
+    vision.prepare([ScheduledSeq(req, 0, 32) for req in reqs])
+    assert calls == [2] and len(vision.cache) == 2
+    rows = [vision._rows[req.request_id].rows for req in reqs]
+    assert torch.equal(rows[0], rows[1]) and not torch.equal(rows[0], rows[2])

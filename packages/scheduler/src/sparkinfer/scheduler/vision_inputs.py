@@ -122,10 +122,11 @@ class VisionInputs:
             )
 
     def prepare(self, seqs: Sequence[ScheduledSeq]) -> None:
-        """Drop rows of requests that left prefill; run the tower for first chunks."""
+        """Drop rows of requests that left prefill; one tower call for the step's first chunks."""
         for request_id, held in list(self._rows.items()):
             if held.req.status is not RequestStatus.RUNNING:  # finished, aborted or preempted
                 del self._rows[request_id]
+        starts: list[tuple[Request, int]] = []
         for seq in seqs:
             req = seq.req
             held = self._rows.get(req.request_id)
@@ -135,9 +136,9 @@ class VisionInputs:
                 or held.first_pad > held.pads_before_cpu[seq.num_cached_tokens]  # restarted
             )
             if req.multimodal is not None and _in_prompt(seq) and is_new:
-                self._rows[req.request_id] = self._encode(
-                    req, req.multimodal, seq.num_cached_tokens
-                )
+                starts.append((req, seq.num_cached_tokens))
+        if starts:
+            self._encode_step(starts)
 
     def embeddings(
         self, seqs: Sequence[ScheduledSeq], input_ids: torch.Tensor
@@ -175,46 +176,76 @@ class VisionInputs:
         self._rows.clear()
         self.cache.clear()
 
-    def _encode(self, req: Request, mm: MultimodalInputs, start: int) -> _Rows:
-        """Rows of the items with pads at or after prompt index `start` (the rest lie in a cached
-        prefix), from the cache where it has them and one tower call for the others."""
-        assert self.visual is not None and self.pad_ids is not None, "checked at add_request"
+    def _encode_step(self, starts: Sequence[tuple[Request, int]]) -> None:
+        """Rows for each (request, prompt index it starts at): the items with pads at or after
+        that index (the rest lie in a cached prefix), from the cache where it has them, and the
+        others of every request of the step in one tower call (an item two requests send, once)."""
+        assert self.visual is not None, "checked at add_request"
+        plans = [self._plan(req, start) for req, start in starts]
+        found: dict[object, torch.Tensor] = {}
+        todo: dict[object, tuple[MultimodalInputs, int]] = {}
+        for plan in plans:
+            for key, i in zip(plan.keys, plan.needed, strict=True):
+                cached = self.cache.get(key) if isinstance(key, str) else None
+                if cached is not None:
+                    found[key] = cached
+                elif key not in found:
+                    todo.setdefault(key, (plan.mm, i))
+        if todo:
+            pixels = torch.cat([_item_pixels(mm, i) for mm, i in todo.values()])
+            grids = [mm.grid_thw[i] for mm, i in todo.values()]
+            out = self.visual(pixels.to(self.device, non_blocking=True), grids)
+            sizes = [t * (h // self.merge_size) * (w // self.merge_size) for t, h, w in grids]
+            for key, rows in zip(todo, out.split(sizes), strict=True):
+                found[key] = rows
+                if isinstance(key, str) and self.cache.max_bytes:
+                    self.cache.put(key, rows.clone())
+        for plan in plans:
+            rows = [found[key] for key in plan.keys]
+            self._rows[plan.req.request_id] = _Rows(
+                plan.req,
+                torch.cat(rows) if rows else torch.empty(0, device=self.device),
+                plan.is_pad_cpu,
+                plan.pads_before_cpu,
+                plan.first_pad,
+            )
+
+    def _plan(self, req: Request, start: int) -> _Plan:
+        assert self.pad_ids is not None and req.multimodal is not None, "checked at add_request"
+        mm = req.multimodal
         prompt = torch.tensor(req.token_ids[: req.num_prompt_tokens], dtype=torch.int64)
         is_pad = (prompt == self.pad_ids[0]) | (prompt == self.pad_ids[1])
         pads_before: list[int] = [0, *host_list(torch.cumsum(is_pad, 0))]
         m = self.merge_size
         num_tokens = [t * (h // m) * (w // m) for t, h, w in mm.grid_thw]
         token_end = list(itertools.accumulate(num_tokens))
-        patch_end = list(itertools.accumulate(t * h * w for t, h, w in mm.grid_thw))
         assert pads_before[-1] == token_end[-1], "pad count checked at add_request"
         needed = [i for i, e in enumerate(token_end) if e > pads_before[start]]
-        hashes = mm.content_hashes
-        items: dict[int, torch.Tensor] = {}
-        if hashes and self.cache.max_bytes:
-            for i in needed:
-                cached = self.cache.get(hashes[i])
-                if cached is not None:
-                    items[i] = cached
-        missing = [i for i in needed if i not in items]
-        if missing:
-            pixels = torch.cat(
-                [mm.pixel_values[patch_end[i] - _patches(mm, i) : patch_end[i]] for i in missing]
-            )
-            out = self.visual(
-                pixels.to(self.device, non_blocking=True), [mm.grid_thw[i] for i in missing]
-            )
-            for i, rows in zip(missing, out.split([num_tokens[i] for i in missing]), strict=True):
-                items[i] = rows
-                if hashes and self.cache.max_bytes:
-                    self.cache.put(hashes[i], rows.clone())
         first_pad = token_end[needed[0]] - num_tokens[needed[0]] if needed else token_end[-1]
-        rows = torch.cat([items[i] for i in needed]) if needed else prompt.new_empty(0)
-        return _Rows(req, rows, is_pad, pads_before, first_pad)
+        hashes = mm.content_hashes
+        keys = [hashes[i] if hashes else (req.request_id, i) for i in needed]
+        return _Plan(req, mm, is_pad, pads_before, needed, keys, first_pad)
 
 
-def _patches(mm: MultimodalInputs, item_idx: int) -> int:
+@dataclass(frozen=True)
+class _Plan:
+    """What one request starting its prompt needs from the tower: the items `needed` (by index),
+    each under its key (its content hash, or the request and index when it has none)."""
+
+    req: Request
+    mm: MultimodalInputs
+    is_pad_cpu: torch.Tensor
+    pads_before_cpu: list[int]
+    needed: list[int]
+    keys: Sequence[object]
+    first_pad: int
+
+
+def _item_pixels(mm: MultimodalInputs, item_idx: int) -> torch.Tensor:
+    """The patch rows of item `item_idx`: [t * h * w, patch_dim]."""
+    start = sum(t * h * w for t, h, w in mm.grid_thw[:item_idx])
     t, h, w = mm.grid_thw[item_idx]
-    return t * h * w
+    return mm.pixel_values[start : start + t * h * w]
 
 
 def _in_prompt(seq: ScheduledSeq) -> bool:
