@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import gc
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 from sparkinfer.bench import roofline, vision_media, vision_report
@@ -21,8 +22,9 @@ from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report, log
 from sparkinfer.bench.timing import Timing, time_on
 from sparkinfer.bench.vision_report import PeerResult, VisionRow
+from sparkinfer.model import vision as vision_model
 from sparkinfer.model.config import VisionConfig
-from sparkinfer.model.vision import VisionModel
+from sparkinfer.model.vision import VisionModel, segment_attention_ref
 
 # docs/model.md §1 vision_config of Qwen3.8-27B (patch 16, temporal 2, merge 2 are the defaults)
 VISION_27B = VisionConfig(
@@ -146,6 +148,27 @@ def time_peer(
     return PeerResult(timing, diff, "")
 
 
+def time_loop(
+    tower: VisionModel,
+    pixels: torch.Tensor,
+    grid: tuple[int, int, int],
+    ours: torch.Tensor,
+    *,
+    setup: TowerSetup,
+) -> PeerResult:
+    """Our tower with its attention on the per-segment reference loop: the packed launch's
+    speedup, and its largest difference from the reference."""
+    try:
+        with mock.patch.object(vision_model, "segment_attention", segment_attention_ref):
+            out, timing = time_tower(tower, pixels, grid, setup)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return PeerResult(None, None, "out of memory")
+    except Exception as e:  # the row reports it; the other rows go on
+        return PeerResult(None, None, f"{type(e).__name__}: {e}")
+    return PeerResult(timing, (out.float() - ours.float()).abs().max().item(), "")
+
+
 def measure_case(
     case: vision_media.Case,
     tower: VisionModel,
@@ -162,6 +185,8 @@ def measure_case(
     pixels = media.pixel_values.to(setup.device)
     log(f"vision: {case.name}: tower over {media.num_patches} patches x {setup.iters}")
     out, tower_t = time_tower(tower, pixels, media.grid_thw, setup)
+    log(f"vision: {case.name}: tower, per-segment attention loop x {setup.iters}")
+    loop = time_loop(tower, pixels, media.grid_thw, out, setup=setup)
     peer_result = None
     if peer is not None:
         log(f"vision: {case.name}: transformers tower x {setup.iters}")
@@ -181,6 +206,7 @@ def measure_case(
         peer=peer_result,
         gflop=flops / 1e9,
         roofline_ms=flops / peaks.matmul_flop_s * 1e3,
+        loop=loop,
     )
 
 

@@ -35,6 +35,7 @@ class VisionRow:
     peer: PeerResult | None
     gflop: float
     roofline_ms: float  # FLOPs at the measured bf16 matmul rate
+    loop: PeerResult | None = None  # our tower with the per-segment attention loop (the reference)
 
     @property
     def tower_tok_s(self) -> float:
@@ -132,7 +133,32 @@ def tables(rows: list[VisionRow], peaks: Peaks, *, matmul_n: int, peer_note: str
             peer_note,
         ],
     )
-    return [latency, versus]
+    packed = Table(
+        "vision tower: packed varlen attention vs the per-segment loop",
+        ["case", "segments", "packed ms", "per-segment loop ms", "speedup", "max |diff|"],
+        [_packed_row(r) for r in rows],
+        [
+            "packed: one varlen launch per block for every frame group of the call (CUDA bf16); "
+            "loop: one SDPA call per frame group, the reference path"
+        ],
+    )
+    return [latency, versus, packed]
+
+
+def _packed_row(r: VisionRow) -> list[object]:
+    loop = r.loop.timing if r.loop is not None else None
+    loop_ms = _ms(loop, "median_ms")
+    diff: object = None
+    if r.loop is not None:
+        diff = r.loop.error or r.loop.max_abs_diff
+    return [
+        r.case,
+        r.grid_thw[0],
+        r.tower.median_ms,
+        loop_ms,
+        None if loop_ms is None else loop_ms / r.tower.median_ms,
+        diff,
+    ]
 
 
 def _versus_row(r: VisionRow) -> list[object]:
