@@ -164,10 +164,11 @@ class SchedulerConfig:
         ),
     )
     vision_cache_bytes: int = field(
-        default=1 << 30,
+        default=1 << 28,
         metadata=_help(
             "Device memory for vision tower outputs kept by content hash, least recently used "
-            "out: an image or video sent again skips the tower. 0: no cache"
+            "out, beside the KV cache's budget: an image or video sent again skips the tower. "
+            "0: no cache"
         ),
     )
     speculative: SpeculativeMethod = field(

@@ -129,13 +129,15 @@ class VisionInputs:
         starts: list[tuple[Request, int]] = []
         for seq in seqs:
             req = seq.req
+            if req.multimodal is None or not _in_prompt(seq):
+                continue
             held = self._rows.get(req.request_id)
             is_new = (
                 held is None
                 or held.req is not req
                 or held.first_pad > held.pads_before_cpu[seq.num_cached_tokens]  # restarted
             )
-            if req.multimodal is not None and _in_prompt(seq) and is_new:
+            if is_new:
                 starts.append((req, seq.num_cached_tokens))
         if starts:
             self._encode_step(starts)
