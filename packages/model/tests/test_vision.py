@@ -186,7 +186,7 @@ def test_segment_attention_has_its_reference_signature_and_result_on_cpu() -> No
 @pytest.mark.parametrize("seg_lens", [[64], [16, 256, 36, 36], [1, 7, 300]])
 def test_packed_segment_attention_matches_the_reference_on_gpu(seg_lens: list[int]) -> None:
     """One varlen launch for every segment equals the per-segment SDPA loop (bf16)."""
-    from sparkinfer.model.vision import segment_attention, segment_attention_ref
+    from sparkinfer.model.vision import _varlen_attn, segment_attention, segment_attention_ref
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     shape = (sum(seg_lens), 4, 72)  # the 27B tower's head dim
@@ -196,3 +196,8 @@ def test_packed_segment_attention_matches_the_reference_on_gpu(seg_lens: list[in
     got = segment_attention(q, k, v, seg_lens, scale=72**-0.5)
     want = segment_attention_ref(q, k, v, seg_lens, scale=72**-0.5)
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    varlen = _varlen_attn()  # the packed path itself runs here (no fallback to the loop)
+    assert varlen is not None, "this torch has no torch.nn.attention.varlen"
+    cu = torch.tensor([0, *seg_lens], device="cuda").cumsum(0, dtype=torch.int32)
+    packed = varlen(q, k, v, cu, cu, max(seg_lens), max(seg_lens))
+    torch.testing.assert_close(packed, want, atol=2e-2, rtol=2e-2)
