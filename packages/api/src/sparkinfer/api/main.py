@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 from fastapi import Depends, FastAPI
+from sparkinfer.api import tensor_parallel
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
 from sparkinfer.api.edge import EdgeMiddleware, edge_config
@@ -50,6 +51,7 @@ from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
 from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.distributed.launch import TensorParallelRanks
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError, InvalidConfig
 
@@ -125,6 +127,7 @@ class _LoadedModel:
     chat_template: ChatTemplate
     model: Qwen3_8ForCausalLM
     media: MediaConfig | None
+    ranks: TensorParallelRanks | None = None  # tensor parallel: `model` is rank 0's shard
 
 
 def build_state(settings: Settings) -> ServerState:
@@ -176,14 +179,22 @@ def _load_checkpoint(
     tokenizer = Tokenizer.from_checkpoint(configs.path)
     chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
     logger.info("loading %s on %s as %s", source, device, dtype)
-    model = load_model(
-        configs.path,
-        device=device,
-        dtype=dtype,
-        num_real_tokens=tokenizer.vocab_size,
-        use_mtp=settings.speculative == "mtp",
-        quantization=None if settings.quantization == "none" else settings.quantization,
-    )
+    ranks = None
+    if settings.tensor_parallel_size > 1:  # each rank loads its own slices
+        ranks = tensor_parallel.start_ranks(
+            settings, configs.path, configs.model,
+            device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size,
+        )  # fmt: skip
+        model = ranks.shard
+    else:
+        model = load_model(
+            configs.path,
+            device=device,
+            dtype=dtype,
+            num_real_tokens=tokenizer.vocab_size,
+            use_mtp=settings.speculative == "mtp",
+            quantization=None if settings.quantization == "none" else settings.quantization,
+        )
     return _LoadedModel(
         served=settings.served_model_name or model_id,
         config=configs.model,
@@ -192,6 +203,7 @@ def _load_checkpoint(
         chat_template=chat_template,
         model=model,
         media=_media_config(settings, model, configs.path),
+        ranks=ranks,
     )
 
 
@@ -222,7 +234,10 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     """Start the engine on the loaded model and gather what the routes share."""
     max_model_len = _max_model_len(settings, loaded.config)
     sched = _scheduler_config(settings, loaded, max_model_len)
-    engine = Engine.from_model(loaded.model, sched, device=device)
+    if loaded.ranks is not None:
+        engine = loaded.ranks.engine(sched)
+    else:
+        engine = Engine.from_model(loaded.model, sched, device=device)
     metrics = ServerMetrics(engine.stats)
     logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)
     gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
@@ -278,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings, _ = parse_args(argv)
         _check_device_rules(settings)
+        tensor_parallel.check_settings(settings, _device(settings))
     except SettingsError as exc:
         print(f"sparkinfer-api: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

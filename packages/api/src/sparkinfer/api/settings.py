@@ -100,6 +100,7 @@ class Settings(BaseSettings):
     )
     speculative: SpeculativeMethod = engine_setting("speculative")
     num_speculative_tokens: int = engine_setting("num_speculative_tokens")
+    tensor_parallel_size: int = engine_setting("tensor_parallel_size")
     mrope: bool = Field(
         True,
         description="3-axis (t, h, w) rotary positions for image and video tokens (off: "

@@ -13,7 +13,11 @@ import threading
 from pathlib import Path
 
 import torch
-from sparkinfer.api.settings import Settings, SettingsError, env_name
+from sparkinfer.api.settings import Settings, SettingsError, env_name, scheduler_config
+from sparkinfer.model import embedded
+from sparkinfer.model.config import ModelConfig
+from sparkinfer.model.errors import ConfigError
+from sparkinfer.model.parallel.plan import ShardPlan
 from sparkinfer.scheduler.distributed.launch import (
     CheckpointShards,
     ModelSource,
@@ -32,8 +36,13 @@ def _refuse(setting: str, why: str) -> SettingsError:
     )
 
 
-def check_settings(settings: Settings, size: int, device: torch.device) -> None:
+def check_settings(settings: Settings, device: torch.device) -> None:
     """Raise SettingsError for what tensor parallel cannot serve, before anything loads."""
+    size = settings.tensor_parallel_size
+    if size == 1:
+        return
+    if settings.model == embedded.RANDOM_MODEL_ID:
+        raise _refuse("model", "serves checkpoints, not the built-in random model")
     if settings.speculative != "off":
         raise _refuse("speculative", "does not run speculative decoding yet")
     if settings.quantization != "none":
@@ -57,14 +66,26 @@ def stop_server(message: str) -> None:
 def start_ranks(
     settings: Settings,
     checkpoint: Path,
+    config: ModelConfig,
     *,
-    size: int,
     device: torch.device,
     dtype: torch.dtype,
     num_real_tokens: int,
 ) -> TensorParallelRanks:
     """Spawn and join the other ranks; each (this one too) loads its slices of `checkpoint`."""
-    check_settings(settings, size, device)
+    check_settings(settings, device)
+    size = settings.tensor_parallel_size
+    if config.quantization is not None:
+        raise SettingsError(
+            f"{checkpoint} is an FP8 checkpoint; --tensor-parallel-size above 1 serves bf16 "
+            "checkpoints only for now: serve its bf16 release, or with one rank"
+        )
+    try:
+        ShardPlan(config.text, 0, size)
+    except ConfigError as exc:
+        raise SettingsError(
+            f"--tensor-parallel-size {size} cannot split {checkpoint}: {exc}"
+        ) from None
     dtype_name = str(dtype).removeprefix("torch.")
     loader = CheckpointShards(str(checkpoint), dtype_name, num_real_tokens)
     logger.info("starting %d tensor-parallel ranks on %s", size, device.type)
@@ -72,5 +93,6 @@ def start_ranks(
         ModelSource(loader, device.type),
         size=size,
         deterministic=settings.deterministic,
+        tuning=scheduler_config(settings).kernel_tuning,
         on_rank_exit=stop_server,
     )

@@ -204,6 +204,17 @@ class SchedulerConfig:
         ),
     )
 
+    tensor_parallel_size: int = field(
+        default=1,
+        metadata=_help(
+            "GPUs one model is split across, one process each started by the server (rank r on "
+            "cuda:r; gloo ranks on the CPU): attention and Gated-DeltaNet heads, MLP columns and "
+            "the vocabulary split, one all-reduce after each row-parallel projection "
+            "(docs/scaling.md). Text only, without CUDA graphs or speculative decoding for now. "
+            "1: one process, no collectives"
+        ),
+    )
+
     def __post_init__(self) -> None:
         block, drafts = self.block_size, self.num_speculative_tokens
         rules = (
@@ -223,6 +234,7 @@ class SchedulerConfig:
             ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
             ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
             ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),
+            ("tensor_parallel_size", self.tensor_parallel_size >= 1, ">= 1"),
             ("eos_token_ids", all(t >= 0 for t in self.eos_token_ids), "ids >= 0"),
         )
         for name, is_valid, allowed in rules:
