@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -253,6 +254,20 @@ def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind)
         for tokens, drafts in drafter.proposals
     ]
     assert sum(same) >= 0.9 * len(same), same
+
+
+def test_a_failed_head_capture_leaves_the_eager_head(mtp_model, monkeypatch):
+    runner = Runner(mtp_model, config())
+    runner.verify_graphs = SimpleNamespace(batch_sizes=(1,), num_drafts=3, stream=CpuStream())  # type: ignore[assignment]
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, MTPDrafter)
+
+    def fail(**kw: object) -> None:
+        raise RuntimeError("warm-up failed")
+
+    monkeypatch.setattr(drafter, "capture_graphs", fail)
+    runner.spec_step.capture_graphs()
+    assert drafter.graphs is None
 
 
 def test_a_head_that_never_drafts_runs_only_over_prompts(mtp_model):

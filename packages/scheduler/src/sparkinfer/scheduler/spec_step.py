@@ -83,8 +83,11 @@ class SpecStep:
                     max_blocks_per_seq=r.config.max_blocks_per_seq,
                     stream=verify.stream,
                 )
-        except GraphCaptureError:
-            logger.warning("the MTP head runs eagerly", exc_info=True)
+        except (GraphCaptureError, RuntimeError, ValueError, AssertionError):
+            # Its warm-up runs outside capture too: any failure leaves the eager head, which
+            # drafts the same tokens.
+            self.drafter.graphs = None
+            logger.warning("capturing the MTP head's graphs failed: it runs eagerly", exc_info=True)
 
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):
