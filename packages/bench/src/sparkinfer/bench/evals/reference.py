@@ -31,12 +31,13 @@ class _Loaded:
 
 def _load(source: str) -> _Loaded:
     from sparkinfer.model import embedded
+    from sparkinfer.model.hub import fetch_checkpoint
     from sparkinfer.model.weights import load_model, read_checkpoint_configs
 
     if source == EMBEDDED:
         source = str(embedded.embedded_checkpoint_dir())
     try:
-        configs = read_checkpoint_configs(source)
+        configs = read_checkpoint_configs(fetch_checkpoint(source))  # a hub id: its weights too
     except (OSError, ValueError) as e:
         raise UsageError(
             f"--reference {source!r} is not a readable checkpoint ({e}): give a small "
