@@ -156,6 +156,27 @@ def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_o
     assert policy.is_on
 
 
+def test_a_failed_probe_after_a_cool_down_cools_down_again_at_once():
+    cfg = config(speculative_adaptive=True, max_model_len=256)
+    sched = Scheduler(cfg, num_blocks=128, num_slots=8, vocab_size=100)
+    runner = FakeSpecRunner(error_rate=1.0, num_blocks=128)  # every first draft is wrong
+    req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=200))
+    cooldowns: list[int] = []
+    verifies_between: list[int] = []
+    last = 0
+    while sched.has_work():
+        batch = sched.schedule()
+        was_cooling = req.spec.cooldown_steps
+        sched.update(batch, runner.run(batch))
+        if req.spec.cooldown_steps and not was_cooling:
+            cooldowns.append(req.spec.cooldown_steps)
+            verifies_between.append(req.spec.num_verifies - last)
+            last = req.spec.num_verifies
+    assert cooldowns[:4] == [4, 8, 16, 32]
+    # The first cool-down takes a few rejected verifies; each after it, one (the probe).
+    assert verifies_between[0] >= 2 and all(n == 1 for n in verifies_between[1:])
+
+
 def test_no_leaks_after_a_thousand_random_requests_with_aborts():
     rng = random.Random(3)
     cfg = config(max_num_seqs=8, max_num_batched_tokens=32, speculative_max_seqs=4)

@@ -26,10 +26,12 @@ Drafting keeps the device busy: d1 and every later draft are argmaxed on the dev
 device to device into the next head step, whose batch (positions, KV slots, context lengths) is
 the one before advanced by one on the device; the drafts come to the host in one copy at the
 end. In the steady state (every drafting request with 1 to k + 1 pending rows) the catch-up and
-the draft steps replay one CUDA graph (`head_graphs`); the head runs under the target's decode
-numerics, so it builds no kernel variant of its own while serving. The drafts are greedy, so the
-verify's acceptance equals rejection sampling's (`rejection_sampler`). Each draft reads the full
-lm_head ([vocab, hidden]): at batch 1 that is the head's main cost.
+the draft steps replay one CUDA graph (`head_graphs`); a request back from a stretch without
+drafts first runs the head eagerly over all but its last k + 1 rows, so the drafts still replay
+the graph. The head runs under the target's decode numerics, so it builds no kernel variant of
+its own while serving. The drafts are greedy, so the verify's acceptance equals rejection
+sampling's (`rejection_sampler`). Each draft reads the full lm_head ([vocab, hidden]): at batch
+1 that is the head's main cost.
 """
 
 from __future__ import annotations
@@ -192,15 +194,17 @@ class MTPDrafter:
         pending: list[_Pending] = []
         for i in going:
             p = self._pending.get(seqs[i].req)
-            if (
-                p is None
-                or p.end != seqs[i].num_cached_tokens
-                or p.end - p.start > graphs.rows_per_seq
-            ):
+            if p is None or p.end != seqs[i].num_cached_tokens:
                 return None
             if num_drafts[i] > graphs.num_drafts:
                 return None
             pending.append(p)
+        long = [
+            i for i, p in zip(going, pending, strict=True) if p.end - p.start > graphs.rows_per_seq
+        ]
+        if long:  # rows kept while drafting was off: all but the graph's last ones run eagerly
+            self._catch_up_older([seqs[i] for i in long], keep=graphs.rows_per_seq)
+            pending = [self._pending[seqs[i].req] for i in going]
         rows = [
             (p.next_ids, self._position_values([seqs[i]], [p.start], [len(p.next_ids)]), p.start)
             for i, p in zip(going, pending, strict=True)
@@ -220,9 +224,24 @@ class MTPDrafter:
             out[i] = table[row][: num_drafts[i]]
         return out
 
+    def _catch_up_older(self, seqs: list[ScheduledSeq], *, keep: int) -> None:
+        """One head forward over all but the last `keep` pending rows of each of these requests
+        (each has more); the last ones stay pending."""
+        older: list[_Pending] = []
+        for seq in seqs:
+            p = self._pending[seq.req]
+            hidden = p.hidden[0] if len(p.hidden) == 1 else torch.cat(p.hidden)
+            n = len(p.next_ids) - keep
+            older.append(_Pending(p.start, [hidden[:n]], p.next_ids[:n]))
+            self._pending[seq.req] = _Pending(p.start + n, [hidden[n:]], p.next_ids[n:])
+        self._run_head(seqs, older)
+
     def _catch_up(self, seqs: list[ScheduledSeq]) -> None:
         """One head forward over these requests' pending rows; keeps each one's tail."""
-        pending = [self._pending.pop(s.req) for s in seqs]
+        self._run_head(seqs, [self._pending.pop(s.req) for s in seqs])
+
+    def _run_head(self, seqs: list[ScheduledSeq], pending: list[_Pending]) -> None:
+        """The head over each request's rows in `pending` (in order); keeps each one's tail."""
         counts = [len(p.next_ids) for p in pending]
         starts = [p.start for p in pending]
         batch = ForwardBatch.build(

@@ -179,6 +179,7 @@ class RequestSpec:
     rejected_weight: float = PRIOR_REJECTED
     cooldown_steps: int = 0
     next_cooldown: int = 4
+    is_probing: bool = False  # its next verify is the first after a cool-down
 
     @property
     def acceptance(self) -> float:

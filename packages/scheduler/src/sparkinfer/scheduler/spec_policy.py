@@ -11,8 +11,11 @@ Acceptance: each request keeps counts of drafts accepted and rejected, from whic
 acceptance rate a (a geometric model: draft j is accepted with probability a^j) and the tokens a
 step with k drafts is expected to give, 1 + a + ... + a^k. A request under `MIN_ACCEPTANCE`
 stops drafting for a cool-down that doubles each time (up to `MAX_COOLDOWN_STEPS`) and then
-tries again: prompt lookup and MTP both go through stretches where drafts do not match. A
-step where prompt lookup finds no match counts as a rejected draft.
+tries again: prompt lookup and MTP both go through stretches where drafts do not match. The
+first verify after a cool-down is a probe: if it accepts nothing, the request cools down again
+at once (a drafter that is never right so costs one verify per cool-down, not the several that
+take a fresh estimate under the threshold). A step where prompt lookup finds no match counts as
+a rejected draft.
 
 Cost: two straight-line fits of step time against rows, one for plain decode steps and one for
 verify steps (steps with prompt chunks are left out), measured from the scheduler's side
@@ -143,6 +146,8 @@ class SpecPolicy:
         c.num_accepted_tokens += outcome.num_accepted
         for j in range(outcome.num_accepted):
             c.accepted_per_position[j] += 1
+        if self._failed_probe(spec, is_rejected=outcome.num_accepted == 0):
+            return
         rejected = 1.0 if outcome.num_accepted < outcome.num_drafts else 0.0
         spec.accepted_weight = _DECAY * spec.accepted_weight + outcome.num_accepted
         spec.rejected_weight = _DECAY * spec.rejected_weight + rejected
@@ -150,15 +155,31 @@ class SpecPolicy:
 
     def _cool_down_if_low(self, spec: RequestSpec) -> None:
         if self.config.speculative_adaptive and spec.acceptance < MIN_ACCEPTANCE:
-            spec.cooldown_steps = spec.next_cooldown
-            spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * spec.next_cooldown)
-            spec.accepted_weight, spec.rejected_weight = PRIOR_ACCEPTED, PRIOR_REJECTED
+            self._cool_down(spec)
+
+    def _failed_probe(self, spec: RequestSpec, *, is_rejected: bool) -> bool:
+        """End a probe (the first verify after a cool-down); True when it accepted nothing and
+        the request so cooled down again."""
+        was_probing, spec.is_probing = spec.is_probing, False
+        if was_probing and is_rejected and self.config.speculative_adaptive:
+            self._cool_down(spec)
+            return True
+        return False
+
+    @staticmethod
+    def _cool_down(spec: RequestSpec) -> None:
+        spec.cooldown_steps = spec.next_cooldown
+        spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * spec.next_cooldown)
+        spec.accepted_weight, spec.rejected_weight = PRIOR_ACCEPTED, PRIOR_REJECTED
+        spec.is_probing = True
 
     def record_no_drafts(self, req: Request) -> None:
         """req had lookahead rows but its drafter proposed nothing (no n-gram match): counted
         as a rejected draft, so a request whose text never repeats cools down too and its steps
         overlap again."""
         spec = req.spec
+        if self._failed_probe(spec, is_rejected=True):
+            return
         spec.accepted_weight *= _DECAY
         spec.rejected_weight = _DECAY * spec.rejected_weight + 1.0
         self._cool_down_if_low(spec)
