@@ -26,6 +26,7 @@ from sparkinfer.kernels.fp8_linear import (
     quantize_activation_fp8_ref,
     quantize_weight_fp8,
 )
+from sparkinfer.kernels.fp8_linear.tiles import DECODE_TILES, GEMV_TILES, decode_tile, gemv_tile
 from sparkinfer.kernels.linear import batch_invariant
 
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}  # the interpreter truncates the final bf16 cast
@@ -80,7 +81,7 @@ def test_decode_gemm_matches_ref(m, dtype, assert_close):
 
 
 @pytest.mark.parametrize("bk", [64, 256])
-def test_gemv_matches_ref_with_block_and_per_row_scales(bk, assert_close):
+def test_gemv_matches_ref_with_block_and_per_row_scales(bk, assert_close):  # tile over 2 blocks
     w, s = _weight(150, 300, 12)  # partial edge blocks on both sides
     x = torch.randn(1, 300)
     cfg = Fp8GemvConfig(BN=8, BK=bk)
@@ -123,7 +124,7 @@ def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monke
     from sparkinfer.kernels.fp8_linear import dispatch
 
     calls = []
-    monkeypatch.setattr(dispatch, "fp8_gemv", lambda x, w, s: calls.append(("g", None)))
+    monkeypatch.setattr(dispatch, "fp8_gemv", lambda x, w, s, c=None: calls.append(("g", c)))
     monkeypatch.setattr(dispatch, "fp8_gemm_decode", lambda x, w, s, c=None: calls.append(("d", c)))
     monkeypatch.setattr(dispatch, "fp8_gemm_prompt", lambda x, w, s, c=None: calls.append(("p", c)))
     w, s = _weight(8, 128, 6)
@@ -137,6 +138,28 @@ def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monke
     kinds = [kind for kind, _ in calls]
     assert kinds == ["g", "d", "p", "d", "d", "p"]
     assert calls[3][1] == calls[4][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
+    assert dispatch.DECODE_INVARIANT_CONFIG.SPLIT_K == 1  # the K order of every row, any M
+    assert calls[0][1] == gemv_tile(8, 128) and calls[1][1] == decode_tile(64, 8, 128)
+
+
+def test_tile_table_splits_k_only_for_narrow_weights():
+    wide, narrow = gemv_tile(16384, 5120), gemv_tile(5120, 17408)
+    assert wide.SPLIT_K == 1 and narrow.SPLIT_K > 1
+    assert decode_tile(8, 34816, 5120).SPLIT_K == 1 and decode_tile(8, 5120, 6144).SPLIT_K > 1
+    for rules in (GEMV_TILES, DECODE_TILES):  # a catch-all last rule: every shape has a tile
+        assert rules[-1].max_n is None and rules[-1].min_k == 0 and rules[-1].max_rows is None
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k_matches_ref_and_is_deterministic(split_k, assert_close):
+    w, s = _weight(150, 600, 13)  # 5 scale blocks, partial edge blocks: uneven slices
+    x = torch.randn(3, 600)
+    g_cfg = Fp8GemvConfig(BN=16, BK=128, SPLIT_K=split_k)
+    y = fp8_gemv(x[:1], w, s, g_cfg)
+    assert_close(y, fp8_linear_ref(x[:1], w, s))
+    assert torch.equal(y, fp8_gemv(x[:1], w, s, g_cfg))
+    d_cfg = Fp8DecodeConfig(BN=32, BK=64, SPLIT_K=split_k)
+    assert_close(fp8_gemm_decode(x, w, s, d_cfg), fp8_linear_ref(x, w, s))
 
 
 def test_launchers_refuse_bad_operands():

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, split_k_plan, store_or_reduce
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
 
 
@@ -28,7 +29,8 @@ class Fp8DecodeConfig:
     """Tiles of one decode launch: BM rows of x, BN weight rows per program, BK along K.
 
     BM None sizes the row tile from M (16, 32 or 64); a fixed BM keeps one tile shape for every
-    row count, which the batch-invariant mode needs.
+    row count, which the batch-invariant mode needs. SPLIT_K > 1 cuts K into at most that many
+    slices run by separate programs (`_split_k`: deterministic, but a different sum order).
     """
 
     BM: int | None = None
@@ -36,24 +38,27 @@ class Fp8DecodeConfig:
     BK: int = 128
     num_warps: int = 4
     num_stages: int = 4
+    SPLIT_K: int = 1
 
 
 @triton.jit
 def _fp8_decode_kernel(
-    p_x, p_w, p_s, p_y,
-    M, N, K, stride_xm, num_k_blocks,
+    p_x, p_w, p_s, p_y, p_part, p_arrived,
+    M, N, K, stride_xm, num_k_blocks, K_PER_SPLIT,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
-    SCALE_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    SCALE_K: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    i_m, i_n = tl.program_id(0), tl.program_id(1)
+    i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
     m_m, m_n = o_m < M, o_n < N
     p_sn = p_s + (o_n // SCALE_ROWS) * num_k_blocks  # each column's row of scales
+    k_start = i_k.to(tl.int64) * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     b_acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, K, BK):
+    for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
-        m_k = o_k < K
+        m_k = o_k < k_end
         b_w = tl.load(
             p_w + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None] & m_k[None, :], other=0.0
         )
@@ -66,7 +71,9 @@ def _fp8_decode_kernel(
         b_dot = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)))
         b_acc += b_dot * b_s[None, :]
     o_y = o_m[:, None] * N + o_n[None, :]
-    tl.store(p_y + o_y, b_acc.to(p_y.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+    m_y = m_m[:, None] & m_n[None, :]
+    i_tile = i_m * tl.num_programs(1) + i_n
+    store_or_reduce(p_y, p_part, p_arrived, b_acc, o_y, m_y, i_tile, i_k, M * N, SPLIT_K)
 
 
 def decode_row_tile(num_rows: int) -> int:
@@ -86,7 +93,8 @@ def fp8_gemm_decode(
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K; best for M <= 64.
         weight: [N, K] float8_e4m3fn, contiguous.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32, contiguous.
-        config: tiles; BK must divide 128.
+        config: tiles; BK must divide 128. With SPLIT_K > 1 the rows' sums run in another
+            order, so the batch-invariant mode keeps one slice.
 
     Returns:
         y: [M, N] contiguous in x.dtype.
@@ -102,12 +110,14 @@ def fp8_gemm_decode(
     if k == 0:
         return y.zero_()
     bm = cfg.BM or decode_row_tile(m)
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN))
+    num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, cfg.BK)
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), num_slices)
+    part, arrived = split_k_buffers("fp8_gemm_decode", y, num_slices, grid[0] * grid[1])
     _fp8_decode_kernel[grid](
-        x, weight, weight_scale_inv, y,
-        m, n, k, x.stride(0), weight_scale_inv.shape[1],
+        x, weight, weight_scale_inv, y, part, arrived,
+        m, n, k, x.stride(0), weight_scale_inv.shape[1], k_per_split,
         BM=bm, BN=cfg.BN, BK=cfg.BK, SCALE_ROWS=rows_per_scale, SCALE_K=BLOCK,
-        DOT_DTYPE=dot_dtype(x),
+        DOT_DTYPE=dot_dtype(x), SPLIT_K=num_slices,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y

@@ -3,10 +3,13 @@
 The decode GEMM pads one row to a 16-row dot tile and gives each program 64 weight rows, so at
 one row a launch has too few programs to keep the memory system busy. This kernel streams the
 weight as the bf16 GEMV does: each program owns BN weight rows and walks K in [BN, BK] tiles of
-vector loads (no tensor cores), multiplying each e4m3 tile, converted to fp32 (exact), by x's
-K tile times the tile's block scales, and sums along K once at the end. Every product is scaled
-once, in fp32, as in the decode GEMM; the sum order differs, so the batch-invariant mode, which
-needs one kernel for every row count, keeps the decode GEMM.
+vector loads (no tensor cores). Each thread sums its own 16-column run of a row against x in fp32
+(the e4m3 -> fp16 -> fp32 conversion is exact), then scales the run's sum by the row's block
+scale, so a weight element costs its conversion and one FMA and the scales are read once per
+row and 128-column block, not per element. SPLIT_K cuts K into slices run by separate programs
+(`_split_k`, a deterministic reduction) for the projections with few rows. The sum order differs
+from the decode GEMM's, so the batch-invariant mode, which needs one kernel for every row count,
+keeps the decode GEMM.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
@@ -20,40 +23,64 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, split_k_plan, store_or_reduce
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
 
 
 @dataclass(frozen=True)
 class Fp8GemvConfig:
-    """Tiles of one GEMV launch: BN weight rows per program, K tiles of BK."""
+    """Tiles of one GEMV launch: BN weight rows per program, K tiles of BK (a multiple of 128 or
+    a divisor of it), K cut into at most SPLIT_K slices run by separate programs."""
 
-    BN: int = 8
-    BK: int = 512
+    BN: int = 16
+    BK: int = 256
+    SPLIT_K: int = 1
     num_warps: int = 4
     num_stages: int = 3
 
 
 @triton.jit
 def _fp8_gemv_kernel(
-    p_x, p_w, p_s, p_y,
-    N, K, num_k_blocks,
+    p_x, p_w, p_s, p_y, p_part, p_arrived,
+    N, K, num_k_blocks, K_PER_SPLIT,
     BN: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr, SCALE_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    i_n = tl.program_id(0)
+    # The tile is [BN, NB, NC, VEC]: NB scale blocks of BB = min(BK, 128) columns, each cut in
+    # NC runs of VEC (one thread's vector load). A run is summed alone (one FMA per element),
+    # then scaled by its block's scale: each weight element costs its conversion and one FMA,
+    # and the scales are read once per row and block, not per element.
+    VEC: tl.constexpr = 16 if BK >= 16 else BK
+    BB: tl.constexpr = BK if BK < SCALE_K else SCALE_K
+    NB: tl.constexpr = BK // BB
+    NC: tl.constexpr = BB // VEC
+    i_n, i_k = tl.program_id(0), tl.program_id(1)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
     m_n = o_n < N
+    o_b = tl.arange(0, NB)
+    o_kt = (  # [NB, NC, VEC]: each element's column in the tile
+        (o_b * BB)[:, None, None]
+        + (tl.arange(0, NC) * VEC)[None, :, None]
+        + tl.arange(0, VEC)[None, None, :]
+    )
+    k_start = i_k.to(tl.int64) * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     p_sn = p_s + (o_n // SCALE_ROWS) * num_k_blocks  # each weight row's row of scales
-    b_acc = tl.zeros((BN, BK), dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        o_k = k0 + tl.arange(0, BK).to(tl.int64)
-        m_k = o_k < K
-        m_wk = m_n[:, None] & m_k[None, :]
-        b_w = tl.load(p_w + o_n[:, None] * K + o_k[None, :], mask=m_wk, other=0.0)
+    b_acc = tl.zeros((BN, NB, NC), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        o_k = k0 + o_kt
+        m_k = o_k < k_end
+        m_wk = m_n[:, None, None, None] & m_k[None, :, :, :]
+        p_wk = p_w + o_n[:, None, None, None] * K + o_k[None, :, :, :]
+        b_w = tl.load(p_wk, mask=m_wk, other=0.0)
         b_x = tl.load(p_x + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_s = tl.load(p_sn[:, None] + (o_k // SCALE_K)[None, :], mask=m_wk, other=0.0)
-        b_acc += b_w.to(tl.float32) * (b_s * b_x[None, :])
-    b_y = tl.sum(b_acc, axis=1)
-    tl.store(p_y + o_n, b_y.to(p_y.dtype.element_ty), mask=m_n)
+        i_blk = k0 // SCALE_K + o_b * BB // SCALE_K  # [NB] scale columns
+        m_s = m_n[:, None] & (i_blk < num_k_blocks)[None, :]
+        b_s = tl.load(p_sn[:, None] + i_blk[None, :], mask=m_s, other=0.0)  # [BN, NB]
+        b_run = tl.sum(b_w.to(tl.float32) * b_x[None, :, :, :], axis=3)  # [BN, NB, NC]
+        b_acc += b_run * b_s[:, :, None]
+    b_y = tl.sum(tl.sum(b_acc, axis=2), axis=1)
+    store_or_reduce(p_y, p_part, p_arrived, b_y, o_n, m_n, i_n, i_k, N, SPLIT_K)
 
 
 def fp8_gemv(
@@ -85,10 +112,13 @@ def fp8_gemv(
         return y
     if k == 0:
         return y.zero_()
-    _fp8_gemv_kernel[(triton.cdiv(n, cfg.BN),)](
-        x, weight, weight_scale_inv, y,
-        n, k, weight_scale_inv.shape[1],
-        BN=cfg.BN, BK=cfg.BK, SCALE_ROWS=rows_per_scale, SCALE_K=BLOCK,
+    num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, cfg.BK)
+    grid = (triton.cdiv(n, cfg.BN), num_slices)
+    part, arrived = split_k_buffers("fp8_gemv", y, num_slices, grid[0])
+    _fp8_gemv_kernel[grid](
+        x, weight, weight_scale_inv, y, part, arrived,
+        n, k, weight_scale_inv.shape[1], k_per_split,
+        BN=cfg.BN, BK=cfg.BK, SCALE_ROWS=rows_per_scale, SCALE_K=BLOCK, SPLIT_K=num_slices,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y
