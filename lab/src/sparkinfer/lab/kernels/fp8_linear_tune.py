@@ -1,14 +1,18 @@
 """Sweeps of the FP8 decode kernels' tiles at the 27B projections, for a person choosing the
-defaults (it prints rather than returns rows): the one-row GEMV's BN, BK and warps, and the
-decode GEMM's BN, BK, warps and stages at 8, 32 and 64 rows, each candidate CUDA-graph timed over
-weights rotated out of L2 and quoted as its fraction of this run's copy rate (the FP8 roofline:
-e4m3 weight bytes, scales, x and y). Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune``.
+entries of `fp8_linear.tiles` (it prints rather than returns rows): the one-row GEMV's BN, BK,
+warps and K splits, and the decode GEMM's BN, BK, stages and K splits at each row count, each
+candidate CUDA-graph timed over weights rotated out of L2 and quoted as its fraction of this
+run's copy rate (the FP8 roofline: e4m3 weight bytes, scales, x and y). Per shape and row count
+it prints the kernel's default tile, the table's entry and the best three candidates; K splits
+are swept only for the narrow weights (`tiles.NARROW_N`), where programs are few.
+Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import time
 
 import torch
 from sparkinfer.kernels.fp8_linear import (
@@ -16,18 +20,28 @@ from sparkinfer.kernels.fp8_linear import (
     Fp8GemvConfig,
     fp8_gemm_decode,
     fp8_gemv,
+    fp8_linear_ref,
     quantize_weight_fp8,
 )
+from sparkinfer.kernels.fp8_linear.tiles import NARROW_N, decode_tile, gemv_tile
 from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.lab.kernels.fp8_linear import SHAPES
 
 GEMV_CANDIDATES = [
-    Fp8GemvConfig(BN=bn, BK=bk, num_warps=w, num_stages=st)
-    for bn, bk, w, st in itertools.product((4, 8, 16), (256, 512), (4, 8), (3,))
+    Fp8GemvConfig(BN=bn, BK=bk, num_warps=w)
+    for bn, bk, w in itertools.product((8, 16, 32), (256, 512), (4, 8))
+]
+GEMV_SPLIT_CANDIDATES = [
+    Fp8GemvConfig(BN=bn, BK=256, SPLIT_K=sk, num_warps=4)
+    for bn, sk in itertools.product((16, 32), (2, 4, 8))
 ]
 DECODE_CANDIDATES = [
-    Fp8DecodeConfig(BN=bn, BK=bk, num_warps=w, num_stages=st)
-    for bn, bk, w, st in itertools.product((16, 32, 64), (64, 128), (4,), (3, 5))
+    Fp8DecodeConfig(BN=bn, BK=bk, num_warps=4, num_stages=st)
+    for bn, bk, st in itertools.product((16, 32, 64), (64, 128), (3, 5))
+]
+DECODE_SPLIT_CANDIDATES = [
+    Fp8DecodeConfig(BN=bn, BK=128, num_warps=4, num_stages=st, SPLIT_K=sk)
+    for bn, st, sk in itertools.product((32, 64), (4, 5), (2, 4))
 ]
 
 
@@ -41,32 +55,69 @@ def _time(fn, x, weights, cfg, warmup: int, iters: int) -> float:
     return time_graph(calls, warmup=warmup, iters=iters).median_ms
 
 
+def _candidates(m: int, n: int, k: int):
+    """(kernel, its default tile, the table's entry, the candidates) at M rows of [N, K]."""
+    is_narrow = n <= NARROW_N
+    if m == 1:
+        extra = GEMV_SPLIT_CANDIDATES if is_narrow else []
+        return fp8_gemv, Fp8GemvConfig(), gemv_tile(n, k), GEMV_CANDIDATES + extra
+    extra = DECODE_SPLIT_CANDIDATES if is_narrow else []
+    return fp8_gemm_decode, Fp8DecodeConfig(), decode_tile(m, n, k), DECODE_CANDIDATES + extra
+
+
+def _line(label: str, ms: float | None, frac: float | None, cfg) -> str:
+    if ms is None:
+        return f"    {label:8s} failed: {cfg}"
+    return f"    {label:8s} {ms * 1e3:8.1f} us  {frac:.3f}  {cfg}"
+
+
+def _sweep_one(m: int, n: int, k: int, weights, copy: float, warmup: int, iters: int) -> None:
+    device = weights[0][0].device
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    fn, default, entry, candidates = _candidates(m, n, k)
+    w0, s0 = weights[0]
+    err = (fn(x, w0, s0, entry).float() - fp8_linear_ref(x, w0, s0).float()).abs().max().item()
+    timed: dict = {}
+    for cfg in dict.fromkeys([default, entry, *candidates]):
+        try:
+            timed[cfg] = _time(fn, x, weights, cfg, warmup, iters)
+        except Exception as e:  # a tile that does not compile or fit: say so, go on
+            print(f"    {cfg}: {type(e).__name__}: {str(e)[:80]}")
+    best = sorted(timed.items(), key=lambda p: p[1])[:3]
+
+    def row(label: str, cfg) -> str:
+        ms = timed.get(cfg)
+        return _line(label, ms, None if ms is None else _fraction(m, n, k, ms, copy), cfg)
+
+    print(f"  M={m}: table entry max_abs_err vs reference {err:.2e}")
+    print(row("default", default))
+    print(row("table", entry))
+    for i, (cfg, _) in enumerate(best):
+        print(row(f"best {i + 1}", cfg))
+
+
 def sweep(rows: tuple[int, ...], *, warmup: int, iters: int) -> None:
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
+    start = time.perf_counter()
     print(f"copy rate {copy / 1e9:,.0f} GB/s")
     for op, n, k in SHAPES:
-        w16 = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
-        weights = [quantize_weight_fp8(w16) for _ in range(rotation_copies(n * k))]
-        del w16
+        print(f"{op} N={n} K={k}  ({time.perf_counter() - start:.0f} s)")
+        try:
+            w16 = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
+            weights = [quantize_weight_fp8(w16) for _ in range(rotation_copies(n * k))]
+            del w16
+        except Exception as e:
+            print(f"  weights: {type(e).__name__}: {str(e)[:80]}")
+            continue
         for m in rows:
-            x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-            fn, candidates = (fp8_gemv, GEMV_CANDIDATES) if m == 1 else (
-                fp8_gemm_decode, DECODE_CANDIDATES)  # fmt: skip
-            timed = []
-            for cfg in candidates:
-                try:
-                    timed.append((_time(fn, x, weights, cfg, warmup, iters), cfg))
-                except Exception as e:  # a tile that does not compile or fit: skip it
-                    print(f"  {op} M={m} {cfg}: {type(e).__name__}: {str(e)[:80]}")
-            timed.sort(key=lambda p: p[0])
-            default = Fp8GemvConfig() if m == 1 else Fp8DecodeConfig()
-            td = _time(fn, x, weights, default, warmup, iters)
-            print(f"{op} M={m} N={n} K={k}: default {td * 1e3:.1f} us "
-                  f"({_fraction(m, n, k, td, copy):.3f})")  # fmt: skip
-            for ms, cfg in timed[:3]:
-                print(f"    {ms * 1e3:8.1f} us  {_fraction(m, n, k, ms, copy):.3f}  {cfg}")
+            try:
+                _sweep_one(m, n, k, weights, copy, warmup, iters)
+            except Exception as e:  # one row's failure must not end the sweep
+                print(f"  M={m}: {type(e).__name__}: {str(e)[:120]}")
         del weights
+        torch.cuda.empty_cache()
+    print(f"done in {time.perf_counter() - start:.0f} s")
 
 
 def main() -> None:
