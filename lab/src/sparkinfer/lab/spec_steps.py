@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 from sparkinfer.bench import speculative as spec_bench
-from sparkinfer.scheduler import mtp_drafter, runner, scheduler, spec_step
+from sparkinfer.model import decoder
+from sparkinfer.scheduler import mtp_drafter, runner, scheduler, spec_step, verify_graphs
 
 _TOTALS: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
 _ON = threading.Event()
@@ -41,6 +42,13 @@ _WRAPPED: tuple[tuple[Any, str, str], ...] = (
     (spec_step.SpecStep, "_decode_rows", "decode rows (verify or plain)"),
     (spec_step.SpecStep, "_plain_graphed", "plain decode graph"),
     (spec_step.SpecStep, "_draw_now", "draw (waits for the device)"),
+    (verify_graphs.VerifyGraphs, "run", "verify graph replay"),
+    (verify_graphs.VerifyGraphs, "_fill", "verify graph rows"),
+    (torch.cuda.Event, "synchronize", "event wait"),
+    (torch.cuda.Stream, "synchronize", "stream wait"),
+    (spec_step, "verify_batch", "eager verify batch"),
+    (runner.Runner, "forward_eager", "eager forward"),
+    (decoder.Qwen3_8ForCausalLM, "compute_logits", "lm_head"),
 )
 
 
