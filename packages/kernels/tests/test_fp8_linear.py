@@ -212,3 +212,16 @@ def test_split_k_tiles_are_deterministic_and_close_on_gpu(m):
     for _ in range(3):  # the slices' finishing order varies; the sum order does not
         assert torch.equal(fn(x, w, s, cfg), y)
     torch.testing.assert_close(y.float(), fp8_linear_ref(x, w, s).float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [8, 32])
+def test_decode_bf16_bits_conversion_gives_the_same_bits_on_gpu(m):
+    torch.manual_seed(11)
+    w, s = quantize_weight_fp8(torch.randn(4096, 1024, device="cuda") * 0.02)
+    every_byte = torch.arange(256, device="cuda", dtype=torch.uint8).view(FP8_DTYPE)
+    w[:2] = every_byte.repeat(8).view(2, 1024)
+    w[:2].view(torch.uint8)[(w[:2].view(torch.uint8) & 0x7F) == 0x7F] = 0  # no NaN weights
+    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+    plain = fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32))
+    assert torch.equal(fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32, BF16_BITS=True)), plain)

@@ -1,10 +1,11 @@
 """Sweeps of the FP8 decode kernels' tiles at the 27B projections, for a person choosing the
 entries of `fp8_linear.tiles` (it prints rather than returns rows): the one-row GEMV's BN, BK,
-warps and K splits, and the decode GEMM's BN, BK, stages and K splits at each row count, each
-candidate CUDA-graph timed over weights rotated out of L2 and quoted as its fraction of this
-run's copy rate (the FP8 roofline: e4m3 weight bytes, scales, x and y). Per shape and row count
-it prints the kernel's default tile, the table's entry and the best three candidates; K splits
-are swept only for the narrow weights (`tiles.NARROW_N`), where programs are few.
+warps and K splits, and the decode GEMM's BN, BK, stages, K splits and weight conversion at each
+row count, each candidate CUDA-graph timed over weights rotated out of L2 and quoted as its
+fraction of this run's copy rate (the FP8 roofline: e4m3 weight bytes, scales, x and y). Per
+shape and row count it prints the kernel's default tile, the table's entry and the best three
+candidates; K splits are swept only for the narrow weights (`tiles.NARROW_N`), where programs
+are few.
 Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32]``.
 """
 
@@ -39,9 +40,15 @@ DECODE_CANDIDATES = [
     Fp8DecodeConfig(BN=bn, BK=bk, num_warps=4, num_stages=st)
     for bn, bk, st in itertools.product((16, 32, 64), (64, 128), (3, 5))
 ]
+DECODE_CANDIDATES += [  # the weight converted by bit moves instead of through fp16
+    Fp8DecodeConfig(BN=bn, BK=128, num_warps=4, num_stages=st, BF16_BITS=True)
+    for bn, st in itertools.product((32, 64), (4, 5))
+]
 DECODE_SPLIT_CANDIDATES = [
-    Fp8DecodeConfig(BN=bn, BK=128, num_warps=4, num_stages=st, SPLIT_K=sk)
-    for bn, st, sk in itertools.product((32, 64), (4, 5), (2, 4))
+    Fp8DecodeConfig(BN=bn, BK=128, num_warps=4, num_stages=st, SPLIT_K=sk, BF16_BITS=bits)
+    for bn, sk, (st, bits) in itertools.product(
+        (32, 64), (2, 4), ((4, False), (5, False), (5, True))
+    )
 ]
 
 

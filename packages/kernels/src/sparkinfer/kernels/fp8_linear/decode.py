@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import dot_dtype
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._e4m3 import e4m3_to_bf16
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, split_k_plan, store_or_reduce
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
 
@@ -31,6 +32,8 @@ class Fp8DecodeConfig:
     BM None sizes the row tile from M (16, 32 or 64); a fixed BM keeps one tile shape for every
     row count, which the batch-invariant mode needs. SPLIT_K > 1 cuts K into at most that many
     slices run by separate programs (`_split_k`: deterministic, but a different sum order).
+    BF16_BITS converts the weight to bf16 by bit moves instead of through fp16 (`_e4m3`; bf16
+    x on CUDA only, else ignored): the same values, off the conversion unit.
     """
 
     BM: int | None = None
@@ -39,6 +42,7 @@ class Fp8DecodeConfig:
     num_warps: int = 4
     num_stages: int = 4
     SPLIT_K: int = 1
+    BF16_BITS: bool = False
 
 
 @triton.jit
@@ -47,6 +51,7 @@ def _fp8_decode_kernel(
     M, N, K, stride_xm, num_k_blocks, K_PER_SPLIT,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
     SCALE_K: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT_K: tl.constexpr,
+    BF16_BITS: tl.constexpr,
 ):  # fmt: skip
     i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
@@ -68,7 +73,8 @@ def _fp8_decode_kernel(
             other=0.0,
         )
         b_s = tl.load(p_sn + k0 // SCALE_K, mask=m_n, other=0.0)  # [BN] fp32
-        b_dot = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_w.to(DOT_DTYPE)))
+        b_wd = e4m3_to_bf16(b_w) if BF16_BITS else b_w.to(DOT_DTYPE)
+        b_dot = tl.dot(b_x.to(DOT_DTYPE), tl.trans(b_wd))
         b_acc += b_dot * b_s[None, :]
     o_y = o_m[:, None] * N + o_n[None, :]
     m_y = m_m[:, None] & m_n[None, :]
@@ -118,6 +124,7 @@ def fp8_gemm_decode(
         m, n, k, x.stride(0), weight_scale_inv.shape[1], k_per_split,
         BM=bm, BN=cfg.BN, BK=cfg.BK, SCALE_ROWS=rows_per_scale, SCALE_K=BLOCK,
         DOT_DTYPE=dot_dtype(x), SPLIT_K=num_slices,
+        BF16_BITS=cfg.BF16_BITS and x.is_cuda and x.dtype == torch.bfloat16,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y
