@@ -332,3 +332,17 @@ def test_adaptive_mtp_on_cuda_gives_plain_decoding_bit_for_bit():
     assert runner.graphs is not None
     got = run_mixed_steps(runner, cfg, PROMPTS, params)
     assert got.tokens == want.tokens and got.logprobs == want.logprobs
+
+
+def test_the_lm_head_is_warmed_up_at_every_verify_row_count(mtp_model, monkeypatch):
+    """The lm_head runs after a verify replay on the rows that count: start-up runs it once at
+    each of their possible counts, so no step builds a kernel variant of it."""
+    cfg = config(num_speculative_tokens=3, speculative_max_seqs=2)
+    runner = Runner(mtp_model, cfg)
+    rows: list[int] = []
+    logits = mtp_model.compute_logits
+    monkeypatch.setattr(
+        mtp_model, "compute_logits", lambda h: (rows.append(h.shape[0]), logits(h))[1]
+    )
+    runner.spec_step.warm_up_logits()
+    assert rows == list(range(1, 2 * 4 + 1))

@@ -157,6 +157,8 @@ class Runner:
                 self.spec_step.capture_graphs()
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
+        if self._is_cuda and config.is_speculative:
+            self.spec_step.warm_up_logits()
 
     @property
     def num_blocks(self) -> int:

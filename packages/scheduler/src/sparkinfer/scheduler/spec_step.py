@@ -89,6 +89,19 @@ class SpecStep:
             self.drafter.graphs = None
             logger.warning("capturing the MTP head's graphs failed: it runs eagerly", exc_info=True)
 
+    def warm_up_logits(self) -> None:
+        """Run the lm_head once over every row count a verify can give (1 to
+        speculative_max_seqs * (k + 1)), under the decode numerics: it runs after the verify
+        graph's replay, on the rows that count, so its kernel variants would otherwise be built
+        while serving, in a request's step."""
+        r, cfg = self.runner, self.runner.config
+        max_rows = cfg.speculative_max_seqs * (cfg.num_speculative_tokens + 1)
+        with torch.inference_mode(), r.on_stream(), r.numerics(is_decode=True):
+            ids = torch.zeros(max_rows, dtype=torch.int64, device=r.device)
+            hidden = r.model.embed_input_ids(ids)
+            for num_rows in range(1, max_rows + 1):
+                r.model.compute_logits(hidden[:num_rows])
+
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):
             self.drafter.graphs = None
