@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+from typing import Any
 
 import torch
 from sparkinfer.kernels.fp8_linear import (
@@ -62,7 +63,7 @@ def _time(fn, x, weights, cfg, warmup: int, iters: int) -> float:
     return time_graph(calls, warmup=warmup, iters=iters).median_ms
 
 
-def _candidates(m: int, n: int, k: int):
+def _candidates(m: int, n: int, k: int) -> tuple[Any, Any, Any, list[Any]]:
     """(kernel, its default tile, the table's entry, the candidates) at M rows of [N, K]."""
     is_narrow = n <= NARROW_N
     if m == 1:

@@ -9,7 +9,7 @@ bytes, not by the tensor cores, so quantizing them would only lose precision.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
-# pyright: reportCallIssue=false
+# pyright: reportCallIssue=false, reportArgumentType=false
 
 from __future__ import annotations
 

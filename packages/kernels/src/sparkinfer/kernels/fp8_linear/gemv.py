@@ -13,7 +13,7 @@ keeps the decode GEMM.
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages.
-# pyright: reportCallIssue=false
+# pyright: reportCallIssue=false, reportAssignmentType=false
 
 from __future__ import annotations
 
