@@ -17,6 +17,7 @@ from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig
 from sparkinfer.kernels.fp8_linear.gemv import Fp8GemvConfig
 
 NARROW_N = 8192  # at most this many weight rows: too few programs without a K split
+WIDE_N = 24576  # more weight rows than this: the one-row GEMV streams best in wider tiles
 Tile = TypeVar("Tile", Fp8GemvConfig, Fp8DecodeConfig)
 
 
@@ -39,14 +40,18 @@ class TileRule(Generic[Tile]):
 
 
 GEMV_TILES: tuple[TileRule[Fp8GemvConfig], ...] = (
-    TileRule(Fp8GemvConfig(BN=16, BK=256, SPLIT_K=4), max_n=NARROW_N, min_k=12288),
-    TileRule(Fp8GemvConfig(BN=16, BK=256, SPLIT_K=2), max_n=NARROW_N),
-    TileRule(Fp8GemvConfig(BN=16, BK=256)),
+    TileRule(Fp8GemvConfig(BN=32, BK=256, SPLIT_K=4), max_n=NARROW_N),
+    TileRule(Fp8GemvConfig(BN=16, BK=256), max_n=WIDE_N),
+    TileRule(Fp8GemvConfig(BN=32, BK=256)),
 )
 DECODE_TILES: tuple[TileRule[Fp8DecodeConfig], ...] = (
-    TileRule(Fp8DecodeConfig(BN=32, BK=128, num_stages=5, SPLIT_K=4), max_n=NARROW_N, max_rows=16),
-    TileRule(Fp8DecodeConfig(BN=32, BK=128, num_stages=5, SPLIT_K=2), max_n=NARROW_N),
-    TileRule(Fp8DecodeConfig(BN=32, BK=128, num_stages=5), max_rows=16),
+    TileRule(
+        Fp8DecodeConfig(BN=32, BK=128, num_stages=5, SPLIT_K=4, BF16_BITS=True),
+        max_n=NARROW_N,
+        max_rows=16,
+    ),
+    TileRule(Fp8DecodeConfig(BN=64, BK=128, num_stages=4, SPLIT_K=4), max_n=NARROW_N),
+    TileRule(Fp8DecodeConfig(BN=32, BK=128, num_stages=4, BF16_BITS=True), max_rows=16),
     TileRule(Fp8DecodeConfig(BN=64, BK=128, num_stages=4)),
 )
 
