@@ -26,7 +26,7 @@ from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.mtp_drafter import MTPDrafter
+from sparkinfer.scheduler.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 
@@ -334,15 +334,21 @@ def test_adaptive_mtp_on_cuda_gives_plain_decoding_bit_for_bit():
     assert got.tokens == want.tokens and got.logprobs == want.logprobs
 
 
-def test_the_lm_head_is_warmed_up_at_every_verify_row_count(mtp_model, monkeypatch):
-    """The lm_head runs after a verify replay on the rows that count: start-up runs it once at
-    each of their possible counts, so no step builds a kernel variant of it."""
+def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, monkeypatch):
+    """The lm_head runs after a verify replay on the rows that count, and the head catches up
+    eagerly over a request's kept rows: start-up runs each once at every row count they can
+    take, so no step builds a kernel variant of either."""
     cfg = config(num_speculative_tokens=3, speculative_max_seqs=2)
     runner = Runner(mtp_model, cfg)
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, MTPDrafter)
     rows: list[int] = []
     logits = mtp_model.compute_logits
     monkeypatch.setattr(
         mtp_model, "compute_logits", lambda h: (rows.append(h.shape[0]), logits(h))[1]
     )
-    runner.spec_step.warm_up_logits()
+    head = CountingHead(drafter.head)
+    drafter.head = head  # type: ignore[assignment]
+    runner.spec_step.warm_up()
     assert rows == list(range(1, 2 * 4 + 1))
+    assert head.calls == list(range(1, MAX_PENDING_ROWS + 4 + 1))

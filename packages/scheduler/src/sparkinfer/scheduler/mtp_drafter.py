@@ -125,6 +125,21 @@ class MTPDrafter:
             graphs.capture()
         self.graphs = graphs
 
+    def warm_up(self, max_rows: int) -> None:
+        """Run the head once over each catch-up row count from 1 to max_rows, one request after
+        a block of context, so a catch-up mid-serving builds no kernel variant (call under the
+        numerics of the steps it warms; it writes head KV to the first blocks, which hold no
+        request's KV before serving)."""
+        bs = self.block_size
+        for n in range(1, max_rows + 1):
+            table = list(range(-(-(bs + n) // bs)))
+            batch = ForwardBatch.build(
+                [n], [bs], [table], [0], caches=self.caches, block_size=bs, device=self.device
+            )
+            ids = torch.zeros(n, dtype=torch.int64, device=self.device)
+            embeds = self.model.embed_input_ids(ids)
+            self.head(embeds, torch.zeros_like(embeds), batch)
+
     def observe(self, step: TargetStep) -> None:
         """Keep the step's accepted target rows; run the head over prompt chunks' at once."""
         due: list[ScheduledSeq] = []

@@ -158,7 +158,7 @@ class Runner:
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
         if self._is_cuda and config.is_speculative:
-            self.spec_step.warm_up_logits()
+            self.spec_step.warm_up()
 
     @property
     def num_blocks(self) -> int:

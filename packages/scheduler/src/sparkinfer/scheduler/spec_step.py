@@ -23,7 +23,7 @@ from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import GraphCaptureError
-from sparkinfer.scheduler.mtp_drafter import MTPDrafter
+from sparkinfer.scheduler.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 from sparkinfer.scheduler.ngram_drafter import NgramDrafter
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
@@ -89,18 +89,22 @@ class SpecStep:
             self.drafter.graphs = None
             logger.warning("capturing the MTP head's graphs failed: it runs eagerly", exc_info=True)
 
-    def warm_up_logits(self) -> None:
-        """Run the lm_head once over every row count a verify can give (1 to
-        speculative_max_seqs * (k + 1)), under the decode numerics: it runs after the verify
-        graph's replay, on the rows that count, so its kernel variants would otherwise be built
-        while serving, in a request's step."""
+    def warm_up(self) -> None:
+        """Build the kernel variants a verify step reaches outside its graphs, under the decode
+        numerics: the lm_head at every verify row count (1 to speculative_max_seqs * (k + 1):
+        it runs after the replay, on the rows that count), and the MTP head at every catch-up
+        row count (1 to MAX_PENDING_ROWS + k + 1). Else each would be built while serving, in a
+        request's step."""
         r, cfg = self.runner, self.runner.config
-        max_rows = cfg.speculative_max_seqs * (cfg.num_speculative_tokens + 1)
+        k = cfg.num_speculative_tokens
+        max_rows = cfg.speculative_max_seqs * (k + 1)
         with torch.inference_mode(), r.on_stream(), r.numerics(is_decode=True):
             ids = torch.zeros(max_rows, dtype=torch.int64, device=r.device)
             hidden = r.model.embed_input_ids(ids)
             for num_rows in range(1, max_rows + 1):
                 r.model.compute_logits(hidden[:num_rows])
+            if isinstance(self.drafter, MTPDrafter):
+                self.drafter.warm_up(MAX_PENDING_ROWS + k + 1)
 
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):
