@@ -24,7 +24,7 @@ def test_vision_tiny_on_cpu_end_to_end(tmp_path, capsys):
     assert all(r["gflop"] > 0 and r["roofline_ms"] > 0 for r in rows)
     assert data["raw"]["peaks"]["matmul_flop_s"] > 0
     assert [len(t["rows"]) for t in data["tables"]] == [3, 3, 3]
-    assert "vision tower: packed varlen attention vs the per-segment loop" in out
+    assert "vision tower: one attention launch per block vs the per-segment loop" in out
     assert all(r["loop"]["max_abs_diff"] == 0.0 for r in rows)  # the CPU runs the loop both ways
     for name in ("vision-latency.png", "vision-throughput.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"

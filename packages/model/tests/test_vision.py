@@ -182,10 +182,23 @@ def test_segment_attention_has_its_reference_signature_and_result_on_cpu() -> No
     torch.testing.assert_close(got[4:], alone.transpose(0, 1))  # segments do not see each other
 
 
+def test_equal_segments_run_as_one_batched_call_with_the_reference_result() -> None:
+    """Frame groups of one video (equal lengths) batch into one SDPA call over segments."""
+    from sparkinfer.model.vision import segment_attention, segment_attention_ref
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(18, 2, 8, generator=gen) for _ in range(3))
+    for seg_lens in ([18], [6, 6, 6]):
+        got = segment_attention(q, k, v, seg_lens, scale=8**-0.5)
+        want = segment_attention_ref(q, k, v, seg_lens, scale=8**-0.5)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("seg_lens", [[64], [16, 256, 36, 36], [1, 7, 300]])
+@pytest.mark.parametrize("seg_lens", [[64], [100, 100, 100], [16, 256, 36, 36], [1, 7, 300]])
 def test_packed_segment_attention_matches_the_reference_on_gpu(seg_lens: list[int]) -> None:
-    """One varlen launch for every segment equals the per-segment SDPA loop (bf16)."""
+    """One launch for every segment (batched for equal lengths, varlen else) equals the
+    per-segment SDPA loop (bf16)."""
     from sparkinfer.model.vision import _varlen_attn, segment_attention, segment_attention_ref
 
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -134,12 +134,13 @@ def tables(rows: list[VisionRow], peaks: Peaks, *, matmul_n: int, peer_note: str
         ],
     )
     packed = Table(
-        "vision tower: packed varlen attention vs the per-segment loop",
-        ["case", "segments", "packed ms", "per-segment loop ms", "speedup", "max |diff|"],
+        "vision tower: one attention launch per block vs the per-segment loop",
+        ["case", "segments", "one launch ms", "per-segment loop ms", "speedup", "max |diff|"],
         [_packed_row(r) for r in rows],
         [
-            "packed: one varlen launch per block for every frame group of the call (CUDA bf16); "
-            "loop: one SDPA call per frame group, the reference path"
+            "one launch: per block, one SDPA call batched over equal frame groups, or one varlen "
+            "launch over groups of several lengths (CUDA bf16); loop: one SDPA call per frame "
+            "group, the reference path"
         ],
     )
     return [latency, versus, packed]

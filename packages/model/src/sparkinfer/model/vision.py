@@ -91,9 +91,15 @@ def segment_attention_ref(
 def segment_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg_lens: Sequence[int], *, scale: float
 ) -> torch.Tensor:
-    """`segment_attention_ref`'s result in one packed variable-length launch for every segment of
-    every image and video of the call (torch's flash varlen attention), where it runs: CUDA,
-    bf16 or fp16, and the default scale 1/sqrt(D). Elsewhere, the per-segment reference."""
+    """`segment_attention_ref`'s result in one launch for every segment of the call.
+
+    Segments of one length (an image, or the frame groups of one video) run as one batched SDPA
+    call ([segments, H, L, D]: its flash kernel is faster than the varlen one on long
+    segments). Segments of several lengths run in one packed variable-length launch (torch's
+    flash varlen attention) where it runs: CUDA, bf16 or fp16, and the default scale
+    1/sqrt(D). Elsewhere, the per-segment reference."""
+    if seg_lens and all(n == seg_lens[0] for n in seg_lens):
+        return _batched_attention(q, k, v, len(seg_lens), scale=scale)
     varlen = _varlen_attn()
     is_packed = (
         varlen is not None
@@ -114,6 +120,20 @@ def segment_attention(
     except (RuntimeError, TypeError):  # a build without flash varlen for this head dim or GPU
         return segment_attention_ref(q, k, v, seg_lens, scale=scale)
     return out[0] if isinstance(out, tuple) else out
+
+
+def _batched_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_segments: int, *, scale: float
+) -> torch.Tensor:
+    """Attention inside each of `num_segments` equal segments of q, k, v [N, H, D]: one SDPA
+    call over [segments, H, L, D] views."""
+    n, h, d = q.shape
+
+    def heads_first(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(num_segments, n // num_segments, h, d).transpose(1, 2)
+
+    o = F.scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), scale=scale)
+    return o.transpose(1, 2).reshape(n, h, d)
 
 
 def _varlen_attn() -> Callable[..., Any] | None:
