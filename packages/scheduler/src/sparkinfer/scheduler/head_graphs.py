@@ -67,8 +67,8 @@ class HeadGraphs:
         self.hidden = buf(n, hidden_size, dtype=dtype)
         self.last = buf(self.batch_sizes[-1], dtype=torch.int64)
         self.draft_counts = buf(self.batch_sizes[-1], dtype=torch.int32)
-        # Host staging: [ids, positions, slot mapping, cached, context] per row; [last, drafts]
-        # per request.
+        # Host staging: [ids (0: the real rows' come from the device), positions, slot mapping,
+        # cached, context] per row; [last, drafts] per request.
         self._rows_cpu = torch.zeros(5, n, dtype=torch.int64).pin_memory()
         self._seqs_cpu = torch.zeros(2, self.batch_sizes[-1], dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
@@ -92,16 +92,19 @@ class HeadGraphs:
     def run(
         self,
         bucket: int,
-        rows: Sequence[tuple[Sequence[int], Sequence[int], int]],
+        rows: Sequence[tuple[int, Sequence[int], int]],
         block_tables: Sequence[Sequence[int]],
         num_drafts: Sequence[int],
         hidden: torch.Tensor,
+        next_ids: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the bucket's graph -> (drafts [n, k] int64, tails' head outputs [n, hidden]),
         both valid until the next replay.
 
-        rows[i] = (next token ids, rotary positions, first cache index) of request i's pending
-        rows (1 to k + 1 of them); hidden: every request's pending target rows, in order.
+        rows[i] = (number, rotary positions, first cache index) of request i's pending rows (1
+        to k + 1 of them); hidden and next_ids (on the device, possibly still being computed on
+        the graphs' stream): every request's pending target rows and the token after each, in
+        order.
         """
         w, bs = self.rows_per_seq, self.block_size
         self._staging_read.synchronize()
@@ -112,13 +115,11 @@ class HeadGraphs:
         s[:, :bucket] = 0
         s[0, :bucket] = np.arange(bucket) * w
         dst: list[int] = []
-        for i, ((ids, positions, start), table) in enumerate(zip(rows, block_tables, strict=True)):
-            n = len(ids)
+        for i, ((n, positions, start), table) in enumerate(zip(rows, block_tables, strict=True)):
             assert 1 <= n <= w, f"{n} pending rows; a head graph takes 1 to {w}"
             row = i * w
             idx = np.arange(start, start + n)
             blocks = np.asarray(table, dtype=np.int64)[idx // bs]
-            r[0, row : row + n] = ids
             r[1, row : row + n] = positions
             r[2, row : row + n] = blocks * bs + idx % bs
             r[3, row : row + n] = idx
@@ -132,7 +133,7 @@ class HeadGraphs:
             device = self.stream.device
             dev = self._rows_cpu[:, :num_rows].to(device, non_blocking=True)
             seqs = self._seqs_cpu[:, :bucket].to(device, non_blocking=True)
-            self.input_ids[:num_rows].copy_(dev[0])
+            self.input_ids[:num_rows].copy_(dev[0])  # padding rows embed id 0
             self.positions[:num_rows].copy_(dev[1])
             self.slot_mapping[:num_rows].copy_(dev[2])
             self.cached_lens[:num_rows].copy_(dev[3])
@@ -142,6 +143,7 @@ class HeadGraphs:
             self.draft_counts[:bucket].copy_(seqs[1])
             index = torch.tensor(dst, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
             self.hidden.index_copy_(0, index, hidden)
+            self.input_ids.index_copy_(0, index, next_ids)
             self._staging_read.record(self.stream)
             captured = self._graphs[bucket]
             captured.graph.replay()

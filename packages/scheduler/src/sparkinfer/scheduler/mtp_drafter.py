@@ -57,15 +57,29 @@ MAX_PENDING_ROWS = 64  # a request's rows kept before the head runs over them an
 @dataclass
 class _Pending:
     """A request's accepted target rows the head has not run over yet: positions start onwards,
-    their hidden states (in step pieces) and the token after each."""
+    their hidden states and the token after each (device tensors, in step pieces)."""
 
     start: int
     hidden: list[torch.Tensor] = field(default_factory=list[torch.Tensor])
-    next_ids: list[int] = field(default_factory=list[int])
+    next_ids: list[torch.Tensor] = field(default_factory=list[torch.Tensor])
+    num_rows: int = 0
 
     @property
     def end(self) -> int:
-        return self.start + len(self.next_ids)
+        return self.start + self.num_rows
+
+    def add(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> None:
+        self.hidden.append(hidden)
+        self.next_ids.append(next_ids)
+        self.num_rows += hidden.shape[0]
+
+    def joined(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [n, hidden], next ids [n]) of every pending row, in order."""
+        return _cat(self.hidden), _cat(self.next_ids)
+
+
+def _cat(pieces: list[torch.Tensor]) -> torch.Tensor:
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
 @dataclass(frozen=True)
@@ -148,10 +162,9 @@ class MTPDrafter:
             pending = self._pending.get(seq.req)
             if pending is None or pending.end != start:  # a fresh run (or a recomputed one)
                 pending = self._pending[seq.req] = _Pending(start)
-            pending.hidden.append(step.hidden[offset : offset + n])
-            pending.next_ids += step.next_token_ids[offset : offset + n]
+            pending.add(step.hidden[offset : offset + n], step.next_token_ids[offset : offset + n])
             offset += n
-            if not seq.is_decode or len(pending.next_ids) >= MAX_PENDING_ROWS:
+            if not seq.is_decode or pending.num_rows >= MAX_PENDING_ROWS:
                 due.append(seq)
         if due:
             self._catch_up(due)
@@ -221,14 +234,14 @@ class MTPDrafter:
             self._catch_up_older([seqs[i] for i in long], keep=graphs.rows_per_seq)
             pending = [self._pending[seqs[i].req] for i in going]
         rows = [
-            (p.next_ids, self._position_values([seqs[i]], [p.start], [len(p.next_ids)]), p.start)
+            (p.num_rows, self._position_values([seqs[i]], [p.start], [p.num_rows]), p.start)
             for i, p in zip(going, pending, strict=True)
         ]
-        pieces = [h for p in pending for h in p.hidden]
-        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        hidden = _cat([h for p in pending for h in p.hidden])
+        next_ids = _cat([t for p in pending for t in p.next_ids])
         counts = [num_drafts[i] for i in going]
         tables = [seqs[i].req.block_ids for i in going]
-        drafts, tails = graphs.run(bucket, rows, tables, counts, hidden)
+        drafts, tails = graphs.run(bucket, rows, tables, counts, hidden, next_ids)
         tails = tails.clone()  # the graph's buffer is rewritten by its next replay
         table: list[list[int]] = host_list(drafts)  # the one wait
         out: list[list[int]] = [[] for _ in seqs]
@@ -245,10 +258,10 @@ class MTPDrafter:
         older: list[_Pending] = []
         for seq in seqs:
             p = self._pending[seq.req]
-            hidden = p.hidden[0] if len(p.hidden) == 1 else torch.cat(p.hidden)
-            n = len(p.next_ids) - keep
-            older.append(_Pending(p.start, [hidden[:n]], p.next_ids[:n]))
-            self._pending[seq.req] = _Pending(p.start + n, [hidden[n:]], p.next_ids[n:])
+            hidden, next_ids = p.joined()
+            n = p.num_rows - keep
+            older.append(_Pending(p.start, [hidden[:n]], [next_ids[:n]], n))
+            self._pending[seq.req] = _Pending(p.start + n, [hidden[n:]], [next_ids[n:]], keep)
         self._run_head(seqs, older)
 
     def _catch_up(self, seqs: list[ScheduledSeq]) -> None:
@@ -257,7 +270,7 @@ class MTPDrafter:
 
     def _run_head(self, seqs: list[ScheduledSeq], pending: list[_Pending]) -> None:
         """The head over each request's rows in `pending` (in order); keeps each one's tail."""
-        counts = [len(p.next_ids) for p in pending]
+        counts = [p.num_rows for p in pending]
         starts = [p.start for p in pending]
         batch = ForwardBatch.build(
             counts,
@@ -269,10 +282,8 @@ class MTPDrafter:
             device=self.device,
             positions=self._positions(seqs, starts, counts),
         )
-        ids = [t for p in pending for t in p.next_ids]
-        next_ids = host_to_device(torch.tensor(ids, dtype=torch.int64), self.device)
-        pieces = [h for p in pending for h in p.hidden]
-        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        next_ids = _cat([t for p in pending for t in p.next_ids])
+        hidden = _cat([h for p in pending for h in p.hidden])
         out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
         last = -1
         for seq, start, n in zip(seqs, starts, counts, strict=True):

@@ -45,14 +45,16 @@ class TargetStep:
 
     seqs: the step's rows' sequences; rows_per_seq[i] of the hidden rows are seqs[i]'s, in
     order, at positions start_positions[i] onwards, each row the final-normed hidden state
-    ([R, hidden]) of an accepted position; next_token_ids [R] is the token that follows each row.
+    ([R, hidden]) of an accepted position; next_token_ids [R] int64 (on the hidden states'
+    device) is the token that follows each row: in a step that overlaps the next, still in
+    flight.
     """
 
     seqs: tuple[ScheduledSeq, ...]
     rows_per_seq: tuple[int, ...]
     start_positions: tuple[int, ...]
     hidden: torch.Tensor
-    next_token_ids: tuple[int, ...]
+    next_token_ids: torch.Tensor
 
 
 class Drafter(Protocol):

@@ -305,11 +305,11 @@ class SpecStep:
             after = seq.req.token_ids[start + 1 : start + n + 1]
             next_ids += after + sampled.get(id(seq), [])[: n - len(after)]
         device = self.runner.device
-        index = host_to_device(torch.tensor(picks, dtype=torch.int64), device)
+        dev = host_to_device(torch.tensor([picks, next_ids], dtype=torch.int64), device)
         return TargetStep(
             seqs=(*decodes, *prefills),
             rows_per_seq=tuple(counts),
             start_positions=tuple(s.num_cached_tokens for s in (*decodes, *prefills)),
-            hidden=torch.cat(hidden)[index],
-            next_token_ids=tuple(next_ids),
+            hidden=torch.cat(hidden)[dev[0]],
+            next_token_ids=dev[1],
         )
