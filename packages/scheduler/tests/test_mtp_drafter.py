@@ -210,6 +210,48 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
     assert sum(same) >= 0.9 * len(same), same
 
 
+class WrongDrafter(RecordingDrafter):
+    """Records the head's drafts, then proposes each one wrong (every verify rejects)."""
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        return [[(t + 1) % 250 for t in d] for d in super().propose(seqs, num_drafts)]
+
+
+def test_plain_steps_overlap_while_no_request_drafts_and_the_head_still_sees_them(
+    mtp_model, monkeypatch
+):
+    """With every draft rejected, requests cool down and their plain decode steps overlap the
+    next (not read at once); the head takes those rows on the device, so a request's drafts
+    after a cool-down are still the head's plain-forward drafts."""
+    cfg = config(num_speculative_tokens=2, speculative_adaptive=True, max_num_batched_tokens=20)
+    runner = _recording_runner(mtp_model, cfg, WrongDrafter)
+    attach_cpu_graphs(runner, monkeypatch)
+    in_flight: list[int] = []
+    observe = runner.spec_step.observe_in_flight
+    monkeypatch.setattr(
+        runner.spec_step,
+        "observe_in_flight",
+        lambda seqs, h, ids: (in_flight.append(len(seqs)), observe(seqs, h, ids)),
+    )
+    read_at_once: list[bool] = []
+    run = runner.run
+    monkeypatch.setattr(
+        runner, "run", lambda b: (read_at_once.append(b.is_read_at_once), run(b))[1]
+    )
+    params = [replace(GREEDY, max_tokens=40)] * 2
+    on = run_mixed_steps(runner, cfg, PROMPTS[:2], params)
+    off = config(speculative="off", max_num_batched_tokens=20)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
+    assert in_flight and not all(read_at_once), "no plain decode step overlapped the next"
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, WrongDrafter) and len(drafter.proposals) > 4
+    same = [
+        drafts == _reference_drafts(mtp_model, tokens, len(drafts))
+        for tokens, drafts in drafter.proposals
+    ]
+    assert sum(same) >= 0.9 * len(same), same
+
+
 def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Capture the head's graphs on the CPU stand-ins; returns the list of replayed buckets."""
     drafter = runner.spec_step.drafter

@@ -15,9 +15,9 @@ forward over every request that catches up), when a request has kept `MAX_PENDIN
 and at once for prompt chunks (so a prompt's head KV is written before its blocks can be shared
 through the prefix cache). A request whose drafting is off (adaptive cool-down, or the cost
 model) so costs the head nothing per step: an MTP engine whose drafts are never accepted runs
-close to plain-decode speed, its plain steps replaying the decode graphs (`spec_step`; its steps
-are still read at once, see the scheduler), and pays one catch-up forward over the rows of a
-stretch when it probes again. The head's work so lands in the steps that draft, whose times feed
+close to plain-decode speed, its plain steps replaying the decode graphs and overlapping the
+next step (`SpecStep.observe_in_flight` hands their rows over on the device, the tokens still
+in flight), and pays one catch-up forward over the rows of a stretch when it probes again. The head's work so lands in the steps that draft, whose times feed
 the cost model's verify fit (`spec_policy`). Positions decoded while drafting is off keep no
 head KV until then: a draft reading them through a shared prefix block may be worse, never wrong
 (every draft is verified).

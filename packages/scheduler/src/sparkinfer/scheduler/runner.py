@@ -204,12 +204,15 @@ class Runner:
                 with self.numerics(is_decode=all(s.is_decode for s in group)):
                     logits.append(self._forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
+            hidden = self.spec_step.decode_hidden(batch.seqs)  # MTP: read before a replay
             before: list[tuple[ScheduledSeq, SampledToken]] | None = None
             if inflight is not None and any(Sampler.needs_host_history(s.req) for s in sampled):
                 # A logits processor reads every earlier token, so the step before comes to the
                 # host first: the wait ends with it, while this step's forward runs.
                 before = inflight.resolve()
             now = self._sample(sampled, logits, inflight, before) if sampled else []
+            if hidden is not None and self._inflight is not None:
+                self.spec_step.observe_in_flight(batch.seqs, hidden, self._inflight.token_ids)
             if before is None:
                 # Read after this step is queued: the wait ends with the step before, not this.
                 before = inflight.resolve() if inflight is not None else []

@@ -254,9 +254,13 @@ class Scheduler:
 
     def _is_read_at_once(self, seqs: Sequence[ScheduledSeq]) -> bool:
         """Whether the step's samples must reach the host in the same call: it verifies drafts,
-        or a request that samples in it may draft at its next step (prompt lookup reads its
-        tokens on the host); "mtp" drafts from every step's hidden states."""
-        if self.config.speculative == "mtp":
+        or a request that samples in it may draft at its next step (the drafts and the verify's
+        layout are built on the host). With "mtp" a step with prompt chunks is read at once
+        too (the head runs over a prompt at once, so its KV is written before the prefix cache
+        can share the blocks), and every step without step overlap; the head takes a plain
+        decode step's rows on the device."""
+        is_mtp = self.config.speculative == "mtp"
+        if is_mtp and not (self.config.overlap_steps and all(s.is_decode for s in seqs)):
             return True
         if any(s.num_lookahead_tokens for s in seqs):
             return True

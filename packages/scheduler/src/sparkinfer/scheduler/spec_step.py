@@ -13,6 +13,7 @@ eagerly over every row.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -159,6 +160,34 @@ class SpecStep:
         return ModelOutput(
             samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
         )
+
+    def decode_hidden(self, seqs: Sequence[ScheduledSeq]) -> torch.Tensor | None:
+        """With a drafter that reads hidden states: a copy of a plain decode step's final hidden
+        rows, when the step replayed a decode graph over every row (None otherwise: the drafter
+        then misses these rows, which makes its drafts worse, never wrong)."""
+        graphs = self.runner.graphs
+        if not self.needs_hidden or graphs is None or not all(s.is_decode for s in seqs):
+            return None
+        bucket = graphs.bucket_for(len(seqs))
+        if bucket is None or any(s.num_prompt_logprobs for s in seqs):
+            return None
+        return graphs.hidden(bucket, len(seqs)).clone()
+
+    def observe_in_flight(
+        self, seqs: Sequence[ScheduledSeq], hidden: torch.Tensor, token_ids: torch.Tensor
+    ) -> None:
+        """Hand the drafter a plain decode step that overlaps the next: one row per request, the
+        token after each still in flight on the device."""
+        assert self.drafter is not None
+        step = TargetStep(
+            seqs=tuple(seqs),
+            rows_per_seq=(1,) * len(seqs),
+            start_positions=tuple(s.num_cached_tokens for s in seqs),
+            hidden=hidden,
+            next_token_ids=token_ids.clone(),
+        )
+        with self.runner.numerics(is_decode=True):
+            self.drafter.observe(step)
 
     def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
         """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
