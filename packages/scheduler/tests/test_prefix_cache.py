@@ -10,11 +10,12 @@ import torch
 from scheduler_testing import FakeRunner, build_tiny_model, reference_greedy
 from sparkinfer.scheduler.batch import ScheduledBatch
 from sparkinfer.scheduler.block_manager import BlockManager
+from sparkinfer.scheduler.cache_plan import plan_cache
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.prefix_cache import PrefixCache
 from sparkinfer.scheduler.request import MultimodalInputs, RequestOutput, SamplingParams
-from sparkinfer.scheduler.runner import Runner, plan_cache
+from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
 
 SNAPSHOT_ROWS = (8, 9)

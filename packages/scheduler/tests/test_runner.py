@@ -16,11 +16,12 @@ from scheduler_testing import (
     run_mixed_steps,
     run_steps,
 )
+from sparkinfer.scheduler.cache_plan import plan_cache
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams
-from sparkinfer.scheduler.runner import Runner, plan_cache
+from sparkinfer.scheduler.runner import Runner
 
 NUM_NEW = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NUM_NEW, logprobs=1)

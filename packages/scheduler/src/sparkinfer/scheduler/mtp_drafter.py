@@ -17,10 +17,11 @@ through the prefix cache). A request whose drafting is off (adaptive cool-down, 
 model) so costs the head nothing per step: an MTP engine whose drafts are never accepted runs
 close to plain-decode speed, its plain steps replaying the decode graphs and overlapping the
 next step (`SpecStep.observe_in_flight` hands their rows over on the device, the tokens still
-in flight), and pays one catch-up forward over the rows of a stretch when it probes again. The head's work so lands in the steps that draft, whose times feed
-the cost model's verify fit (`spec_policy`). Positions decoded while drafting is off keep no
-head KV until then: a draft reading them through a shared prefix block may be worse, never wrong
-(every draft is verified).
+in flight), and pays one catch-up forward over the rows of a stretch when it probes again.
+The head's work so lands in the steps that draft, whose times feed the cost model's verify fit
+(`spec_policy`). Positions decoded while drafting is off keep no head KV until then: a draft
+reading them through a shared prefix block may be worse, never wrong (every draft is
+verified).
 
 Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
 device to device into the next head step, whose batch (positions, KV slots, context lengths) is
