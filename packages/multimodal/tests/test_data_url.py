@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import binascii
+import random
+import re
 
 import pytest
 from sparkinfer.multimodal.data_url import MediaLimits, parse_data_url
@@ -107,3 +110,27 @@ def test_media_errors_are_value_errors() -> None:
 def test_media_limits_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=f"MediaLimits.{field} is 0"):
         MediaLimits(**{field: 0})
+
+
+def _strip_then_strict(payload: str) -> bytes:
+    """The payload rule spelled out slowly: drop whitespace, restore padding, strict base64."""
+    raw = re.sub(rb"[ \t\r\n]+", b"", payload.encode("ascii"))
+    return binascii.a2b_base64(raw + b"=" * (-len(raw) % 4), strict_mode=True)
+
+
+def test_base64_fast_path_accepts_and_refuses_exactly_what_the_rule_does() -> None:
+    """The strict decode tried first must not widen or narrow what a payload may be."""
+    rng = random.Random(0)
+    alphabet = "AQgw+/=\n \r\t"
+    payloads = ["QQ", "QQ=", "QQ==", "QR==", "QQQ", "Q", "=QQQ", "QQ==QQ==", "QQ\n==", "Q Q=="]
+    payloads += ["".join(rng.choices(alphabet, k=rng.randint(1, 12))) for _ in range(3000)]
+    for payload in payloads:
+        try:
+            want: bytes | None = _strip_then_strict(payload)
+        except binascii.Error:
+            want = None
+        try:
+            got: bytes | None = parse("data:image/png;base64," + payload).data
+        except InvalidDataUrl:
+            got = None
+        assert got == (want or None), payload

@@ -164,3 +164,29 @@ def test_decode_image_returns_rgb_uint8_chw(image_bytes) -> None:
     alpha = rgba[..., 3:].astype(np.float64) / 255
     blended = rgba[..., :3] * alpha + 255 * (1 - alpha)
     assert np.abs(image.permute(1, 2, 0).numpy() - blended).max() <= 1
+
+
+def _patchify_reference(frames: torch.Tensor, patch: PatchConfig) -> torch.Tensor:
+    """The patch rule spelled out: normalise in float32, pad T, one permute, one reshape."""
+    mean = torch.tensor(patch.image_mean) * (1.0 / patch.rescale_factor)
+    std = torch.tensor(patch.image_std) * (1.0 / patch.rescale_factor)
+    x = (frames.to(torch.float32) - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+    if pad := -x.shape[0] % patch.temporal_patch_size:
+        x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
+    p, tp, m = patch.patch_size, patch.temporal_patch_size, patch.merge_size
+    gt, gh, gw = x.shape[0] // tp, x.shape[2] // p, x.shape[3] // p
+    x = x.view(gt, tp, 3, gh // m, m, p, gw // m, m, p).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return x.reshape(gt * gh * gw, patch.patch_dim)
+
+
+@pytest.mark.parametrize("num_frames", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    "patch", [PATCH, PatchConfig(image_mean=(0.48, 0.46, 0.41), image_std=(0.27, 0.26, 0.28))]
+)
+def test_patchify_is_bit_identical_to_the_reference_rule(num_frames, patch) -> None:
+    frames = torch.randint(0, 256, (num_frames, 3, 64, 96), dtype=torch.uint8)
+    got = patchify(frames, patch).pixel_values
+    assert got.is_contiguous() and got.dtype == torch.float32
+    assert torch.equal(got, _patchify_reference(frames, patch))
+    expanded = frames[:1].expand(2, -1, -1, -1)  # an image: one frame seen twice, no copy
+    assert torch.equal(patchify(expanded, patch).pixel_values, _patchify_reference(expanded, patch))

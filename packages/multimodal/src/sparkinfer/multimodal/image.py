@@ -132,7 +132,10 @@ def decode_image(data: bytes, *, field: str, limits: MediaLimits) -> torch.Tenso
                     f"is {limits.max_image_pixels} pixels: send a smaller image"
                 )
             img.load()
-            rgb = _to_rgb(img)
+            # [H, W, 3] -> [3, H, W]: one copy out of Pillow, one transposing copy (numpy's is
+            # several times faster than torch's for uint8)
+            hwc = np.asarray(_to_rgb(img), dtype=np.uint8)
+            chw = np.ascontiguousarray(hwc.transpose(2, 0, 1))
     except MediaError:
         raise
     except Image.DecompressionBombError:
@@ -151,13 +154,13 @@ def decode_image(data: bytes, *, field: str, limits: MediaLimits) -> torch.Tenso
         ) from None
     if min(width, height) < 1:
         raise UndecodableMedia(f"{field} is an empty {width}x{height} image")
-    # [H, W, 3] -> [3, H, W], contiguous as the resize kernel expects
-    return torch.from_numpy(np.asarray(rgb, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(chw)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
+    """The image itself when it is RGB already (the caller copies its pixels out), else RGB."""
     if img.mode == "RGB":
-        return img.copy()
+        return img
     if "A" in img.getbands() or img.info.get("transparency") is not None:
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -185,17 +188,19 @@ def patchify(frames: torch.Tensor, patch: PatchConfig) -> Patches:
     p, tp, m = patch.patch_size, patch.temporal_patch_size, patch.merge_size
     if height % patch.factor or width % patch.factor or channels != 3:
         raise ValueError(f"patchify needs [T, 3, H, W] with H, W multiples of {patch.factor}")
+    if pad := -num_frames % tp:
+        frames = torch.cat([frames, frames[-1:].expand(pad, -1, -1, -1)])
+    gt, gh, gw = frames.shape[0] // tp, height // p, width // p
+    x = frames.reshape(gt, tp, channels, gh // m, m, p, gw // m, m, p)
+    # -> (gt, gh/m, gw/m, m, m, C, tp, p, p): merge blocks, then (channel, temporal, py, px).
+    # The reorder copies uint8 (a quarter of the float bytes); the float work then runs on
+    # contiguous memory, in place: one conversion, one subtraction, one division.
+    x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8).contiguous().to(torch.float32, copy=True)
     # same arithmetic as the reference: (x - mean * 255) / (std * 255) in float32
     mean = torch.tensor(patch.image_mean) * (1.0 / patch.rescale_factor)
     std = torch.tensor(patch.image_std) * (1.0 / patch.rescale_factor)
-    x = (frames.to(torch.float32) - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
-    if pad := -num_frames % tp:
-        x = torch.cat([x, x[-1:].expand(pad, -1, -1, -1)])
-    gt, gh, gw = x.shape[0] // tp, height // p, width // p
-    x = x.view(gt, tp, channels, gh // m, m, p, gw // m, m, p)
-    # -> (gt, gh/m, gw/m, m, m, C, tp, p, p): merge blocks, then (channel, temporal, py, px)
-    x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return Patches(pixel_values=x.reshape(gt * gh * gw, patch.patch_dim), grid_thw=(gt, gh, gw))
+    x.sub_(mean.view(-1, 1, 1, 1)).div_(std.view(-1, 1, 1, 1))
+    return Patches(pixel_values=x.view(gt * gh * gw, patch.patch_dim), grid_thw=(gt, gh, gw))
 
 
 def image_to_patches(
