@@ -105,7 +105,10 @@ def _recording_runner(
 ) -> Runner:
     runner = Runner(model, cfg)
     assert model.mtp is not None
-    drafter = kind(model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device)
+    drafter = kind(
+        model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device,
+        draft_vocab=cfg.speculative_draft_vocab,
+    )  # fmt: skip
     drafter.proposals = []
     runner.spec_step.drafter = drafter
     return runner
@@ -392,5 +395,23 @@ def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, m
     head = CountingHead(drafter.head)
     drafter.head = head  # type: ignore[assignment]
     runner.spec_step.warm_up()
-    assert rows == list(range(1, 2 * 4 + 1))
+    # Verify rows (2 requests, 4 rows each), then the drafts' logits of the eager path.
+    assert rows == [*range(1, 2 * 4 + 1), *range(1, 2 + 1)]
     assert head.calls == list(range(1, MAX_PENDING_ROWS + 4 + 1))
+
+
+def test_a_draft_vocabulary_keeps_drafts_among_its_ids_and_output_unchanged(mtp_model):
+    """speculative_draft_vocab N: every draft is an id below N (the argmax over the lm_head's
+    first N rows), and greedy output is the same as without speculation."""
+    cfg = config(num_speculative_tokens=3, speculative_draft_vocab=100)
+    runner = _recording_runner(mtp_model, cfg)
+    drafter = runner.spec_step.drafter
+    assert isinstance(drafter, RecordingDrafter) and drafter.draft_vocab == 100
+    hidden = torch.randn(3, mtp_model.config.text.hidden_size)
+    full = mtp_model.compute_logits(hidden)
+    assert torch.equal(drafter.draft_logits(hidden), full[:, :100])
+    params = [replace(GREEDY, max_tokens=12)] * 2
+    on = run_mixed_steps(runner, cfg, PROMPTS[:2], params)
+    off = config(speculative="off")
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
+    assert drafter.proposals and all(t < 100 for _, d in drafter.proposals for t in d)

@@ -100,6 +100,7 @@ class Settings(BaseSettings):
     )
     speculative: SpeculativeMethod = engine_setting("speculative")
     num_speculative_tokens: int = engine_setting("num_speculative_tokens")
+    speculative_draft_vocab: int = engine_setting("speculative_draft_vocab")
     tensor_parallel_size: int = engine_setting("tensor_parallel_size")
     mrope: bool = Field(
         True,

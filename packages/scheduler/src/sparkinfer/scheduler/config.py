@@ -195,6 +195,15 @@ class SchedulerConfig:
             "its roll-back points"
         ),
     )
+    speculative_draft_vocab: int = field(
+        default=0,
+        metadata=_help(
+            "MTP drafts choose among the vocabulary's first N ids only (byte-pair vocabularies "
+            "put their most common merges first), so each draft reads N rows of the lm_head, not "
+            "all of them. Drafts are verified, so this trades acceptance for draft time, never "
+            "output. 0: the whole vocabulary"
+        ),
+    )
     speculative_adaptive: bool = field(
         default=True,
         metadata=_help(
@@ -234,6 +243,7 @@ class SchedulerConfig:
             ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
             ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
             ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),
+            ("speculative_draft_vocab", self.speculative_draft_vocab >= 0, ">= 0 (0: all)"),
             ("tensor_parallel_size", self.tensor_parallel_size >= 1, ">= 1"),
             ("eos_token_ids", all(t >= 0 for t in self.eos_token_ids), "ids >= 0"),
         )

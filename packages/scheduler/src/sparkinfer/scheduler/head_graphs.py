@@ -13,7 +13,7 @@ Padding rows write no KV and read no context. Buffers are filled as in `cuda_gra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -41,8 +41,10 @@ class HeadGraphs:
         hidden_size: int,
         dtype: torch.dtype,
         stream: torch.cuda.Stream,
+        draft_logits: Callable[[torch.Tensor], torch.Tensor],
     ) -> None:
         self.model = model
+        self.draft_logits = draft_logits  # hidden -> the logits a draft is argmaxed from
         self.head = head
         self.caches = caches
         self.block_size = block_size
@@ -171,7 +173,7 @@ class HeadGraphs:
         last = self.last[:size]
         hidden = out[last]
         self._tails[size] = hidden
-        drafts = [self.model.compute_logits(hidden).argmax(dim=-1)]
+        drafts = [self.draft_logits(hidden).argmax(dim=-1)]
         step_batch = ForwardBatch(
             positions=batch.positions[last],
             cu_seqlens=self.cu_seqlens[: size + 1],
@@ -190,7 +192,7 @@ class HeadGraphs:
         for step in range(1, self.num_drafts):
             step_batch = advance_draft_batch(step_batch, counts > step, block_size=self.block_size)
             hidden = self.head(self.model.embed_input_ids(drafts[-1]), hidden, step_batch)
-            drafts.append(self.model.compute_logits(hidden).argmax(dim=-1))
+            drafts.append(self.draft_logits(hidden).argmax(dim=-1))
         return torch.stack(drafts, dim=1)
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
+from sparkinfer.model.layers.embedding import LMHead
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledSeq
@@ -104,9 +105,16 @@ class MTPDrafter:
         *,
         block_size: int,
         device: torch.device,
+        draft_vocab: int = 0,
     ) -> None:
         self.model = model
         self.head = head
+        # A slice of the lm_head for the drafts' logits (`speculative_draft_vocab`), where the
+        # model has one to slice and the slice is smaller than it.
+        lm_head = getattr(model, "lm_head", None)
+        is_subset = isinstance(lm_head, LMHead) and 0 < draft_vocab < lm_head.weight.shape[0]
+        self._draft_head = lm_head if is_subset else None
+        self.draft_vocab = draft_vocab if is_subset else 0
         self.caches = caches
         self.block_size = block_size
         self.device = device
@@ -114,6 +122,12 @@ class MTPDrafter:
         self._pending: weakref.WeakKeyDictionary[Request, _Pending] = weakref.WeakKeyDictionary()
         self._tails: weakref.WeakKeyDictionary[Request, _Tail] = weakref.WeakKeyDictionary()
         self.graphs: HeadGraphs | None = None  # captured by `capture_graphs` (CUDA)
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits a draft is argmaxed from: over the draft vocabulary, or the whole one."""
+        if self._draft_head is not None:
+            return self._draft_head(hidden, self.draft_vocab)
+        return self.model.compute_logits(hidden)
 
     def capture_graphs(
         self,
@@ -135,6 +149,7 @@ class MTPDrafter:
             hidden_size=self.head.config.hidden_size,
             dtype=next(self.head.parameters()).dtype,
             stream=stream,
+            draft_logits=self.draft_logits,
         )
         with torch.inference_mode():
             graphs.capture()
@@ -196,7 +211,7 @@ class MTPDrafter:
         rows = [seqs[i] for i in going]
         counts = [num_drafts[i] for i in going]
         hidden = torch.stack([self._tails[s.req].hidden for s in rows])
-        drafts = [self.model.compute_logits(hidden).argmax(dim=-1)]
+        drafts = [self.draft_logits(hidden).argmax(dim=-1)]
         batch: ForwardBatch | None = None
         for step in range(1, max(counts)):
             if batch is None:
@@ -204,7 +219,7 @@ class MTPDrafter:
             else:
                 batch = _advance(batch, counts, step, block_size=self.block_size)
             hidden = self.head(self.model.embed_input_ids(drafts[-1]), hidden, batch)
-            drafts.append(self.model.compute_logits(hidden).argmax(dim=-1))
+            drafts.append(self.draft_logits(hidden).argmax(dim=-1))
         table: list[list[int]] = host_list(torch.stack(drafts, dim=1))  # the one wait
         for i, k, row in zip(going, counts, table, strict=True):
             out[i] = row[:k]

@@ -60,7 +60,14 @@ def make_drafter(
             "speculative is 'mtp' but the model has no MTP head: load the checkpoint with its "
             "mtp.* tensors (load_model(..., use_mtp=True)) or use speculative 'ngram'"
         )
-    return MTPDrafter(model, head, caches, block_size=config.block_size, device=device)
+    return MTPDrafter(
+        model,
+        head,
+        caches,
+        block_size=config.block_size,
+        device=device,
+        draft_vocab=config.speculative_draft_vocab,
+    )
 
 
 class SpecStep:
@@ -93,9 +100,9 @@ class SpecStep:
     def warm_up(self) -> None:
         """Build the kernel variants a verify step reaches outside its graphs, under the decode
         numerics: the lm_head at every verify row count (1 to speculative_max_seqs * (k + 1):
-        it runs after the replay, on the rows that count), and the MTP head at every catch-up
-        row count (1 to MAX_PENDING_ROWS + k + 1). Else each would be built while serving, in a
-        request's step."""
+        it runs after the replay, on the rows that count), the MTP head at every catch-up row
+        count (1 to MAX_PENDING_ROWS + k + 1) and the drafts' logits at every eager draft row
+        count. Else each would be built while serving, in a request's step."""
         r, cfg = self.runner, self.runner.config
         k = cfg.num_speculative_tokens
         max_rows = cfg.speculative_max_seqs * (k + 1)
@@ -106,6 +113,8 @@ class SpecStep:
                 r.model.compute_logits(hidden[:num_rows])
             if isinstance(self.drafter, MTPDrafter):
                 self.drafter.warm_up(MAX_PENDING_ROWS + k + 1)
+                for num_rows in range(1, cfg.speculative_max_seqs + 1):
+                    self.drafter.draft_logits(hidden[:num_rows])
 
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):

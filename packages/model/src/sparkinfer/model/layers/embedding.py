@@ -46,10 +46,12 @@ class LMHead(nn.Module):
         self.num_real_tokens = num_real_tokens
         self.ops = ops
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, hidden] -> logits [N, vocab_size] fp32."""
+    def forward(self, hidden: torch.Tensor, num_ids: int | None = None) -> torch.Tensor:
+        """hidden [N, hidden] -> logits [N, vocab_size] fp32, or over the first `num_ids` ids
+        only ([N, num_ids]: a contiguous slice of the weight's rows, for drafts)."""
         linear = self.ops.linear if self.ops.linear is not None else F.linear
-        logits = linear(hidden, self.weight).float()
+        weight = self.weight if num_ids is None else self.weight[:num_ids]
+        logits = linear(hidden, weight).float()
         if self.num_real_tokens < logits.shape[-1]:
             logits[:, self.num_real_tokens :] = float("-inf")
         return logits
