@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ from sparkinfer.multimodal.video import (
 )
 
 _ARTICLE = {"image": "an image", "video": "a video"}
+# sha256 releases the GIL on large inputs: the content hash runs here while the caller's thread
+# decodes and patchifies the same bytes
+_HASHER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="media-hash")
 
 
 @dataclass(frozen=True)
@@ -142,18 +146,24 @@ def content_hash(kind: str, data: bytes, settings: tuple[object, ...]) -> str:
     return digest.hexdigest()
 
 
+def _hash_in_background(kind: str, data: bytes, settings: tuple[object, ...]) -> Future[str]:
+    """`content_hash` on a worker thread: an unused result (a refused medium) is simply dropped."""
+    return _HASHER.submit(content_hash, kind, data, settings)
+
+
 def process_image(
     url: str, *, field: str, config: ProcessorConfig, limits: MediaLimits
 ) -> ProcessedMedia:
     """Decode an image `data:` URL into patches. Raises MediaError for anything unusable."""
     parsed = parse_data_url(url, field=field, allowed_types=IMAGE_MIME_TYPES, limits=limits)
+    digest = _hash_in_background("image", parsed.data, (config.patch, config.image))
     image = decode_image(parsed.data, field=field, limits=limits)
     patches = image_to_patches(image, patch=config.patch, config=config.image, field=field)
     return ProcessedMedia(
         kind="image",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
-        content_hash=content_hash("image", parsed.data, (config.patch, config.image)),
+        content_hash=digest.result(),
         merge_size=config.patch.merge_size,
     )
 
@@ -163,6 +173,7 @@ def process_video(
 ) -> ProcessedMedia:
     """Decode a video `data:` URL, sample its frames and patchify them. Raises MediaError."""
     parsed = parse_data_url(url, field=field, allowed_types=VIDEO_MIME_TYPES, limits=limits)
+    digest = _hash_in_background("video", parsed.data, (config.patch, config.video))
     video = decode_video(
         parsed.data,
         parsed.mime_type,
@@ -179,7 +190,7 @@ def process_video(
         kind="video",
         pixel_values=patches.pixel_values,
         grid_thw=patches.grid_thw,
-        content_hash=content_hash("video", parsed.data, (config.patch, config.video)),
+        content_hash=digest.result(),
         merge_size=config.patch.merge_size,
         timestamps=tuple(stamps),
     )

@@ -27,6 +27,7 @@ from sparkinfer.multimodal.image import PatchConfig, Patches, patchify, resize_b
 try:
     import av
     import av.error
+    import av.video.reformatter
 except ImportError:  # video requests then get VideoUnavailable; images keep working
     av = None
 
@@ -187,7 +188,7 @@ def decode_video(
     if len(frames) < len(indices):
         raise UndecodableMedia(f"{field} ended before its sampled frames could be decoded")
     return DecodedVideo(
-        frames=torch.stack(frames),
+        frames=frames,
         frame_indices=tuple(indices),
         source_fps=fps,
         total_frames=total,
@@ -257,11 +258,19 @@ def _decode_frames(
     size: tuple[int, int],
     deadline: float,
     field: str,
-) -> tuple[list[torch.Tensor], int]:
-    """Decode up to the last wanted frame: (resized uint8 [3, H', W'] frames, frames seen)."""
+) -> tuple[torch.Tensor, int]:
+    """Decode up to the last wanted frame: (resized uint8 [n, 3, H', W'] frames, frames seen).
+
+    Every frame is decoded (each depends on those before it), but only the wanted ones are
+    converted to RGB, all by one reformatter (a frame's own `to_ndarray` builds a new swscale
+    context, with its threads, per frame: most of the conversion's cost), and each is written
+    straight into its slot of the returned tensor.
+    """
     wanted = set(indices)
-    frames: list[torch.Tensor] = []
+    frames = torch.empty((len(indices), 3, *size), dtype=torch.uint8)
+    num_kept = 0
     num_decoded = 0
+    reformatter = av.video.reformatter.VideoReformatter()
     with _open(data, mime_type) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"  # FFmpeg's frame and slice threads: the same frames, sooner
@@ -274,14 +283,20 @@ def _decode_frames(
                 )
             if num_decoded in wanted:
                 # frames whose size changes mid-stream are scaled to the declared size
-                rgb = frame.to_ndarray(format="rgb24", width=width, height=height)
+                rgb = reformatter.reformat(
+                    frame, format="rgb24", width=width, height=height
+                ).to_ndarray()
                 # numpy's transposing copy: torch's is far slower on uint8 [H, W, 3] rows
-                chw = torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))
-                frames.append(resize_bicubic(chw.unsqueeze(0), *size)[0])
+                if (height, width) == size:
+                    np.copyto(frames[num_kept].numpy(), rgb.transpose(2, 0, 1))
+                else:
+                    chw = torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))
+                    frames[num_kept] = resize_bicubic(chw.unsqueeze(0), *size)[0]
+                num_kept += 1
             num_decoded += 1
             if num_decoded > indices[-1]:
                 break
-    return frames, num_decoded
+    return frames[:num_kept], num_decoded
 
 
 def video_to_patches(video: DecodedVideo, patch: PatchConfig) -> Patches:
