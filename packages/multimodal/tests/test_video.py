@@ -207,3 +207,27 @@ def test_video_single_frame_becomes_one_group(clip_bytes) -> None:
     patches = video_to_patches(video, PATCH)
     assert patches.grid_thw == (1, 4, 4)
     assert group_timestamps(video.frame_indices, video.source_fps) == [0.0]
+
+
+@pytest.mark.parametrize(("width", "height", "size"), [(64, 64, (64, 64)), (100, 50, (64, 96))])
+def test_sampled_frames_match_decoding_every_frame(clip_bytes, width, height, size) -> None:
+    """Only sampled frames are converted, by one shared reformatter: the same pixels as converting
+    every decoded frame on its own and keeping the sampled ones."""
+    import io
+
+    import av
+    from sparkinfer.multimodal.image import resize_bicubic
+
+    data = clip_bytes(2, 10, width, height)
+    indices = [0, 3, 4, 11, 19]
+    got, seen = video_module._decode_frames(data, "video/mp4", indices, size, float("inf"), "v")
+    with av.open(io.BytesIO(data), format="mp4") as container:
+        every = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    want = torch.stack(
+        [
+            resize_bicubic(torch.from_numpy(every[i]).permute(2, 0, 1)[None].contiguous(), *size)[0]
+            for i in indices
+        ]
+    )
+    assert seen == 20 and got.shape == (5, 3, *size)
+    assert torch.equal(got, want)
