@@ -73,7 +73,7 @@ def _wrap(owner: Any, method: str, name: str) -> Callable[[], None]:
 
 def _decode(model: Any, cfg: Any, device: torch.device, prompts: list[list[int]], n: int) -> float:
     from sparkinfer.scheduler.engine import Engine
-    from sparkinfer.scheduler.request import SamplingParams
+    from sparkinfer.scheduler.request import RequestOutput, SamplingParams
 
     engine = Engine.from_model(model, cfg, device=device)
     try:
@@ -82,13 +82,16 @@ def _decode(model: Any, cfg: Any, device: torch.device, prompts: list[list[int]]
         )
         params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
         done = threading.Semaphore(0)
+
+        def on_output(out: RequestOutput) -> None:
+            if out.is_finished:
+                done.release()
+
         _TOTALS.clear()
         _ON.set()
         t0 = time.perf_counter()
         for i, prompt in enumerate(prompts):
-            engine.add_request(
-                f"p{i}", prompt, params, on_output=lambda o: o.is_finished and done.release()
-            )
+            engine.add_request(f"p{i}", prompt, params, on_output=on_output)
         for _ in prompts:
             done.acquire()
         seconds = time.perf_counter() - t0

@@ -266,6 +266,7 @@ def _decode_frames(
     context, with its threads, per frame: most of the conversion's cost), and each is written
     straight into its slot of the returned tensor.
     """
+    assert av is not None, "decode_video checks that PyAV is installed first"
     wanted = set(indices)
     frames = torch.empty((len(indices), 3, *size), dtype=torch.uint8)
     num_kept = 0
