@@ -253,8 +253,9 @@ def expand_media(
             video_token_id=config.token_ids.video_pad,
             spatial_merge_size=config.merge_size,
         )
+    pieces = [m.pixel_values for m in media]
     mm = MultimodalInputs(
-        pixel_values=torch.cat([m.pixel_values for m in media]),
+        pixel_values=pieces[0] if len(pieces) == 1 else torch.cat(pieces),  # no copy of one
         grid_thw=tuple(grids),
         kinds=tuple(m.kind for m in media),
         positions=positions,
