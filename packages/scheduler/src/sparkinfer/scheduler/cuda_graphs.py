@@ -21,6 +21,7 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
 from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
@@ -30,7 +31,7 @@ from sparkinfer.scheduler._inflight import (
 from sparkinfer.scheduler.batch import ScheduledSeq
 
 
-class DecodeGraphs:
+class DecodeGraphs(DecodeRowBuffers):
     """Owns the static decode buffers and one captured graph per bucket (runner-internal)."""
 
     def __init__(
@@ -51,18 +52,7 @@ class DecodeGraphs:
         self.stream = stream
         device = stream.device
         n = self.max_batch
-
-        def buf(*shape: int, dtype: torch.dtype, fill: int = 0) -> torch.Tensor:
-            return torch.full(shape, fill, dtype=dtype, device=device)
-
-        self.input_ids = buf(n, dtype=torch.int64)
-        self.positions = buf(n, dtype=torch.int64)
-        self.slot_mapping = buf(n, dtype=torch.int64, fill=-1)
-        self.cached_lens = buf(n, dtype=torch.int32)
-        self.context_lens = buf(n, dtype=torch.int32)
-        self.state_slots = buf(n, dtype=torch.int64, fill=-1)
-        self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=-1)
         self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
         # Host staging: [ids, positions, slot mapping, cached, context, state slot, in-flight
         # source row] per row.
@@ -144,20 +134,7 @@ class DecodeGraphs:
 
     def _forward_batch(self, size: int) -> ForwardBatch:
         """Views of the static buffers for `size` rows (the graph reads these addresses)."""
-        return ForwardBatch(
-            positions=self.positions[:size],
-            cu_seqlens=self.cu_seqlens[: size + 1],
-            cached_lens=self.cached_lens[:size],
-            context_lens=self.context_lens[:size],
-            block_tables=self.block_tables[:size],
-            slot_mapping=self.slot_mapping[:size],
-            state_slots=self.state_slots[:size],
-            logits_indices=self.logits_indices[:size],
-            is_decode=True,
-            caches=self.caches,
-            cu_seqlens_cpu=list(range(size + 1)),
-            cached_lens_cpu=[1] * size,  # decode rows continue from state; kernels read devices
-        )
+        return self._rows_batch(size, self.logits_indices[:size])
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         size = batch.num_seqs

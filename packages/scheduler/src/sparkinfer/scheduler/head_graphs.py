@@ -22,10 +22,11 @@ from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
 from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 
 
-class HeadGraphs:
+class HeadGraphs(DecodeRowBuffers):
     """Owns the head's static buffers and one captured graph per bucket (drafter-internal)."""
 
     def __init__(
@@ -54,21 +55,10 @@ class HeadGraphs:
         self.stream = stream
         device = stream.device
         n = self.batch_sizes[-1] * self.rows_per_seq
-
-        def buf(*shape: int, dtype: torch.dtype, fill: int = 0) -> torch.Tensor:
-            return torch.full(shape, fill, dtype=dtype, device=device)
-
-        self.input_ids = buf(n, dtype=torch.int64)
-        self.positions = buf(n, dtype=torch.int64)
-        self.slot_mapping = buf(n, dtype=torch.int64, fill=-1)
-        self.cached_lens = buf(n, dtype=torch.int32)
-        self.context_lens = buf(n, dtype=torch.int32)
-        self.state_slots = buf(n, dtype=torch.int64, fill=-1)
-        self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.hidden = buf(n, hidden_size, dtype=dtype)
-        self.last = buf(self.batch_sizes[-1], dtype=torch.int64)
-        self.draft_counts = buf(self.batch_sizes[-1], dtype=torch.int32)
+        self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=-1)
+        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device)
+        self.last = torch.zeros(self.batch_sizes[-1], dtype=torch.int64, device=device)
+        self.draft_counts = torch.zeros(self.batch_sizes[-1], dtype=torch.int32, device=device)
         # Host staging: [ids (0: the real rows' come from the device), positions, slot mapping,
         # cached, context] per row; [last, drafts] per request.
         self._rows_cpu = torch.zeros(5, n, dtype=torch.int64).pin_memory()
@@ -154,20 +144,7 @@ class HeadGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         """The graph's work for `size` requests (the buffers' addresses are the graph's)."""
         num_rows = size * self.rows_per_seq
-        batch = ForwardBatch(
-            positions=self.positions[:num_rows],
-            cu_seqlens=self.cu_seqlens[: num_rows + 1],
-            cached_lens=self.cached_lens[:num_rows],
-            context_lens=self.context_lens[:num_rows],
-            block_tables=self.block_tables[:num_rows],
-            slot_mapping=self.slot_mapping[:num_rows],
-            state_slots=self.state_slots[:num_rows],
-            logits_indices=self.last[:size],
-            is_decode=True,
-            caches=self.caches,
-            cu_seqlens_cpu=list(range(num_rows + 1)),
-            cached_lens_cpu=[1] * num_rows,
-        )
+        batch = self._rows_batch(num_rows, self.last[:size])
         ids = self.input_ids[:num_rows]
         out = self.head(self.model.embed_input_ids(ids), self.hidden[:num_rows], batch)
         last = self.last[:size]

@@ -17,12 +17,13 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
 from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ScheduledSeq
 
 
-class VerifyGraphs:
+class VerifyGraphs(DecodeRowBuffers):
     """Owns the static verify buffers and one captured graph per bucket (runner-internal)."""
 
     def __init__(
@@ -47,18 +48,7 @@ class VerifyGraphs:
         self.stream = stream
         device = stream.device
         n = self.batch_sizes[-1] * (num_drafts + 1)
-
-        def buf(*shape: int, dtype: torch.dtype, fill: int = 0) -> torch.Tensor:
-            return torch.full(shape, fill, dtype=dtype, device=device)
-
-        self.input_ids = buf(n, dtype=torch.int64)
-        self.positions = buf(n, dtype=torch.int64)
-        self.slot_mapping = buf(n, dtype=torch.int64, fill=-1)
-        self.cached_lens = buf(n, dtype=torch.int32)
-        self.context_lens = buf(n, dtype=torch.int32)
-        self.state_slots = buf(n, dtype=torch.int64)
-        self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=0)
         self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
         # [ids, positions, slot mapping, cached, context, state slot, in-flight source] per row
         self._rows_cpu = torch.zeros(7, n, dtype=torch.int64).pin_memory()
@@ -176,20 +166,7 @@ class VerifyGraphs:
 
     def _forward_batch(self, size: int) -> ForwardBatch:
         num_rows = size * (self.num_drafts + 1)
-        batch = ForwardBatch(
-            positions=self.positions[:num_rows],
-            cu_seqlens=self.cu_seqlens[: num_rows + 1],
-            cached_lens=self.cached_lens[:num_rows],
-            context_lens=self.context_lens[:num_rows],
-            block_tables=self.block_tables[:num_rows],
-            slot_mapping=self.slot_mapping[:num_rows],
-            state_slots=self.state_slots[:num_rows],
-            logits_indices=self.logits_indices[:num_rows],
-            is_decode=True,
-            caches=self.caches,
-            cu_seqlens_cpu=list(range(num_rows + 1)),
-            cached_lens_cpu=[1] * num_rows,
-        )
+        batch = self._rows_batch(num_rows, self.logits_indices[:num_rows])
         bounds = tuple((j * size, (j + 1) * size) for j in range(self.num_drafts + 1))
         batch.verify = VerifyLayout(bounds, (*self._snapshots[size], None))
         return batch
