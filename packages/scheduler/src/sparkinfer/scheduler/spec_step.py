@@ -193,7 +193,7 @@ class SpecStep:
             rows_per_seq=(1,) * len(seqs),
             start_positions=tuple(s.num_cached_tokens for s in seqs),
             hidden=hidden,
-            next_token_ids=token_ids.clone(),
+            next_token_ids=token_ids,  # the step's own draw: no later step writes it
         )
         with self.runner.numerics(is_decode=True):
             self.drafter.observe(step)
