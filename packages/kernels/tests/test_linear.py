@@ -27,6 +27,7 @@ from sparkinfer.kernels.linear.skinny_gemm import split_k_slices
 
 # The module, not the function the package exports under the same name.
 skinny_gemm_module = importlib.import_module("sparkinfer.kernels.linear.skinny_gemm")
+split_k_module = importlib.import_module("sparkinfer.kernels.split_k")
 tiled_gemm_module = importlib.import_module("sparkinfer.kernels.linear.tiled_gemm")
 
 # bf16 outputs: the CPU interpreter truncates the final cast instead of rounding it.
@@ -135,7 +136,7 @@ def test_split_k_last_slice_sums_every_slice_and_resets_the_counters(swap_ab, as
     config = SkinnyGemmConfig(BN=16, BK=32, SPLIT_K=3, SWAP_AB=swap_ab)
     for _ in range(3):  # later launches reuse the counters the earlier ones left at zero
         assert_close(skinny_gemm(x, w, config), _sum_in_slice_order(x, w, 3))
-    counters = skinny_gemm_module._arrival_counters[(x.device, 0)]
+    counters = split_k_module._arrival_counters[(x.device, 0)]
     assert int(counters.count_nonzero()) == 0
 
 

@@ -4,9 +4,9 @@ A projection with few output columns (the down and out projections) gives too fe
 keep every SM streaming; splitting K multiplies them. Each slice stores its fp32 partial tile in
 `part` [SPLIT_K, M, N]; the last slice of each output tile to finish (elected by an arrival
 counter) sums every slice's partial in slice order and writes y, so the result never depends on
-which slice finishes first, and no second kernel runs. The counters are the bf16 skinny GEMM's
-(one zeroed set per device and stream, each launch leaves them at zero): launches on one stream
-run in order, so the two kernel families share them safely.
+which slice finishes first, and no second kernel runs. The plan and the counters are
+`kernels.split_k`'s, shared with the bf16 skinny GEMM (launches on one stream run in order, so
+the kernel families share one set of counters safely).
 """
 
 # Triton's annotations misread valid kernel code: tl.static_range.
@@ -17,16 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels.linear.skinny_gemm import _MAX_TILES, _arrival_counters_for
-
-MAX_TILES = _MAX_TILES
-
-
-def split_k_plan(k: int, split_k: int, step: int) -> tuple[int, int]:
-    """(slices, K per slice) for at most `split_k` slices of whole `step`-wide K tiles."""
-    split_k = max(1, min(split_k, triton.cdiv(k, step)))
-    k_per_split = triton.cdiv(triton.cdiv(k, split_k), step) * step
-    return (triton.cdiv(k, k_per_split) if k else 1), k_per_split
+from sparkinfer.kernels.split_k import MAX_TILES, arrival_counters_for
 
 
 def split_k_buffers(
@@ -40,7 +31,7 @@ def split_k_buffers(
             f"{op}: {num_tiles} output tiles exceed {MAX_TILES}; use a wider BN or SPLIT_K=1"
         )
     part = torch.empty((num_slices, *y.shape), dtype=torch.float32, device=y.device)
-    return part, _arrival_counters_for(y.device)
+    return part, arrival_counters_for(y.device)
 
 
 @triton.jit

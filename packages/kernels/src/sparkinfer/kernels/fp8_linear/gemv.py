@@ -23,8 +23,9 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
-from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, split_k_plan, store_or_reduce
+from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
+from sparkinfer.kernels.split_k import split_k_plan
 
 
 @dataclass(frozen=True)

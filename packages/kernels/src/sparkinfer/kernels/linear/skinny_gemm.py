@@ -27,6 +27,7 @@ from sparkinfer.kernels._triton import dot_dtype, tma_aligned, tma_device_error
 from sparkinfer.kernels.activation.fused import silu_mul
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear._checks import check_gemm_operands
+from sparkinfer.kernels.split_k import MAX_TILES, arrival_counters_for, split_k_plan
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 
@@ -137,34 +138,9 @@ def _skinny_gemm_kernel(
             tl.store(p_tile, 0)  # every slice has arrived: ready for the next launch
 
 
-_MAX_TILES = 1 << 16
-_arrival_counters: dict[tuple[torch.device, int], torch.Tensor] = {}
-
-
-def _arrival_counters_for(device: torch.device) -> torch.Tensor:
-    """Zeroed int32 arrival counters, one set per (device, stream); each launch leaves them at 0.
-
-    Launches on one stream run in order, so they share a set; a CUDA graph captured on a stream
-    uses the set made there before capture (by the capture's eager warm-up).
-    """
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    counters = _arrival_counters.get((device, stream))
-    if counters is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "skinny_gemm: the first split-K launch on this stream is inside CUDA-graph "
-                "capture; run the forward once on the capture stream before capturing"
-            )
-        counters = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
-        _arrival_counters[(device, stream)] = counters
-    return counters
-
-
 def split_k_slices(k: int, config: SkinnyGemmConfig) -> tuple[int, int]:
     """(slices, K per slice) a launch over K with `config` runs: at most SPLIT_K, whole BK tiles."""
-    split_k = max(1, min(config.SPLIT_K, triton.cdiv(k, config.BK)))
-    k_per_split = triton.cdiv(triton.cdiv(k, split_k), config.BK) * config.BK
-    return (triton.cdiv(k, k_per_split) if k else 1), k_per_split
+    return split_k_plan(k, config.SPLIT_K, config.BK)
 
 
 def skinny_gemm(
@@ -205,13 +181,13 @@ def skinny_gemm(
     part, arrived = y, y  # not read with one slice
     grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), split_k)
     if split_k > 1:
-        if grid[0] * grid[1] > _MAX_TILES:
+        if grid[0] * grid[1] > MAX_TILES:
             raise ValueError(
-                f"skinny_gemm: {grid[0] * grid[1]} output tiles exceed {_MAX_TILES}; "
+                f"skinny_gemm: {grid[0] * grid[1]} output tiles exceed {MAX_TILES}; "
                 "use a wider BN or SPLIT_K=1"
             )
         part = torch.empty((split_k, m, n), dtype=torch.float32, device=x.device)
-        arrived = _arrival_counters_for(x.device)
+        arrived = arrival_counters_for(x.device)
     use_tma = (cfg.TMA and not swiglu and tma_device_error(x) is None
                and all(tma_aligned(t, t.stride(0)) for t in (x, weight)))  # fmt: skip
     desc_x, desc_w = x, weight  # not read without TMA
