@@ -14,10 +14,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from sparkinfer.bench import corpus, device_modes, prefill, provenance, serving
+from sparkinfer.bench import corpus, device_modes, image_chat, prefill, provenance, serving
 from sparkinfer.bench.cli_args import check_counts, int_list, output_flags
 from sparkinfer.bench.client import OpenAIClient, ServerTarget
-from sparkinfer.bench.errors import BenchError
+from sparkinfer.bench.errors import BenchError, UsageError
 from sparkinfer.bench.evals import determinism, prefix_cache, workloads
 from sparkinfer.bench.report import Report, emit
 
@@ -28,6 +28,7 @@ HTTP_MODES = (
     "workloads",
     "determinism",
     "prefix-cache",
+    "image-chat",
 )
 
 
@@ -110,6 +111,11 @@ def _add_eval_modes(sub: argparse._SubParsersAction) -> None:
     _http_flags(p, "chat")
     p.add_argument("--prefix-tokens", type=int, default=32768)
     p.add_argument("--requests", type=int, default=3, help="requests sharing the prefix")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p = sub.add_parser("image-chat", help="image question TTFT: cold, second turn, text-only twin")
+    _http_flags(p, "chat")
+    p.add_argument("--image-size", type=int, default=448, help="square image side in pixels")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, each with a fresh image")
     p.add_argument("--max-tokens", type=int, default=16)
 
 
@@ -299,6 +305,33 @@ async def _prefix_cache(args: argparse.Namespace, info: provenance.RunInfo) -> R
     return await _with_client(args, run)
 
 
+async def _image_chat(args: argparse.Namespace, info: provenance.RunInfo) -> Report:
+    if args.endpoint != "chat":
+        raise UsageError("image-chat sends images in chat messages: use --endpoint chat")
+    image_chat.check_args(args.image_size, args.rounds)
+
+    async def run(client: OpenAIClient) -> Report:
+        rows = await image_chat.run_image_chat(
+            client,
+            image_size=args.image_size,
+            num_rounds=args.rounds,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+        raw = {"rounds": [r.as_dict() for r in rows], "median_ttft_ms": image_chat.medians(rows)}
+        return Report(
+            "image-chat",
+            info,
+            _http_context(args, client) | {"image": f"{args.image_size}x{args.image_size} PNG"},
+            [image_chat.table(rows, args.image_size)],
+            [image_chat.plot(rows)],
+            raw,
+            [image_chat.gate(rows)],
+        )
+
+    return await _with_client(args, run)
+
+
 _HTTP_RUNNERS = {
     "serve": _serve,
     "diagnose-concurrency": _diagnose,
@@ -306,6 +339,7 @@ _HTTP_RUNNERS = {
     "workloads": _workloads,
     "determinism": _determinism,
     "prefix-cache": _prefix_cache,
+    "image-chat": _image_chat,
 }
 
 
