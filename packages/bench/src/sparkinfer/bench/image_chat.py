@@ -127,14 +127,16 @@ async def _sized_text_turn(
     """Text cold turn resized until its prompt is within TOLERANCE_TOKENS of `target_tokens`.
 
     Word counts follow the secant through the last two attempts (a proportional guess after the
-    first), since tokens per word depend on the server's tokenizer. Each attempt starts with its
-    own opener, so the one kept was as cold as the image turn.
+    first), since tokens per word depend on the server's tokenizer; the words are one seeded
+    sequence, so more words never means fewer tokens. Each attempt starts with its own opener, so
+    the one kept was as cold as the image turn.
     """
     rng_seed = seed * 7_919 + round_idx
     tried: list[tuple[int, int]] = []  # (words, prompt tokens)
     num_words = target_tokens
     while True:
-        opener = corpus.unique_prefix(1_000 * (round_idx + 1) + len(tried), seed)
+        # Fixed-width digits: a cache-busting opener whose token count does not vary.
+        opener = f"[{seed:09d}-{round_idx:04d}-{len(tried):02d}]"
         message = text_message(opener, num_words, rng_seed)
         turn = f"round {round_idx + 1}, text cold turn (attempt {len(tried) + 1})"
         res = await _chat(client, [message], turn, max_tokens, seed)
