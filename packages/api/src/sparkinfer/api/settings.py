@@ -92,6 +92,7 @@ class Settings(BaseSettings):
     prefix_cache_snapshots: int = engine_setting("prefix_cache_snapshots")
     prefix_cache_min_tokens: int = engine_setting("prefix_cache_min_tokens")
     vision_cache_bytes: int = engine_setting("vision_cache_bytes")
+    vision_graph_patches: int = engine_setting("vision_graph_patches")
     quantization: Literal["none", "fp8"] = Field(
         "none",
         description="fp8: quantize a bf16 checkpoint's decoder projections to FP8 on load "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from unittest import mock
 
@@ -25,6 +26,8 @@ from sparkinfer.bench.vision_report import PeerResult, VisionRow
 from sparkinfer.model import vision as vision_model
 from sparkinfer.model.config import VisionConfig
 from sparkinfer.model.vision import VisionModel, segment_attention_ref
+from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.vision_graphs import TowerGraphs
 
 # docs/model.md §1 vision_config of Qwen3.8-27B (patch 16, temporal 2, merge 2 are the defaults)
 VISION_27B = VisionConfig(
@@ -83,13 +86,24 @@ def build_tower(setup: TowerSetup, *, seed: int) -> VisionModel:
 
 
 def time_tower(
-    tower: torch.nn.Module, pixels: torch.Tensor, grid: tuple[int, int, int], setup: TowerSetup
+    tower: Callable[..., torch.Tensor],
+    pixels: torch.Tensor,
+    grid: tuple[int, int, int],
+    setup: TowerSetup,
 ) -> tuple[torch.Tensor, Timing]:
     """One forward for the output, then the timed ones (CUDA events on a GPU)."""
     out = tower(pixels, [grid])
     return out, time_on(
         setup.device, lambda: tower(pixels, [grid]), warmup=setup.warmup, iters=setup.iters
     )
+
+
+def served_tower(tower: VisionModel, setup: TowerSetup) -> Callable[..., torch.Tensor]:
+    """The tower as the server runs it: on a GPU under CUDA graphs per grid (the engine's
+    default `vision_graph_patches`), eager elsewhere."""
+    if setup.device.type != "cuda":
+        return tower
+    return TowerGraphs(tower, max_patches=SchedulerConfig().vision_graph_patches)
 
 
 def build_hf_peer(tower: VisionModel, setup: TowerSetup) -> tuple[torch.nn.Module | None, str]:
@@ -184,7 +198,7 @@ def measure_case(
     media, prep = vision_media.preprocess(case, url, warmup=setup.warmup, iters=setup.iters)
     pixels = media.pixel_values.to(setup.device)
     log(f"vision: {case.name}: tower over {media.num_patches} patches x {setup.iters}")
-    out, tower_t = time_tower(tower, pixels, media.grid_thw, setup)
+    out, tower_t = time_tower(served_tower(tower, setup), pixels, media.grid_thw, setup)
     log(f"vision: {case.name}: tower, per-segment attention loop x {setup.iters}")
     loop = time_loop(tower, pixels, media.grid_thw, out, setup=setup)
     peer_result = None

@@ -139,8 +139,9 @@ def tables(rows: list[VisionRow], peaks: Peaks, *, matmul_n: int, peer_note: str
         [_packed_row(r) for r in rows],
         [
             "one launch: per block, one SDPA call batched over equal frame groups, or one varlen "
-            "launch over groups of several lengths (CUDA bf16); loop: one SDPA call per frame "
-            "group, the reference path"
+            "launch over groups of several lengths (CUDA bf16), as served (on a GPU under the "
+            "engine's CUDA graphs per grid); loop: one SDPA call per frame group, launched "
+            "eagerly, the reference path"
         ],
     )
     return [latency, versus, packed]

@@ -9,10 +9,12 @@ Parameter names are the checkpoint's, below the `model.visual.` prefix.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.rotary import apply_rotary, apply_rotary_ref
 from sparkinfer.model.config import VisionConfig
 from sparkinfer.model.errors import CheckpointError, UnsupportedCheckpoint
 from torch import nn
@@ -59,12 +61,6 @@ def pos_embed_taps(
 def segment_lengths(grid_thw: Sequence[tuple[int, int, int]]) -> list[int]:
     """Attention segments: one per temporal group of each image or video, h * w patches each."""
     return [h * w for t, h, w in grid_thw for _ in range(t)]
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """cat(-x2, x1) of the two halves of the last dim: dim d pairs with d + D/2."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def segment_attention_ref(
@@ -145,6 +141,23 @@ def _varlen_attn() -> Callable[..., Any] | None:
     return varlen_attn
 
 
+@dataclass(frozen=True)
+class TowerPlan:
+    """A tower call's inputs besides its pixels, on the device: bilinear taps into the learned
+    position grid, rotary cos/sin per patch, and the attention segments."""
+
+    grids: tuple[tuple[int, int, int], ...]
+    pos_idx: torch.Tensor  # [N, 4] int64
+    pos_weights: torch.Tensor  # [N, 4] fp32
+    cos: torch.Tensor  # [N, head_dim] fp32
+    sin: torch.Tensor
+    seg_lens: tuple[int, ...]
+
+    @property
+    def num_patches(self) -> int:
+        return sum(self.seg_lens)
+
+
 class VisionRotary(nn.Module):
     """2-D rotary over the whole head dim: angles [row * f, col * f], duplicated (model.md §9)."""
 
@@ -195,9 +208,9 @@ class VisionAttention(nn.Module):
         """x [N, hidden], cos/sin [N, head_dim] fp32, segments summing to N -> [N, hidden]."""
         n = x.shape[0]
         q, k, v = self.qkv(x).view(n, 3, self.num_heads, self.head_dim).unbind(1)  # [N, H, D]
-        cos, sin = cos[:, None], sin[:, None]
-        q = (q.float() * cos + rotate_half(q.float()) * sin).to(x.dtype)
-        k = (k.float() * cos + rotate_half(k.float()) * sin).to(x.dtype)
+        # in place, in fp32: one fused launch on a GPU (x*cos + rotate_half(x)*sin, model.md §9)
+        rotate = apply_rotary if q.is_cuda else apply_rotary_ref
+        q, k = rotate(q, k, cos, sin)
         out = segment_attention(q, k, v, seg_lens, scale=self.scale)
         return self.proj(out.reshape(n, -1))
 
@@ -286,17 +299,31 @@ class VisionModel(nn.Module):
         Returns:
             [N / merge_size**2, out_hidden_size] in the tower's dtype, one row per pad token.
         """
-        grids = [(int(t), int(h), int(w)) for t, h, w in grid_thw]
-        self._check_input(pixel_values, grids)
+        plan = self.plan(grid_thw)
+        self._check_input(pixel_values, list(plan.grids))
+        return self.encode(pixel_values.to(self.pos_embed.weight.device), plan)
+
+    def plan(self, grid_thw: Sequence[tuple[int, int, int]]) -> TowerPlan:
+        """The positions a call over these grids needs, on the tower's device (host work)."""
+        grids = tuple((int(t), int(h), int(w)) for t, h, w in grid_thw)
+        self._check_grids(grids)
         device = self.pos_embed.weight.device
-        x = self.patch_embed(pixel_values.to(device))
         idx, w = pos_embed_taps(grids, self.num_grid_per_side, self.merge_size)
-        pos = (self.pos_embed(idx.to(device)) * w.to(device)[..., None]).sum(1)  # fp32 [N, hidden]
-        x = x + pos.to(x.dtype)
         cos, sin = self.rotary(patch_positions(grids, self.merge_size).to(device))
-        seg_lens = segment_lengths(grids)
+        return TowerPlan(
+            grids, idx.to(device), w.to(device), cos, sin, tuple(segment_lengths(grids))
+        )
+
+    @torch.inference_mode()
+    def encode(self, pixel_values: torch.Tensor, plan: TowerPlan) -> torch.Tensor:
+        """`forward` on patches already on the device: device work only, with no host sync, so
+        a CUDA graph can hold it (the scheduler keeps one per grid)."""
+        x = self.patch_embed(pixel_values)
+        pos = (self.pos_embed(plan.pos_idx) * plan.pos_weights[..., None]).sum(1)  # fp32
+        x = x + pos.to(x.dtype)
+        seg_lens = list(plan.seg_lens)
         for block in self.blocks:
-            x = block(x, cos, sin, seg_lens)
+            x = block(x, plan.cos, plan.sin, seg_lens)
         return self.merger(x)
 
     def _check_input(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]) -> None:
@@ -307,6 +334,8 @@ class VisionModel(nn.Module):
                 f"pixel_values has shape {tuple(pixel_values.shape)}; grid_thw {grids} needs "
                 f"[{total}, {patch_dim}]"
             )
+
+    def _check_grids(self, grids: Sequence[tuple[int, int, int]]) -> None:
         for t, h, w in grids:
             if min(t, h, w) < 1 or h % self.merge_size or w % self.merge_size:
                 raise ValueError(

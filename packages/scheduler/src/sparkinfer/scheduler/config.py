@@ -171,6 +171,14 @@ class SchedulerConfig:
             "0: no cache"
         ),
     )
+    vision_graph_patches: int = field(
+        default=8192,
+        metadata=_help(
+            "Largest vision tower call (patches, summed over its images and videos) replayed "
+            "from a CUDA graph captured for its grids at their first sight; bigger calls, whose "
+            "GPU work dwarfs their launches, run eagerly. 0: the tower always runs eagerly"
+        ),
+    )
     speculative: SpeculativeMethod = field(
         default="off",
         metadata=_help(
@@ -240,6 +248,7 @@ class SchedulerConfig:
             ("prefix_cache_snapshots", self.prefix_cache_snapshots >= 0, ">= 0 (0: no cache)"),
             ("prefix_cache_min_tokens", self.prefix_cache_min_tokens >= 1, ">= 1"),
             ("vision_cache_bytes", self.vision_cache_bytes >= 0, ">= 0 (0: no cache)"),
+            ("vision_graph_patches", self.vision_graph_patches >= 0, ">= 0 (0: no graphs)"),
             ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
             ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
             ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),

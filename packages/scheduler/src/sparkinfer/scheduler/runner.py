@@ -97,7 +97,12 @@ class Runner:
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
         )
-        self.vision = VisionInputs(model, self.device, config.vision_cache_bytes)
+        self.vision = VisionInputs(
+            model,
+            self.device,
+            config.vision_cache_bytes,
+            graph_patches=0 if config.enforce_eager else config.vision_graph_patches,
+        )
         self._inflight: StepInFlight | None = None  # the last step, its samples not read yet
         self._is_closed = False
         self.graphs: DecodeGraphs | None = None

@@ -9,12 +9,14 @@ are recomputed rather than held while it waits.
 Reuse: items with content hashes take their rows from the `VisionCache` when it holds them (only
 the others run through the tower), and a prompt that starts from a cached prefix needs no rows
 for the items wholly inside that prefix.
+
+On a GPU the tower runs under `TowerGraphs`: calls over grids seen before replay a CUDA graph.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +27,7 @@ from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, RequestStatus
 from sparkinfer.scheduler.sampler import host_list
 from sparkinfer.scheduler.vision_cache import VisionCache
+from sparkinfer.scheduler.vision_graphs import TowerGraphs
 
 
 @dataclass(frozen=True)
@@ -41,12 +44,24 @@ class _Rows:
 class VisionInputs:
     """Owns the vision rows of requests in prefill (runner-internal)."""
 
-    def __init__(self, model: CausalLM, device: torch.device, cache_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        model: CausalLM,
+        device: torch.device,
+        cache_bytes: int = 0,
+        *,
+        graph_patches: int = 0,
+    ) -> None:
         self.model = model
         self.cache = VisionCache(cache_bytes)
         self.device = device
         visual = getattr(model, "visual", None)
         self.visual: VisionModel | None = visual
+        self.tower: Callable[[torch.Tensor, list[tuple[int, int, int]]], torch.Tensor] | None = (
+            TowerGraphs(visual, max_patches=graph_patches)
+            if visual is not None and graph_patches > 0 and device.type == "cuda"
+            else visual
+        )
         config = getattr(model, "config", None)
         self.pad_ids = (
             (int(config.image_token_id), int(config.video_token_id))
@@ -196,7 +211,8 @@ class VisionInputs:
         if todo:
             pixels = torch.cat([_item_pixels(mm, i) for mm, i in todo.values()])
             grids = [mm.grid_thw[i] for mm, i in todo.values()]
-            out = self.visual(pixels.to(self.device, non_blocking=True), grids)
+            assert self.tower is not None
+            out = self.tower(pixels.to(self.device, non_blocking=True), grids)
             sizes = [t * (h // self.merge_size) * (w // self.merge_size) for t, h, w in grids]
             for key, rows in zip(todo, out.split(sizes), strict=True):
                 found[key] = rows
