@@ -64,11 +64,18 @@ def segment_lengths(grid_thw: Sequence[tuple[int, int, int]]) -> list[int]:
 
 
 def segment_attention_ref(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg_lens: Sequence[int], *, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seg_lens: Sequence[int],
+    *,
+    scale: float,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bidirectional attention inside each segment, one SDPA call per segment (the reference).
 
     q, k, v: [N, H, D] with segments of `seg_lens` rows back to back; returns [N, H, D].
+    `cu_seqlens` (the fast path's device offsets) is not needed here.
     """
     out = torch.empty_like(q)
     start = 0
@@ -85,7 +92,13 @@ def segment_attention_ref(
 
 
 def segment_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg_lens: Sequence[int], *, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seg_lens: Sequence[int],
+    *,
+    scale: float,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`segment_attention_ref`'s result in one launch for every segment of the call.
 
@@ -93,7 +106,8 @@ def segment_attention(
     call ([segments, H, L, D]: its flash kernel is faster than the varlen one on long
     segments). Segments of several lengths run in one packed variable-length launch (torch's
     flash varlen attention) where it runs: CUDA, bf16 or fp16, and the default scale
-    1/sqrt(D). Elsewhere, the per-segment reference."""
+    1/sqrt(D), with `cu_seqlens` (the segments' int32 offsets on the device) made here unless
+    given. Elsewhere, the per-segment reference."""
     if seg_lens and all(n == seg_lens[0] for n in seg_lens):
         return _batched_attention(q, k, v, len(seg_lens), scale=scale)
     varlen = _varlen_attn()
@@ -107,8 +121,8 @@ def segment_attention(
     if not is_packed:
         return segment_attention_ref(q, k, v, seg_lens, scale=scale)
     assert varlen is not None
-    lens = torch.tensor([0, *seg_lens], dtype=torch.int32)
-    cu_seqlens = lens.cumsum(0, dtype=torch.int32).to(q.device, non_blocking=True)
+    if cu_seqlens is None:
+        cu_seqlens = segment_offsets(seg_lens, q.device)
     longest = max(seg_lens)
     try:
         out = varlen(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens,
@@ -116,6 +130,12 @@ def segment_attention(
     except (RuntimeError, TypeError):  # a build without flash varlen for this head dim or GPU
         return segment_attention_ref(q, k, v, seg_lens, scale=scale)
     return out[0] if isinstance(out, tuple) else out
+
+
+def segment_offsets(seg_lens: Sequence[int], device: torch.device) -> torch.Tensor:
+    """[0, len0, len0 + len1, ...] as int32 on `device`: the varlen launch's cu_seqlens."""
+    lens = torch.tensor([0, *seg_lens], dtype=torch.int32)
+    return lens.cumsum(0, dtype=torch.int32).to(device, non_blocking=True)
 
 
 def _batched_attention(
@@ -152,6 +172,7 @@ class TowerPlan:
     cos: torch.Tensor  # [N, head_dim] fp32
     sin: torch.Tensor
     seg_lens: tuple[int, ...]
+    cu_seqlens: torch.Tensor  # [segments + 1] int32: segment offsets for the varlen launch
 
     @property
     def num_patches(self) -> int:
@@ -203,7 +224,12 @@ class VisionAttention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size, bias=True)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg_lens: list[int]
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        seg_lens: list[int],
+        cu_seqlens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x [N, hidden], cos/sin [N, head_dim] fp32, segments summing to N -> [N, hidden]."""
         n = x.shape[0]
@@ -211,7 +237,7 @@ class VisionAttention(nn.Module):
         # in place, in fp32: one fused launch on a GPU (x*cos + rotate_half(x)*sin, model.md §9)
         rotate = apply_rotary if q.is_cuda else apply_rotary_ref
         q, k = rotate(q, k, cos, sin)
-        out = segment_attention(q, k, v, seg_lens, scale=self.scale)
+        out = segment_attention(q, k, v, seg_lens, scale=self.scale, cu_seqlens=cu_seqlens)
         return self.proj(out.reshape(n, -1))
 
 
@@ -240,10 +266,15 @@ class VisionBlock(nn.Module):
         self.mlp = VisionMLP(config)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg_lens: list[int]
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        seg_lens: list[int],
+        cu_seqlens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[N, hidden] -> [N, hidden]; attention stays inside each segment."""
-        x = x + self.attn(self.norm1(x), cos, sin, seg_lens)
+        x = x + self.attn(self.norm1(x), cos, sin, seg_lens, cu_seqlens)
         return x + self.mlp(self.norm2(x))
 
 
@@ -310,9 +341,11 @@ class VisionModel(nn.Module):
         device = self.pos_embed.weight.device
         idx, w = pos_embed_taps(grids, self.num_grid_per_side, self.merge_size)
         cos, sin = self.rotary(patch_positions(grids, self.merge_size).to(device))
+        seg_lens = tuple(segment_lengths(grids))
         return TowerPlan(
-            grids, idx.to(device), w.to(device), cos, sin, tuple(segment_lengths(grids))
-        )
+            grids, idx.to(device), w.to(device), cos, sin, seg_lens,
+            segment_offsets(seg_lens, device),
+        )  # fmt: skip
 
     @torch.inference_mode()
     def encode(self, pixel_values: torch.Tensor, plan: TowerPlan) -> torch.Tensor:
@@ -323,7 +356,7 @@ class VisionModel(nn.Module):
         x = x + pos.to(x.dtype)
         seg_lens = list(plan.seg_lens)
         for block in self.blocks:
-            x = block(x, plan.cos, plan.sin, seg_lens)
+            x = block(x, plan.cos, plan.sin, seg_lens, plan.cu_seqlens)
         return self.merger(x)
 
     def _check_input(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]) -> None:
