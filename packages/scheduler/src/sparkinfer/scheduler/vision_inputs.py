@@ -214,7 +214,9 @@ class VisionInputs:
             assert self.tower is not None
             out = self.tower(pixels.to(self.device, non_blocking=True), grids)
             sizes = [t * (h // self.merge_size) * (w // self.merge_size) for t, h, w in grids]
-            for key, rows in zip(todo, out.split(sizes), strict=True):
+            item_rows: list[torch.Tensor] = [out[a:b] for a, b in itertools.pairwise(
+                itertools.accumulate(sizes, initial=0))]  # fmt: skip
+            for key, rows in zip(todo, item_rows, strict=True):
                 found[key] = rows
                 if isinstance(key, str) and self.cache.max_bytes:
                     self.cache.put(key, rows.clone())
