@@ -212,7 +212,7 @@ class VisionInputs:
             pixels = torch.cat([_item_pixels(mm, i) for mm, i in todo.values()])
             grids = [mm.grid_thw[i] for mm, i in todo.values()]
             assert self.tower is not None
-            out = self.tower(pixels.to(self.device, non_blocking=True), grids)
+            out = self.tower(pixels, grids)  # one copy to the device, in the tower
             sizes = [t * (h // self.merge_size) * (w // self.merge_size) for t, h, w in grids]
             item_rows: list[torch.Tensor] = [out[a:b] for a, b in itertools.pairwise(
                 itertools.accumulate(sizes, initial=0))]  # fmt: skip
