@@ -15,10 +15,16 @@ from sparkinfer.kernels.fp8_linear import (
     Fp8DecodeConfig,
     Fp8GemvConfig,
     Fp8PromptConfig,
+    Fp8Route,
+    Fp8SwapAbConfig,
+    cublas_accepts,
     dequantize_weight_fp8,
+    fp8_gemm_cublas,
     fp8_gemm_decode,
     fp8_gemm_prompt,
+    fp8_gemm_swap_ab,
     fp8_gemv,
+    fp8_kernel_for,
     fp8_linear,
     fp8_linear_prompt_ref,
     fp8_linear_ref,
@@ -27,7 +33,9 @@ from sparkinfer.kernels.fp8_linear import (
     quantize_weight_fp8,
 )
 from sparkinfer.kernels.fp8_linear.tiles import DECODE_TILES, GEMV_TILES, decode_tile, gemv_tile
+from sparkinfer.kernels.fp8_linear.routes import route_for
 from sparkinfer.kernels.linear import batch_invariant
+from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 
 BF16_TOL = {"atol": 5e-2, "rtol": 2e-2}  # the interpreter truncates the final bf16 cast
 # e4m3 has 3 mantissa bits: a quantized value is within 2^-4 of its magnitude (round to nearest)
@@ -99,13 +107,43 @@ def test_decode_gemm_per_row_scales_and_strided_rows(assert_close):
     assert_close(fp8_gemm_decode(x, w, per_row, Fp8DecodeConfig(BN=16)), fp8_linear_ref(x, w, s))
 
 
-def test_activation_quantization_matches_ref():
-    torch.manual_seed(4)
-    x = torch.randn(7, 300) * 3
-    q, scale = quantize_activation_fp8(x)
-    q_ref, scale_ref = quantize_activation_fp8_ref(x)
-    torch.testing.assert_close(scale, scale_ref)
+def test_the_quantizer_shares_the_signature_of_its_reference():
+    assert inspect.signature(quantize_activation_fp8) == inspect.signature(
+        quantize_activation_fp8_ref
+    )
+
+
+@pytest.mark.parametrize(("m", "k", "row_multiple"), [(7, 300, 1), (1, 256, 16), (18, 130, 16)])
+def test_activation_quantization_matches_ref(m, k, row_multiple):
+    x = torch.randn(m, k) * torch.rand(m, 1) * 10  # fresh inputs: rows of varied magnitude
+    x[0, :7] = torch.tensor([0.0, 448.0, -1e-9, 127.9, 3.0e4, -6.1e-5, 0.5])  # e4m3 edges
+    q, scale = quantize_activation_fp8(x, row_multiple)
+    q_ref, scale_ref = quantize_activation_fp8_ref(x, row_multiple)
+    rows = -(-m // row_multiple) * row_multiple
+    assert q.shape == q_ref.shape == (rows, k)
+    assert scale.shape == (rows, -(-k // 128)) and scale.stride() == scale_ref.stride()
+    assert scale.stride(0) == 1  # outer-dim major: the layout cuBLAS's 1x128 blocks read
+    torch.testing.assert_close(scale, scale_ref, rtol=0, atol=0)
     assert torch.equal(q.float(), q_ref.float())  # the kernel rounds on the bits, as torch
+    assert not q[m:].float().any()  # padding rows are zero
+
+
+def test_the_swap_ab_gemm_shares_the_signature_of_the_decode_gemm():
+    sig = inspect.signature(fp8_gemm_swap_ab)
+    assert list(sig.parameters) == list(inspect.signature(fp8_gemm_decode).parameters)
+
+
+@pytest.mark.parametrize(("m", "split_k"), [(1, 1), (5, 3), (17, 1), (16, 2)])
+def test_swap_ab_gemm_matches_the_prompt_ref(m, split_k):
+    w, s = _weight(150, 600, 14 + m)  # 5 scale blocks, partial edge blocks: uneven slices
+    x = torch.randn(m, 600) * torch.rand(m, 1) * 4
+    cfg = Fp8SwapAbConfig(BN=64, SPLIT_K=split_k)
+    y = fp8_gemm_swap_ab(x, w, s, cfg)
+    torch.testing.assert_close(y, fp8_linear_prompt_ref(x, w, s), atol=2e-3, rtol=2e-3)
+    per_row = s.repeat_interleave(128, dim=0)[:150].contiguous()
+    torch.testing.assert_close(fp8_gemm_swap_ab(x, w, per_row, cfg), y, atol=2e-3, rtol=2e-3)
+    if split_k > 1:
+        assert torch.equal(fp8_gemm_swap_ab(x, w, s, cfg), y)  # slice order, not finish order
 
 
 @pytest.mark.parametrize("m", [1, 33, 70])
@@ -142,6 +180,41 @@ def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monke
     assert calls[0][1] == gemv_tile(8, 128) and calls[1][1] == decode_tile(64, 8, 128)
 
 
+def test_routes_pick_the_first_route_holding_the_rows():
+    routes = (Fp8Route("gemv", 1), Fp8Route("swap_ab", 16), Fp8Route("cublas"))
+    assert [route_for(routes, m) for m in (1, 2, 16, 17, 4096)] == [
+        "gemv", "swap_ab", "swap_ab", "cublas", "cublas"
+    ]
+    with pytest.raises(ValueError, match="max_rows None"):
+        route_for(routes[:2], 17)
+
+
+def test_fp8_kernel_for_reads_the_tuning_routes_and_keeps_invariant_kernels():
+    w, s = _weight(256, 512, 15)
+    x = torch.randn(8, 512)
+    routes = (Fp8Route("swap_ab", 8), Fp8Route("prompt"))
+    with kernel_tuning(KernelTuning(fp8_routes=routes)):
+        assert fp8_kernel_for(x, w, s) == "swap_ab"
+        assert fp8_kernel_for(torch.randn(9, 512), w, s) == "prompt"
+        with batch_invariant("decode"):
+            assert fp8_kernel_for(x, w, s) == "decode"  # never cuBLAS nor the routes
+        with batch_invariant("prefill"):
+            assert fp8_kernel_for(x, w, s) == "prompt"
+    cublas_routes = (Fp8Route("cublas"),)
+    with kernel_tuning(KernelTuning(fp8_routes=cublas_routes)):  # CPU x: no cuBLAS
+        assert fp8_kernel_for(x, w, s) == "decode"
+        assert fp8_kernel_for(torch.randn(65, 512), w, s) == "prompt"
+
+
+def test_cublas_takes_only_the_operands_it_can_read():
+    w, s = _weight(256, 512, 16)
+    x = torch.randn(4, 512, dtype=torch.bfloat16)
+    assert not cublas_accepts(x, w, s)  # a CPU x
+    per_row = s.repeat_interleave(128, dim=0).contiguous()
+    with pytest.raises(ValueError, match="use fp8_linear"):
+        fp8_gemm_cublas(x, w, per_row)
+
+
 def test_tile_table_splits_k_only_for_narrow_weights():
     wide, narrow = gemv_tile(16384, 5120), gemv_tile(5120, 17408)
     assert wide.SPLIT_K == 1 and narrow.SPLIT_K > 1
@@ -175,13 +248,14 @@ def test_launchers_refuse_bad_operands():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 64, 512])
+@pytest.mark.parametrize("m", [1, 8, 16, 64, 512])
 @pytest.mark.parametrize(("n", "k"), [(16480, 5120), (5120, 17408), (34816, 5120)])
 def test_fp8_linear_real_shapes_on_gpu(m, n, k):
     torch.manual_seed(8)
     w, s = quantize_weight_fp8(torch.randn(n, k, device="cuda") * 0.02)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    ref = fp8_linear_ref if m <= 64 else fp8_linear_prompt_ref
+    is_quantized = fp8_kernel_for(x, w, s) in ("swap_ab", "cublas", "prompt")  # e4m3 x
+    ref = fp8_linear_prompt_ref if is_quantized else fp8_linear_ref
     torch.testing.assert_close(fp8_linear(x, w, s).float(), ref(x, w, s).float(), atol=3e-2,
                                rtol=3e-2)  # fmt: skip
 
@@ -225,3 +299,27 @@ def test_decode_bf16_bits_conversion_gives_the_same_bits_on_gpu(m):
     x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
     plain = fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32))
     assert torch.equal(fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32, BF16_BITS=True)), plain)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 16, 40, 4096])
+def test_cublas_and_swap_ab_match_the_prompt_ref_on_gpu(m):
+    torch.manual_seed(12)
+    w, s = quantize_weight_fp8(torch.randn(5120, 6144, device="cuda") * 0.02)
+    x = torch.randn(m, 6144, device="cuda", dtype=torch.bfloat16)
+    ref = fp8_linear_prompt_ref(x, w, s).float()
+    assert cublas_accepts(x, w, s)
+    torch.testing.assert_close(fp8_gemm_cublas(x, w, s).float(), ref, atol=3e-2, rtol=3e-2)
+    if m <= 64:
+        y = fp8_gemm_swap_ab(x, w, s, Fp8SwapAbConfig(SPLIT_K=4))
+        torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+def test_activation_quantization_matches_ref_on_gpu():
+    torch.manual_seed(13)
+    x = torch.randn(300, 5120, device="cuda", dtype=torch.bfloat16) * 3
+    q, scale = quantize_activation_fp8(x, 16)
+    q_ref, scale_ref = quantize_activation_fp8_ref(x, 16)
+    torch.testing.assert_close(scale, scale_ref, rtol=0, atol=0)
+    assert torch.equal(q.float(), q_ref.float())

@@ -1,12 +1,13 @@
 """The kernels' tuning: the launch choices a caller makes for the kernels it runs, as one frozen
 object instead of process-wide switches.
 
-`KernelTuning` holds whether kernels launch as programmatic dependents (`dependent_launch`) and
-which measured shape table the linear dispatcher reads (`linear.shape_table`). A caller runs its
+`KernelTuning` holds whether kernels launch as programmatic dependents (`dependent_launch`),
+which measured shape table the linear dispatcher reads (`linear.shape_table`) and which FP8
+kernel each row count takes (`fp8_linear.routes`). A caller runs its
 launches inside `kernel_tuning(tuning)`: the engine's runner does so for every forward, graph
 capture and device step, from its config, so two engines in one process (a benchmark comparing
 tables) each run their own. Outside any `kernel_tuning` the defaults hold: dependent launch on,
-the committed table. The launchers read it with `current_tuning()` rather than taking it as an
+the committed tables. The launchers read it with `current_tuning()` rather than taking it as an
 argument, so each keeps the signature of its reference.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the table's module imports the launchers, whose launches read this one
+    from sparkinfer.kernels.fp8_linear.routes import Fp8Route
     from sparkinfer.kernels.linear.shape_table import ShapeTable
 
 
@@ -26,10 +28,12 @@ if TYPE_CHECKING:  # the table's module imports the launchers, whose launches re
 class KernelTuning:
     """use_dependent_launch: launch the kernels that support it as programmatic dependents
     (Hopper and later; outputs are the same either way). shape_table: the linear dispatcher's
-    measured table; None: the committed `shape_table.json`."""
+    measured table; None: the committed `shape_table.json`. fp8_routes: the FP8 kernel per row
+    count; None: the committed `fp8_linear.routes.FP8_ROUTES`."""
 
     use_dependent_launch: bool = True
     shape_table: ShapeTable | None = None
+    fp8_routes: tuple[Fp8Route, ...] | None = None
 
 
 DEFAULT_TUNING = KernelTuning()

@@ -1,35 +1,56 @@
 """`fp8_linear`: y = x @ W.T for a block-scaled e4m3 weight, by row count.
 
-- one row: the GEMV (bf16 activation, the weight streamed by many programs, no tensor cores);
-- up to DECODE_MAX_ROWS rows: the decode GEMM (bf16 activations, the weight read once);
-  both with the tile `tiles.py` names for the shape (K split for the narrow projections);
-- more rows: the prompt GEMM (activations quantized per token and group, e4m3 tensor cores);
+`fp8_kernel_for` is the one decision: the kernel the current routes (`routes.py`, tunable per
+`tuning.KernelTuning`) name for M rows, each Triton kernel with the tile `tiles.py` names for
+the shape. Two cases override the routes:
+
 - inside `linear.batch_invariant(phase)`: the phase's kernel with one fixed tile for every row
-  count ("decode": the decode GEMM in 16-row tiles; "prefill": the prompt GEMM), so a row's
-  bits never depend on the batch it shares (both kernels reduce each row alone, in K order);
-- CPU tensors (outside the interpreter): the reference.
+  count ("decode": the decode GEMM in 16-row tiles; "prefill": the prompt GEMM), so a row's bits
+  never depend on the batch it shares (both kernels reduce each row alone, in K order; cuBLAS
+  picks its algorithm by shape, so it is never taken there);
+- "cublas" where cuBLAS cannot take the operands (`cublas.cublas_accepts`): the Triton kernel of
+  the same rows.
+
+CPU tensors (outside the interpreter) run the reference.
 """
 
 from __future__ import annotations
 
 import torch
 from sparkinfer.kernels._triton import is_interpreting
+from sparkinfer.kernels.fp8_linear.cublas import cublas_accepts, fp8_gemm_cublas
 from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig, fp8_gemm_decode
 from sparkinfer.kernels.fp8_linear.gemv import fp8_gemv
 from sparkinfer.kernels.fp8_linear.prompt import Fp8PromptConfig, fp8_gemm_prompt
 from sparkinfer.kernels.fp8_linear.ref import fp8_linear_ref
-from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile
+from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS, FP8_ROUTES, Fp8Kernel, route_for
+from sparkinfer.kernels.fp8_linear.swap_ab import fp8_gemm_swap_ab
+from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile, swap_ab_tile
 from sparkinfer.kernels.linear.invariant import current_phase
+from sparkinfer.kernels.tuning import current_tuning
 
-DECODE_MAX_ROWS = 64  # decode batches; prompt chunks are longer
 DECODE_INVARIANT_CONFIG = Fp8DecodeConfig(BM=16)  # one slice: K order, whatever M
 PROMPT_CONFIG = Fp8PromptConfig()
+
+
+def fp8_kernel_for(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor) -> Fp8Kernel:
+    """The kernel `fp8_linear` runs for these operands (see the module docstring)."""
+    phase = current_phase()
+    if phase is not None:
+        return "decode" if phase == "decode" else "prompt"
+    m = x.shape[0]
+    kernel = route_for(current_tuning().fp8_routes or FP8_ROUTES, m)
+    if kernel == "gemv" and m != 1:
+        kernel = "decode"
+    if kernel == "cublas" and not cublas_accepts(x, weight, weight_scale_inv):
+        kernel = "decode" if m <= DECODE_MAX_ROWS else "prompt"
+    return kernel
 
 
 def fp8_linear(
     x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
 ) -> torch.Tensor:
-    """y = x @ W.T with W the block-scaled FP8 weight, by the decode or the prompt GEMM.
+    """y = x @ W.T with W the block-scaled FP8 weight, by the kernel `fp8_kernel_for` picks.
 
     Args:
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
@@ -41,14 +62,16 @@ def fp8_linear(
     """
     if not x.is_cuda and not is_interpreting():
         return fp8_linear_ref(x, weight, weight_scale_inv)
-    phase = current_phase()
-    if phase == "decode":
-        return fp8_gemm_decode(x, weight, weight_scale_inv, DECODE_INVARIANT_CONFIG)
-    if phase == "prefill":
-        return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
+    kernel = fp8_kernel_for(x, weight, weight_scale_inv)
     (m, k), n = x.shape, weight.shape[0]
-    if m == 1:
+    if kernel == "gemv":
         return fp8_gemv(x, weight, weight_scale_inv, gemv_tile(n, k))
-    if m <= DECODE_MAX_ROWS:
-        return fp8_gemm_decode(x, weight, weight_scale_inv, decode_tile(m, n, k))
-    return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
+    if kernel == "swap_ab":
+        return fp8_gemm_swap_ab(x, weight, weight_scale_inv, swap_ab_tile(m, n, k))
+    if kernel == "cublas":
+        return fp8_gemm_cublas(x, weight, weight_scale_inv)
+    if kernel == "prompt":
+        return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
+    if current_phase() == "decode":
+        return fp8_gemm_decode(x, weight, weight_scale_inv, DECODE_INVARIANT_CONFIG)
+    return fp8_gemm_decode(x, weight, weight_scale_inv, decode_tile(m, n, k))

@@ -69,19 +69,24 @@ def quantize_weight_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return q.view(nb * BLOCK, kb * BLOCK)[:n, :k].contiguous(), scale
 
 
-def quantize_activation_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations [M, K] -> (e4m3 [M, K], scales [M, ceil(K/128)] fp32), per token and group.
+def quantize_activation_fp8_ref(
+    x: torch.Tensor, row_multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations [M, K] -> (e4m3 [P, K], scales [P, ceil(K/128)] fp32), per token and group.
 
-    Each row's 128-column group gets scale = amax / 448 (the prompt path's dynamic scheme).
+    Each row's 128-column group gets scale = amax / 448 (the prompt path's dynamic scheme). P is
+    M rounded up to a multiple of `row_multiple`; the rows past M are zero (with the scale of an
+    all-zero group). The scales are stored outer-dim major (strides (1, P)): each group's column
+    of scales is contiguous, the layout cuBLAS's 1x128 block scaling reads.
     """
     m, k = x.shape
-    kb = -(-k // BLOCK)
-    padded = torch.zeros(m, kb * BLOCK, dtype=torch.float32, device=x.device)
-    padded[:, :k] = x.float()
-    groups = padded.view(m, kb, BLOCK)
-    scale = groups.abs().amax(dim=2).clamp(min=_MIN_AMAX) / FP8_MAX  # [M, kb]
+    p, kb = -(-m // row_multiple) * row_multiple, -(-k // BLOCK)
+    padded = torch.zeros(p, kb * BLOCK, dtype=torch.float32, device=x.device)
+    padded[:m, :k] = x.float()
+    groups = padded.view(p, kb, BLOCK)
+    scale = groups.abs().amax(dim=2).clamp(min=_MIN_AMAX) / FP8_MAX  # [P, kb]
     q = (groups / scale[:, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return q.view(m, kb * BLOCK)[:, :k].contiguous(), scale
+    return q.view(p, kb * BLOCK)[:, :k].contiguous(), scale.t().contiguous().t()
 
 
 def fp8_linear_ref(

@@ -1,4 +1,5 @@
-"""Per-shape tiles of the FP8 decode kernels: the one table `fp8_linear` reads.
+"""Per-shape tiles of the FP8 decode kernels (GEMV, decode GEMM, swap-AB GEMM): the one table
+`fp8_linear` reads.
 
 Keyed on N and K ranges rather than exact shapes, so a fused projection a few rows wider keeps
 its entry. Wide projections (many output rows) have programs enough and take plain tiles; the
@@ -15,10 +16,11 @@ from typing import Generic, TypeVar
 
 from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig
 from sparkinfer.kernels.fp8_linear.gemv import Fp8GemvConfig
+from sparkinfer.kernels.fp8_linear.swap_ab import Fp8SwapAbConfig
 
 NARROW_N = 8192  # at most this many weight rows: too few programs without a K split
 WIDE_N = 24576  # more weight rows than this: the one-row GEMV streams best in wider tiles
-Tile = TypeVar("Tile", Fp8GemvConfig, Fp8DecodeConfig)
+Tile = TypeVar("Tile", Fp8GemvConfig, Fp8DecodeConfig, Fp8SwapAbConfig)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ DECODE_TILES: tuple[TileRule[Fp8DecodeConfig], ...] = (
     TileRule(Fp8DecodeConfig(BN=32, BK=128, num_stages=4, BF16_BITS=True), max_rows=16),
     TileRule(Fp8DecodeConfig(BN=64, BK=128, num_stages=4)),
 )
+SWAP_AB_TILES: tuple[TileRule[Fp8SwapAbConfig], ...] = (
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=4, SPLIT_K=4), max_n=NARROW_N),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=4)),
+)
 
 
 def _first(rules: tuple[TileRule[Tile], ...], m: int, n: int, k: int) -> Tile:
@@ -68,3 +74,8 @@ def gemv_tile(n: int, k: int) -> Fp8GemvConfig:
 def decode_tile(m: int, n: int, k: int) -> Fp8DecodeConfig:
     """The decode GEMM tile for M rows against an [N, K] weight."""
     return _first(DECODE_TILES, m, n, k)
+
+
+def swap_ab_tile(m: int, n: int, k: int) -> Fp8SwapAbConfig:
+    """The swap-AB GEMM tile for M rows against an [N, K] weight."""
+    return _first(SWAP_AB_TILES, m, n, k)

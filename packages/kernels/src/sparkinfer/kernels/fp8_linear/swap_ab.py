@@ -1,0 +1,118 @@
+"""Few-row FP8 GEMM on the FP8 tensor cores, weight rows on the MMA's wide side (swap AB).
+
+A decode batch has few rows, so `fp8_gemm_swap_ab` computes y.T = W @ x.T: each program owns BN
+weight rows (the MMA's M side, 64 or more for Hopper's warpgroup MMA) against a BM-row tile of x
+(its N side, 16 for one to 16 rows) and walks K in 128-column steps, each in one scale block. The
+weight tile goes to the tensor cores as stored, in e4m3: no conversion per weight element, so the
+kernel streams the weight at the memory's pace. x's step tile is quantized in registers per token
+and 128-column group (scale = amax / 448, the prompt path's scheme, `fp8_linear_prompt_ref` is the
+specification), each step's dot scaled by the weight rows' block scales and x's group scales in
+fp32. SPLIT_K cuts K into slices summed by the last slice to finish (`_split_k`, deterministic).
+Under the CPU interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded
+on the bits (`quantize.round_to_e4m3`).
+"""
+
+# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr arguments.
+# pyright: reportCallIssue=false, reportArgumentType=false
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
+from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
+from sparkinfer.kernels.fp8_linear.quantize import round_to_e4m3
+from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX
+from sparkinfer.kernels.split_k import split_k_plan
+
+
+@dataclass(frozen=True)
+class Fp8SwapAbConfig:
+    """Tiles of one swap-AB launch: BN weight rows per program, BM rows of x (None: 16, 32 or 64,
+    the smallest holding M), K cut into at most SPLIT_K slices run by separate programs."""
+
+    BN: int = 64
+    BM: int | None = None
+    num_warps: int = 4
+    num_stages: int = 4
+    SPLIT_K: int = 1
+
+
+@triton.jit
+def _fp8_swap_ab_kernel(
+    p_x, p_w, p_s, p_y, p_part, p_arrived,
+    M, N, K, stride_xm, num_k_blocks, K_PER_SPLIT,
+    BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
+    FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, IS_INTERPRETED: tl.constexpr,
+):  # fmt: skip
+    i_n, i_m, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
+    o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
+    m_n, m_m = o_n < N, o_m < M
+    p_sn = p_s + (o_n // SCALE_ROWS) * num_k_blocks  # each weight row's row of scales
+    k_start = i_k.to(tl.int64) * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    b_acc = tl.zeros((BN, BM), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        o_k = k0 + tl.arange(0, BK).to(tl.int64)
+        m_k = o_k < k_end
+        b_w = tl.load(p_w + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None] & m_k[None, :],
+                      other=0.0)  # fmt: skip
+        b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :],
+                      mask=m_m[:, None] & m_k[None, :], other=0.0).to(tl.float32)  # fmt: skip
+        b_xs = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-12) / FP8_LIMIT  # [BM]
+        b_xq = tl.clamp(b_x / b_xs[:, None], -FP8_LIMIT, FP8_LIMIT)
+        if IS_INTERPRETED:
+            b_dot = tl.dot(b_w.to(tl.float32), tl.trans(round_to_e4m3(b_xq)))
+        else:
+            b_dot = tl.dot(b_w, tl.trans(b_xq.to(b_w.dtype)))  # RN cast: as torch's
+        b_ws = tl.load(p_sn + k0 // BK, mask=m_n, other=0.0)  # [BN]
+        b_acc += b_dot * b_ws[:, None] * b_xs[None, :]
+    o_y = o_m[None, :] * N + o_n[:, None]
+    m_y = m_n[:, None] & m_m[None, :]
+    i_tile = i_m * tl.num_programs(0) + i_n
+    store_or_reduce(p_y, p_part, p_arrived, b_acc, o_y, m_y, i_tile, i_k, M * N, SPLIT_K)
+
+
+def fp8_gemm_swap_ab(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale_inv: torch.Tensor,
+    config: Fp8SwapAbConfig | None = None,
+) -> torch.Tensor:
+    """y = x @ W.T for a few rows of x, quantized per token and 128-column group in registers,
+    and the block-scaled e4m3 weight W, e4m3 tensor-core dots with fp32 accumulate.
+
+    Args:
+        x: [M, K] activations (bf16, fp16 or fp32), unit stride along K; best for M <= 16.
+        weight: [N, K] float8_e4m3fn, contiguous.
+        weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32, contiguous.
+        config: tiles; with SPLIT_K > 1 the rows' sums run in another order.
+
+    Returns:
+        y: [M, N] contiguous in x.dtype (the specification is `fp8_linear_prompt_ref`).
+    """
+    rows_per_scale = check_fp8_operands("fp8_gemm_swap_ab", x, weight, weight_scale_inv)
+    cfg = config or Fp8SwapAbConfig()
+    (m, k), n = x.shape, weight.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y
+    if k == 0:
+        return y.zero_()
+    bm = cfg.BM or decode_row_tile(m)
+    num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
+    grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
+    part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
+    _fp8_swap_ab_kernel[grid](
+        x, weight, weight_scale_inv, y, part, arrived,
+        m, n, k, x.stride(0), weight_scale_inv.shape[1], k_per_split,
+        BN=cfg.BN, BM=bm, BK=BLOCK, SCALE_ROWS=rows_per_scale, FP8_LIMIT=FP8_MAX,
+        SPLIT_K=num_slices, IS_INTERPRETED=not x.is_cuda,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return y
