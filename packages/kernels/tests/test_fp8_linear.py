@@ -32,8 +32,8 @@ from sparkinfer.kernels.fp8_linear import (
     quantize_activation_fp8_ref,
     quantize_weight_fp8,
 )
-from sparkinfer.kernels.fp8_linear.tiles import DECODE_TILES, GEMV_TILES, decode_tile, gemv_tile
 from sparkinfer.kernels.fp8_linear.routes import route_for
+from sparkinfer.kernels.fp8_linear.tiles import DECODE_TILES, GEMV_TILES, decode_tile, gemv_tile
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 
@@ -183,7 +183,11 @@ def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monke
 def test_routes_pick_the_first_route_holding_the_rows():
     routes = (Fp8Route("gemv", 1), Fp8Route("swap_ab", 16), Fp8Route("cublas"))
     assert [route_for(routes, m) for m in (1, 2, 16, 17, 4096)] == [
-        "gemv", "swap_ab", "swap_ab", "cublas", "cublas"
+        "gemv",
+        "swap_ab",
+        "swap_ab",
+        "cublas",
+        "cublas",
     ]
     with pytest.raises(ValueError, match="max_rows None"):
         route_for(routes[:2], 17)

@@ -1,12 +1,13 @@
 """Sweeps of the FP8 decode kernels' tiles at the 27B projections, for a person choosing the
 entries of `fp8_linear.tiles` (it prints rather than returns rows): the one-row GEMV's BN, BK,
 warps and K splits, and the decode GEMM's BN, BK, stages, K splits and weight conversion at each
-row count, each candidate CUDA-graph timed over weights rotated out of L2 and quoted as its
+row count, and with `--kernel swap_ab` the swap-AB GEMM's BN, stages and K splits, each candidate
+CUDA-graph timed over weights rotated out of L2 and quoted as its
 fraction of this run's copy rate (the FP8 roofline: e4m3 weight bytes, scales, x and y). Per
 shape and row count it prints the kernel's default tile, the table's entry and the best three
 candidates; K splits are swept only for the narrow weights (`tiles.NARROW_N`), where programs
 are few.
-Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32]``.
+Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32] [--kernel swap_ab]``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import torch
 from sparkinfer.kernels.fp8_linear import (
     Fp8DecodeConfig,
     Fp8GemvConfig,
+    Fp8SwapAbConfig,
     fp8_gemm_decode,
+    fp8_gemm_swap_ab,
     fp8_gemv,
+    fp8_linear_prompt_ref,
     fp8_linear_ref,
     quantize_weight_fp8,
 )
-from sparkinfer.kernels.fp8_linear.tiles import NARROW_N, decode_tile, gemv_tile
+from sparkinfer.kernels.fp8_linear.tiles import NARROW_N, decode_tile, gemv_tile, swap_ab_tile
 from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.lab.kernels.fp8_linear import SHAPES
 
@@ -51,6 +55,14 @@ DECODE_SPLIT_CANDIDATES = [
         (32, 64), (2, 4), ((4, False), (5, False), (5, True))
     )
 ]
+SWAP_AB_CANDIDATES = [
+    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk)
+    for bn, st, sk in itertools.product((64, 128), (3, 5), (1, 2))
+]
+SWAP_AB_SPLIT_CANDIDATES = [
+    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk)
+    for bn, st, sk in itertools.product((64, 128), (3, 5), (4, 8))
+]
 
 
 def _fraction(m: int, n: int, k: int, ms: float, copy: float) -> float:
@@ -63,9 +75,13 @@ def _time(fn, x, weights, cfg, warmup: int, iters: int) -> float:
     return time_graph(calls, warmup=warmup, iters=iters).median_ms
 
 
-def _candidates(m: int, n: int, k: int) -> tuple[Any, Any, Any, list[Any]]:
+def _candidates(m: int, n: int, k: int, kernel: str) -> tuple[Any, Any, Any, list[Any]]:
     """(kernel, its default tile, the table's entry, the candidates) at M rows of [N, K]."""
     is_narrow = n <= NARROW_N
+    if kernel == "swap_ab":
+        extra = SWAP_AB_SPLIT_CANDIDATES if is_narrow else []
+        entry = swap_ab_tile(m, n, k)
+        return fp8_gemm_swap_ab, Fp8SwapAbConfig(), entry, SWAP_AB_CANDIDATES + extra
     if m == 1:
         extra = GEMV_SPLIT_CANDIDATES if is_narrow else []
         return fp8_gemv, Fp8GemvConfig(), gemv_tile(n, k), GEMV_CANDIDATES + extra
@@ -79,12 +95,14 @@ def _line(label: str, ms: float | None, frac: float | None, cfg) -> str:
     return f"    {label:8s} {ms * 1e3:8.1f} us  {frac:.3f}  {cfg}"
 
 
-def _sweep_one(m: int, n: int, k: int, weights, copy: float, warmup: int, iters: int) -> None:
+def _sweep_one(m: int, n: int, k: int, weights, copy: float, args: argparse.Namespace) -> None:
     device = weights[0][0].device
+    warmup, iters = args.warmup, args.iters
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-    fn, default, entry, candidates = _candidates(m, n, k)
+    fn, default, entry, candidates = _candidates(m, n, k, args.kernel)
     w0, s0 = weights[0]
-    err = (fn(x, w0, s0, entry).float() - fp8_linear_ref(x, w0, s0).float()).abs().max().item()
+    ref = fp8_linear_prompt_ref if args.kernel == "swap_ab" else fp8_linear_ref
+    err = (fn(x, w0, s0, entry).float() - ref(x, w0, s0).float()).abs().max().item()
     timed: dict = {}
     for cfg in dict.fromkeys([default, entry, *candidates]):
         try:
@@ -104,7 +122,7 @@ def _sweep_one(m: int, n: int, k: int, weights, copy: float, warmup: int, iters:
         print(row(f"best {i + 1}", cfg))
 
 
-def sweep(rows: tuple[int, ...], *, warmup: int, iters: int) -> None:
+def sweep(rows: tuple[int, ...], args: argparse.Namespace) -> None:
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
     start = time.perf_counter()
@@ -120,7 +138,7 @@ def sweep(rows: tuple[int, ...], *, warmup: int, iters: int) -> None:
             continue
         for m in rows:
             try:
-                _sweep_one(m, n, k, weights, copy, warmup, iters)
+                _sweep_one(m, n, k, weights, copy, args)
             except Exception as e:  # one row's failure must not end the sweep
                 print(f"  M={m}: {type(e).__name__}: {str(e)[:120]}")
         del weights
@@ -133,8 +151,14 @@ def main() -> None:
     p.add_argument("--rows", default="1,8,32", help="comma-separated row counts")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument(
+        "--kernel",
+        choices=("ours", "swap_ab"),
+        default="ours",
+        help="ours: the GEMV at one row, the decode GEMM beyond; swap_ab: the swap-AB GEMM",
+    )
     args = p.parse_args()
-    sweep(tuple(int(r) for r in args.rows.split(",")), warmup=args.warmup, iters=args.iters)
+    sweep(tuple(int(r) for r in args.rows.split(",")), args)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ DECODE_INVARIANT_CONFIG = Fp8DecodeConfig(BM=16)  # one slice: K order, whatever
 PROMPT_CONFIG = Fp8PromptConfig()
 
 
-def fp8_kernel_for(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor) -> Fp8Kernel:
+def fp8_kernel_for(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
+) -> Fp8Kernel:
     """The kernel `fp8_linear` runs for these operands (see the module docstring)."""
     phase = current_phase()
     if phase is not None:
