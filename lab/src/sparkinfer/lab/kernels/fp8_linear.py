@@ -138,6 +138,8 @@ def _bench_rows(op: str, m: int, n: int, k: int, w16s, weights, copy: float, arg
             continue
         row |= _figures(m, n, k, t.median_ms, copy, is_bf16=False)
         rows.append({**row, "rel_err": err, "ok": err <= REL_TOL})
+        print(f"fp8_linear: {op} M={m} {impl}: {t.median_ms * 1e3:.1f} us, "
+              f"{row['of_copy_bw']:.3f} of copy, rel_err {err:.1e}", flush=True)  # fmt: skip
     is_bf16_x = picked in ("gemv", "decode")
     dispatch_ref = refs.get(fp8_linear_ref if is_bf16_x else fp8_linear_prompt_ref)
     if dispatch_ref is not None:
@@ -146,6 +148,7 @@ def _bench_rows(op: str, m: int, n: int, k: int, w16s, weights, copy: float, arg
                      "ok": err <= REL_TOL})  # fmt: skip
     t = time_graph([lambda w=w: linear(x, w) for w in w16s], warmup=args.warmup, iters=args.iters)
     rows.append({**base, "impl": "bf16 dispatcher", **_figures(m, n, k, t.median_ms, copy, True)})
+    print(f"fp8_linear: {op} M={m} bf16: {t.median_ms * 1e3:.1f} us", flush=True)
     return rows
 
 
@@ -159,7 +162,6 @@ def bench(device: torch.device, args: KernelBenchArgs) -> list[Row]:
         rows.append(_probe(op, n, k, *weights[0]))
         for m in QUICK_ROWS if args.is_quick else ROWS:
             rows += _bench_rows(op, m, n, k, w16s, weights, copy, args)
-            print(f"fp8_linear: {op} M={m} done", flush=True)
         del weights, w16s, w16
         torch.cuda.empty_cache()
     return rows
