@@ -33,7 +33,14 @@ from sparkinfer.kernels.fp8_linear import (
     quantize_weight_fp8,
 )
 from sparkinfer.kernels.fp8_linear.routes import route_for
-from sparkinfer.kernels.fp8_linear.tiles import DECODE_TILES, GEMV_TILES, decode_tile, gemv_tile
+from sparkinfer.kernels.fp8_linear.tiles import (
+    DECODE_TILES,
+    GEMV_TILES,
+    SWAP_AB_TILES,
+    decode_tile,
+    gemv_tile,
+    swap_ab_tile,
+)
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.tuning import KernelTuning, kernel_tuning
 
@@ -158,26 +165,31 @@ def test_prompt_gemm_matches_ref(m, assert_close):
     assert (y - exact).norm() <= 0.1 * exact.norm()
 
 
-def test_dispatch_picks_gemv_decode_then_prompt_and_a_fixed_tile_per_phase(monkeypatch):
+def test_dispatch_follows_the_routes_and_keeps_a_fixed_tile_per_invariant_phase(monkeypatch):
     from sparkinfer.kernels.fp8_linear import dispatch
 
     calls = []
-    monkeypatch.setattr(dispatch, "fp8_gemv", lambda x, w, s, c=None: calls.append(("g", c)))
-    monkeypatch.setattr(dispatch, "fp8_gemm_decode", lambda x, w, s, c=None: calls.append(("d", c)))
-    monkeypatch.setattr(dispatch, "fp8_gemm_prompt", lambda x, w, s, c=None: calls.append(("p", c)))
+    for name, kind in [("fp8_gemv", "g"), ("fp8_gemm_decode", "d"), ("fp8_gemm_prompt", "p"),
+                       ("fp8_gemm_swap_ab", "a")]:  # fmt: skip
+        monkeypatch.setattr(dispatch, name, lambda x, w, s, c=None, k=kind: calls.append((k, c)))
     w, s = _weight(8, 128, 6)
-    for m in (1, 64, 65):
+    for m in (1, 16, 17, 65):  # CPU x: no cuBLAS, so the decode then the prompt GEMM
         fp8_linear(torch.randn(m, 128), w, s)
+    routes = (Fp8Route("gemv", 1), Fp8Route("decode", 8), Fp8Route("prompt"))
+    with kernel_tuning(KernelTuning(fp8_routes=routes)):
+        for m in (1, 8, 9):
+            fp8_linear(torch.randn(m, 128), w, s)
     with batch_invariant("decode"):
         fp8_linear(torch.randn(3, 128), w, s)
         fp8_linear(torch.randn(100, 128), w, s)
     with batch_invariant("prefill"):
         fp8_linear(torch.randn(3, 128), w, s)
     kinds = [kind for kind, _ in calls]
-    assert kinds == ["g", "d", "p", "d", "d", "p"]
-    assert calls[3][1] == calls[4][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
+    assert kinds == ["a", "a", "d", "p", "g", "d", "p", "d", "d", "p"]
+    assert calls[7][1] == calls[8][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
     assert dispatch.DECODE_INVARIANT_CONFIG.SPLIT_K == 1  # the K order of every row, any M
-    assert calls[0][1] == gemv_tile(8, 128) and calls[1][1] == decode_tile(64, 8, 128)
+    assert calls[0][1] == swap_ab_tile(1, 8, 128) and calls[2][1] == decode_tile(17, 8, 128)
+    assert calls[4][1] == gemv_tile(8, 128)
 
 
 def test_routes_pick_the_first_route_holding_the_rows():
@@ -223,7 +235,12 @@ def test_tile_table_splits_k_only_for_narrow_weights():
     wide, narrow = gemv_tile(16384, 5120), gemv_tile(5120, 17408)
     assert wide.SPLIT_K == 1 and narrow.SPLIT_K > 1
     assert decode_tile(8, 34816, 5120).SPLIT_K == 1 and decode_tile(8, 5120, 6144).SPLIT_K > 1
-    for rules in (GEMV_TILES, DECODE_TILES):  # a catch-all last rule: every shape has a tile
+    assert swap_ab_tile(1, 34816, 5120).SPLIT_K == 1 and swap_ab_tile(1, 5120, 6144).SPLIT_K > 1
+    for rules in (
+        GEMV_TILES,
+        DECODE_TILES,
+        SWAP_AB_TILES,
+    ):  # a catch-all last rule: every shape has a tile
         assert rules[-1].max_n is None and rules[-1].min_k == 0 and rules[-1].max_rows is None
 
 

@@ -56,12 +56,13 @@ DECODE_SPLIT_CANDIDATES = [
     )
 ]
 SWAP_AB_CANDIDATES = [
-    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk)
-    for bn, st, sk in itertools.product((64, 128), (3, 5), (1, 2))
+    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk, num_warps=w)
+    for bn, st, sk, w in itertools.product((64, 128), (2, 3), (1, 2), (4, 8))
+    if w == 4 or bn == 128
 ]
 SWAP_AB_SPLIT_CANDIDATES = [
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk)
-    for bn, st, sk in itertools.product((64, 128), (3, 5), (4, 8))
+    for bn, st, sk in itertools.product((64, 128), (2, 3), (4, 8, 16))
 ]
 
 

@@ -6,7 +6,8 @@ Layouts torch checks (and cuBLAS reads): x's scales [M, ceil(K/128)] outer-dim m
 (1, M)); the weight passed as its transpose [K, N] with its scales transposed to
 [ceil(K/128), ceil(N/128)] (the stored [ceil(N/128), ceil(K/128)] contiguous block, read
 transposed), whose row stride must be 16-byte aligned (ceil(K/128) a multiple of 4). cuBLAS
-refuses a one-row x, so the quantizer pads x to CUBLAS_ROW_MULTIPLE rows (zeros) and the padded
+refuses row counts that are not multiples of 4, so the quantizer pads x to CUBLAS_ROW_MULTIPLE
+rows (zeros) and the padded
 rows of y are dropped. cuBLAS picks its algorithm by shape, so a row's bits depend on the batch:
 the batch-invariant mode never routes here. Per-row weight scales, non-bf16 activations and
 shapes cuBLAS cannot take go to the Triton kernels (`cublas_accepts`).
@@ -20,7 +21,9 @@ from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
 
-CUBLAS_ROW_MULTIPLE = 16  # x's rows padded to a multiple of this (cuBLAS refuses one row)
+# x's rows padded to a multiple of this: on an H200 cuBLAS takes 4, 8, 12, 16 and 24 rows and
+# refuses 1, 2, 3, 5, 17 and 33 (`sparkinfer.lab.kernels.fp8_linear`'s probe row).
+CUBLAS_ROW_MULTIPLE = 4
 _ALIGN = 16  # bytes: e4m3 rows of x and W, and the weight scales' row stride
 
 

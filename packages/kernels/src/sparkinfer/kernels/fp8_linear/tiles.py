@@ -57,8 +57,9 @@ DECODE_TILES: tuple[TileRule[Fp8DecodeConfig], ...] = (
     TileRule(Fp8DecodeConfig(BN=64, BK=128, num_stages=4)),
 )
 SWAP_AB_TILES: tuple[TileRule[Fp8SwapAbConfig], ...] = (
-    TileRule(Fp8SwapAbConfig(BN=64, num_stages=4, SPLIT_K=4), max_n=NARROW_N),
-    TileRule(Fp8SwapAbConfig(BN=64, num_stages=4)),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=8), max_n=NARROW_N),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=2), max_n=WIDE_N),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3)),
 )
 
 
