@@ -151,6 +151,8 @@ def test_swap_ab_gemm_matches_the_prompt_ref(m, split_k):
     torch.testing.assert_close(fp8_gemm_swap_ab(x, w, per_row, cfg), y, atol=2e-3, rtol=2e-3)
     if split_k > 1:
         assert torch.equal(fp8_gemm_swap_ab(x, w, s, cfg), y)  # slice order, not finish order
+    pre = Fp8SwapAbConfig(BN=64, SPLIT_K=split_k, PREQUANTIZE=True)  # x quantized before
+    torch.testing.assert_close(fp8_gemm_swap_ab(x, w, s, pre), y, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("m", [1, 33, 70])
@@ -334,6 +336,8 @@ def test_cublas_and_swap_ab_match_the_prompt_ref_on_gpu(m):
     if m <= 64:
         y = fp8_gemm_swap_ab(x, w, s, Fp8SwapAbConfig(SPLIT_K=4))
         torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=3e-2)
+        pre = fp8_gemm_swap_ab(x, w, s, Fp8SwapAbConfig(SPLIT_K=4, PREQUANTIZE=True))
+        assert torch.equal(pre, y)  # the same e4m3 x and scales, the same dots
 
 
 @pytest.mark.gpu

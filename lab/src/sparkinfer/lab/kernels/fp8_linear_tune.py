@@ -60,9 +60,16 @@ SWAP_AB_CANDIDATES = [
     for bn, st, sk, w in itertools.product((64, 128), (2, 3), (1, 2), (4, 8))
     if w == 4 or bn == 128
 ]
+SWAP_AB_CANDIDATES += [  # x quantized once before the launch: less work per program at 32-64 rows
+    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk, PREQUANTIZE=True)
+    for bn, st, sk in itertools.product((64, 128), (2, 3), (1, 2))
+]
 SWAP_AB_SPLIT_CANDIDATES = [
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk)
     for bn, st, sk in itertools.product((64, 128), (2, 3), (4, 8, 16))
+] + [
+    Fp8SwapAbConfig(BN=64, num_stages=st, SPLIT_K=sk, PREQUANTIZE=True)
+    for st, sk in itertools.product((2, 3), (4, 8, 16))
 ]
 
 

@@ -4,12 +4,14 @@ A decode batch has few rows, so `fp8_gemm_swap_ab` computes y.T = W @ x.T: each 
 weight rows (the MMA's M side, 64 or more for Hopper's warpgroup MMA) against a BM-row tile of x
 (its N side, 16 for one to 16 rows) and walks K in 128-column steps, each in one scale block. The
 weight tile goes to the tensor cores as stored, in e4m3: no conversion per weight element, so the
-kernel streams the weight at the memory's pace. x's step tile is quantized in registers per token
-and 128-column group (scale = amax / 448, the prompt path's scheme, `fp8_linear_prompt_ref` is the
-specification), each step's dot scaled by the weight rows' block scales and x's group scales in
-fp32. SPLIT_K cuts K into slices summed by the last slice to finish (`_split_k`, deterministic).
-Under the CPU interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded
-on the bits (`quantize.round_to_e4m3`).
+kernel streams the weight near the memory's pace. x is quantized per token and 128-column group
+(scale = amax / 448, the prompt path's scheme, `fp8_linear_prompt_ref` is the specification):
+in registers, each program its step's tile (no second launch; the work grows with BM), or with
+PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch. Each step's dot is
+scaled by the weight rows' block scales and x's group scales in fp32. SPLIT_K cuts K into
+slices summed by the last slice to finish (`_split_k`, deterministic). Under the CPU
+interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded on the bits
+(`quantize.round_to_e4m3`).
 """
 
 # Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr arguments.
@@ -25,7 +27,7 @@ import triton.language as tl
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
-from sparkinfer.kernels.fp8_linear.quantize import round_to_e4m3
+from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8, round_to_e4m3
 from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX
 from sparkinfer.kernels.split_k import split_k_plan
 
@@ -33,21 +35,24 @@ from sparkinfer.kernels.split_k import split_k_plan
 @dataclass(frozen=True)
 class Fp8SwapAbConfig:
     """Tiles of one swap-AB launch: BN weight rows per program, BM rows of x (None: 16, 32 or 64,
-    the smallest holding M), K cut into at most SPLIT_K slices run by separate programs."""
+    the smallest holding M), K cut into at most SPLIT_K slices run by separate programs; x
+    quantized before the launch (PREQUANTIZE) or in registers by every program."""
 
     BN: int = 64
     BM: int | None = None
     num_warps: int = 4
     num_stages: int = 4
     SPLIT_K: int = 1
+    PREQUANTIZE: bool = False
 
 
 @triton.jit
 def _fp8_swap_ab_kernel(
-    p_x, p_w, p_s, p_y, p_part, p_arrived,
-    M, N, K, stride_xm, num_k_blocks, K_PER_SPLIT,
+    p_x, p_xs, p_w, p_s, p_y, p_part, p_arrived,
+    M, N, K, stride_xm, stride_xs_k, num_k_blocks, K_PER_SPLIT,
     BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
-    FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, IS_INTERPRETED: tl.constexpr,
+    FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, X_QUANTIZED: tl.constexpr,
+    IS_INTERPRETED: tl.constexpr,
 ):  # fmt: skip
     i_n, i_m, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
@@ -62,14 +67,21 @@ def _fp8_swap_ab_kernel(
         m_k = o_k < k_end
         b_w = tl.load(p_w + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None] & m_k[None, :],
                       other=0.0)  # fmt: skip
-        b_x = tl.load(p_x + o_m[:, None] * stride_xm + o_k[None, :],
-                      mask=m_m[:, None] & m_k[None, :], other=0.0).to(tl.float32)  # fmt: skip
-        b_xs = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-12) / FP8_LIMIT  # [BM]
-        b_xq = tl.clamp(b_x / b_xs[:, None], -FP8_LIMIT, FP8_LIMIT)
-        if IS_INTERPRETED:
-            b_dot = tl.dot(b_w.to(tl.float32), tl.trans(round_to_e4m3(b_xq)))
+        p_xk = p_x + o_m[:, None] * stride_xm + o_k[None, :]
+        m_xk = m_m[:, None] & m_k[None, :]
+        if X_QUANTIZED:  # e4m3 x and its scales, from `quantize_activation_fp8`
+            b_xq = tl.load(p_xk, mask=m_xk, other=0.0)
+            b_xs = tl.load(p_xs + (k0 // BK) * stride_xs_k + o_m, mask=m_m, other=0.0)
+            b_xd = b_xq.to(tl.float32) if IS_INTERPRETED else b_xq
         else:
-            b_dot = tl.dot(b_w, tl.trans(b_xq.to(b_w.dtype)))  # RN cast: as torch's
+            b_x = tl.load(p_xk, mask=m_xk, other=0.0).to(tl.float32)
+            b_xs = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-12) / FP8_LIMIT  # [BM]
+            b_xc = tl.clamp(b_x / b_xs[:, None], -FP8_LIMIT, FP8_LIMIT)
+            b_xd = round_to_e4m3(b_xc) if IS_INTERPRETED else b_xc.to(b_w.dtype)  # RN: as torch
+        if IS_INTERPRETED:  # the interpreter's e4m3 dot is inexact: fp32 copies of the values
+            b_dot = tl.dot(b_w.to(tl.float32), tl.trans(b_xd))
+        else:
+            b_dot = tl.dot(b_w, tl.trans(b_xd))
         b_ws = tl.load(p_sn + k0 // BK, mask=m_n, other=0.0)  # [BN]
         b_acc += b_dot * b_ws[:, None] * b_xs[None, :]
     o_y = o_m[None, :] * N + o_n[:, None]
@@ -105,14 +117,15 @@ def fp8_gemm_swap_ab(
     if k == 0:
         return y.zero_()
     bm = cfg.BM or decode_row_tile(m)
+    x_in, x_scale = quantize_activation_fp8(x) if cfg.PREQUANTIZE else (x, x)
     num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
     grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
     part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
     _fp8_swap_ab_kernel[grid](
-        x, weight, weight_scale_inv, y, part, arrived,
-        m, n, k, x.stride(0), weight_scale_inv.shape[1], k_per_split,
+        x_in, x_scale, weight, weight_scale_inv, y, part, arrived,
+        m, n, k, x_in.stride(0), x_scale.stride(-1), weight_scale_inv.shape[1], k_per_split,
         BN=cfg.BN, BM=bm, BK=BLOCK, SCALE_ROWS=rows_per_scale, FP8_LIMIT=FP8_MAX,
-        SPLIT_K=num_slices, IS_INTERPRETED=not x.is_cuda,
+        SPLIT_K=num_slices, X_QUANTIZED=cfg.PREQUANTIZE, IS_INTERPRETED=not x.is_cuda,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y

@@ -57,9 +57,13 @@ DECODE_TILES: tuple[TileRule[Fp8DecodeConfig], ...] = (
     TileRule(Fp8DecodeConfig(BN=64, BK=128, num_stages=4)),
 )
 SWAP_AB_TILES: tuple[TileRule[Fp8SwapAbConfig], ...] = (
-    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=8), max_n=NARROW_N),
-    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=2), max_n=WIDE_N),
-    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3)),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=8), max_n=NARROW_N, max_rows=16),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=2), max_n=WIDE_N, max_rows=16),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3), max_rows=16),
+    # 32 and 64 rows: x quantized once before the launch (in registers the work grows with BM)
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=8, PREQUANTIZE=True), max_n=NARROW_N),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, SPLIT_K=2, PREQUANTIZE=True), max_n=WIDE_N),
+    TileRule(Fp8SwapAbConfig(BN=64, num_stages=3, PREQUANTIZE=True)),
 )
 
 
