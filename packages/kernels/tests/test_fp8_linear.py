@@ -175,7 +175,7 @@ def test_dispatch_follows_the_routes_and_keeps_a_fixed_tile_per_invariant_phase(
                        ("fp8_gemm_swap_ab", "a")]:  # fmt: skip
         monkeypatch.setattr(dispatch, name, lambda x, w, s, c=None, k=kind: calls.append((k, c)))
     w, s = _weight(8, 128, 6)
-    for m in (1, 16, 17, 65):  # CPU x: no cuBLAS, so the decode then the prompt GEMM
+    for m in (1, 32, 33, 65):  # CPU x: no cuBLAS, so the decode then the prompt GEMM
         fp8_linear(torch.randn(m, 128), w, s)
     routes = (Fp8Route("gemv", 1), Fp8Route("decode", 8), Fp8Route("prompt"))
     with kernel_tuning(KernelTuning(fp8_routes=routes)):
@@ -190,7 +190,7 @@ def test_dispatch_follows_the_routes_and_keeps_a_fixed_tile_per_invariant_phase(
     assert kinds == ["a", "a", "d", "p", "g", "d", "p", "d", "d", "p"]
     assert calls[7][1] == calls[8][1] == dispatch.DECODE_INVARIANT_CONFIG  # one tile, any M
     assert dispatch.DECODE_INVARIANT_CONFIG.SPLIT_K == 1  # the K order of every row, any M
-    assert calls[0][1] == swap_ab_tile(1, 8, 128) and calls[2][1] == decode_tile(17, 8, 128)
+    assert calls[0][1] == swap_ab_tile(1, 8, 128) and calls[2][1] == decode_tile(33, 8, 128)
     assert calls[4][1] == gemv_tile(8, 128)
 
 

@@ -35,11 +35,12 @@ class Fp8Route:
 
 
 # Measured at the 27B projections on an H200 (1, 8, 16, 32, 64 and 4,096 rows): the swap-AB GEMM
-# is the fastest at one to 16 rows (0.75-0.82 of the copy rate on four of the five projections,
-# where the GEMV gives 0.52-0.68 and cuBLAS 0.42-0.66), cuBLAS from 32 rows on (1.37-1.57x bf16
-# at 4,096 rows, about twice our prompt GEMM).
+# is the fastest at one to 16 rows (0.56-0.80 of the copy rate; 145-147 us over the five
+# projections, where the GEMV and decode GEMM take 172-175 and cuBLAS 174-183) and, with x
+# quantized before the launch, at 32 rows (159 us, cuBLAS 199); cuBLAS from 33 rows on (199 us
+# at 64 rows, swap-AB 215) and at 4,096 rows (1.37-1.57x bf16, about twice our prompt GEMM).
 FP8_ROUTES: tuple[Fp8Route, ...] = (
-    Fp8Route("swap_ab", max_rows=16),
+    Fp8Route("swap_ab", max_rows=32),
     Fp8Route("cublas"),
 )
 
