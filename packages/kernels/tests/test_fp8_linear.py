@@ -271,7 +271,7 @@ def test_launchers_refuse_bad_operands():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 8, 16, 64, 512])
+@pytest.mark.parametrize("m", [1, 8, 16, 32, 64, 512])
 @pytest.mark.parametrize(("n", "k"), [(16480, 5120), (5120, 17408), (34816, 5120)])
 def test_fp8_linear_real_shapes_on_gpu(m, n, k):
     torch.manual_seed(8)
