@@ -1,0 +1,266 @@
+"""The block drafter against a plain-torch reference of the published computation, per layout:
+the block forward (context + block, non-causal), the KV cache across a rejection, the heads."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from sparkinfer.model.drafters.cache import allocate_drafter_cache
+from sparkinfer.model.drafters.config import DFLASH2, DrafterConfig, parse_drafter_config
+from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules, block_visibility
+from sparkinfer.model.layers import select_ops
+from sparkinfer.model.layers.embedding import Embedding, LMHead
+
+sys.path.insert(0, str(Path(__file__).parent))
+from drafter_checkpoints import PUBLISHED, random_tensors, shrink
+
+HIDDEN, VOCAB, TARGET_LAYERS = 64, 320, 8
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """x [T, heads, D] at positions [T], rotate_half over the whole head."""
+    d = x.shape[-1]
+    angle = pos[:, None].float() / theta ** (torch.arange(0, d, 2).float() / d)
+    cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+    rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+def conv(x: torch.Tensor, dyn: torch.Tensor, base: torch.Tensor, group: int) -> torch.Tensor:
+    """DFlash2's in-block convolution, row by row: x [S, h], dyn [S, K, G], base [K, h]."""
+    y = torch.zeros_like(x)
+    for j in range(x.shape[0]):
+        for o in range(base.shape[0]):
+            if j - o >= 0:
+                y[j] += (base[o] + dyn[j, o].repeat_interleave(group)) * x[j - o]
+    return y
+
+
+def block_forward_ref(w, c: DrafterConfig, embed, head, tapped, anchor: int):
+    """One sequence from scratch: context = tapped [P, taps * h] at positions 0..P-1, block =
+    [anchor, mask...] at P.. -> (rows [n, h], logits [n, V]). K/V of every layer come from
+    [context | block], queries from the block, which sees itself whole."""
+    p_len, s, d, eps = tapped.shape[0], c.block_size, c.head_dim, c.rms_norm_eps
+    heads, kv_heads = c.num_attention_heads, c.num_key_value_heads
+    ctx = rms(tapped @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
+    x = embed[[anchor] + [c.mask_token_id] * (s - 1)] * c.input_embedding_scale
+    q_pos, k_pos = p_len + torch.arange(s), torch.arange(p_len + s)
+    for n in range(c.num_hidden_layers):
+        lw = {
+            k.removeprefix(f"layers.{n}."): v for k, v in w.items() if k.startswith(f"layers.{n}.")
+        }
+        is_conv, g = c.layout == DFLASH2, c.conv_group_size
+        h = rms(x, lw["input_layernorm.weight"], eps)
+        if is_conv:
+            dyn = (h @ lw["attention_conv.kernel_projection.weight"].T).view(
+                s, 2, c.conv_kernel_size, -1
+            )
+            h = conv(h, dyn[:, 0], lw["attention_conv.base_kernel"][0], g)
+        q = rope(
+            rms(
+                (h @ lw["self_attn.q_proj.weight"].T).view(s, heads, d),
+                lw["self_attn.q_norm.weight"],
+                eps,
+            ),
+            q_pos,
+            c.rope_theta,
+        )
+        kv_in = torch.cat([ctx, h])
+        k = rms(
+            (kv_in @ lw["self_attn.k_proj.weight"].T).view(-1, kv_heads, d),
+            lw["self_attn.k_norm.weight"],
+            eps,
+        )
+        k, v = (
+            rope(k, k_pos, c.rope_theta),
+            (kv_in @ lw["self_attn.v_proj.weight"].T).view(-1, kv_heads, d),
+        )
+        out = torch.empty(s, heads, d)
+        for head_idx in range(heads):
+            kv = head_idx // (heads // kv_heads)
+            scores = q[:, head_idx] @ k[:, kv].T / math.sqrt(d)  # [S, P + S]
+            window = c.sliding_windows[n]
+            if window is not None:
+                scores[(q_pos[:, None] - k_pos).abs() >= window] = float("-inf")
+            if c.is_causal:
+                scores[k_pos > q_pos[:, None]] = float("-inf")
+            out[:, head_idx] = scores.softmax(-1) @ v[:, kv]
+        a = out.reshape(s, -1) @ lw["self_attn.o_proj.weight"].T
+        if is_conv:
+            a = conv(a, dyn[:, 1], lw["attention_conv.base_kernel"][1], g)
+        x = x + a
+        h = rms(x, lw["post_attention_layernorm.weight"], eps)
+        if is_conv:
+            dyn = (h @ lw["mlp_conv.kernel_projection.weight"].T).view(s, 2, c.conv_kernel_size, -1)
+            h = conv(h, dyn[:, 0], lw["mlp_conv.base_kernel"][0], g)
+        m = (F.silu(h @ lw["mlp.gate_proj.weight"].T) * (h @ lw["mlp.up_proj.weight"].T)) @ lw[
+            "mlp.down_proj.weight"
+        ].T
+        if is_conv:
+            m = conv(m, dyn[:, 1], lw["mlp_conv.base_kernel"][1], g)
+        x = x + m
+    x = rms(x, w["norm.weight"], eps)
+    rows = x if c.is_shifted else x[1:]
+    return rows, rows @ head.T  # fmt: skip
+
+
+def build(name: str, *, seed: int = 0, **changes):
+    """(drafter with random weights in fp32 on CPU, its weights by checkpoint name, embed, head)."""
+    data = shrink(PUBLISHED[name], hidden=HIDDEN, vocab=VOCAB, num_layers=TARGET_LAYERS)
+    config = dataclasses.replace(parse_drafter_config(data), **changes)
+    gen = torch.Generator().manual_seed(seed + 100)
+    dims = {"device": torch.device("cpu"), "dtype": torch.float32}
+    embed, head = (
+        Embedding(VOCAB, HIDDEN, **dims),
+        LMHead(VOCAB, HIDDEN, num_real_tokens=VOCAB, ops=select_ops(use_triton=False), **dims),
+    )
+    with torch.no_grad():
+        embed.weight.copy_(torch.randn(VOCAB, HIDDEN, generator=gen))
+        head.weight.copy_(torch.randn(VOCAB, HIDDEN, generator=gen) * 0.2)
+    drafter = BlockDrafter(
+        config, SharedTargetModules(embed, head), ops=select_ops(use_triton=False), **dims
+    )
+    weights = random_tensors(data, seed)
+    params = dict(drafter.named_parameters())
+    with torch.no_grad():
+        for k, t in weights.items():
+            params[k].copy_(t)
+    return drafter, weights, embed.weight.detach(), head.weight.detach()  # fmt: skip
+
+
+LAYOUTS = list(PUBLISHED)
+
+
+def _contexts(drafter: BlockDrafter, lengths, seed: int = 1) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    width = drafter.config.num_taps * HIDDEN
+    return [torch.randn(n, width, generator=gen) for n in lengths]
+
+
+def _propose(drafter, cache, contexts, slots, anchors):
+    """Write every context (packed, in one call) and propose one block per sequence."""
+    drafter.write_context(
+        torch.cat(contexts),
+        torch.cat([torch.full((len(t),), s) for t, s in zip(contexts, slots, strict=True)]),
+        torch.cat([torch.arange(len(t)) for t in contexts]),
+        cache,
+    )
+    positions = torch.tensor([len(t) for t in contexts])
+    num_keys = int(positions.max()) + drafter.config.block_size
+    return drafter.propose(
+        torch.tensor(anchors), torch.tensor(slots), positions, cache, num_keys=num_keys
+    )
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_block_forward_equals_the_reference(name) -> None:
+    """Two sequences in one call (contexts of 7 and 11 tokens, past the window of 5), in
+    shuffled cache rows: each equals the reference computed alone from scratch."""
+    drafter, w, embed, head = build(name)
+    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=3, max_len=40, device="cpu")
+    contexts, slots, anchors = _contexts(drafter, [7, 11]), [2, 0], [5, 17]
+    draft = _propose(drafter, cache, contexts, slots, anchors)
+    n = drafter.config.num_drafts
+    assert draft.logits.shape == (2, n, VOCAB) and draft.hidden.shape == (2, n, HIDDEN)
+    for b in range(2):
+        rows, logits = block_forward_ref(w, drafter.config, embed, head, contexts[b], anchors[b])
+        torch.testing.assert_close(draft.hidden[b], rows, **TOL)
+        torch.testing.assert_close(draft.logits[b], logits, **TOL)
+
+
+def test_block_rows_see_later_rows() -> None:
+    """Non-causal within the block: every row attends to all rows of its own block and to the
+    context before its anchor, nothing after the block; a causal drafter gives other logits."""
+    vis = block_visibility(torch.tensor([3]), 4, 9, window=None, is_causal=False)[0, 0]
+    assert vis.tolist() == [[True] * 7 + [False] * 2] * 4
+    causal = block_visibility(torch.tensor([3]), 4, 9, window=None, is_causal=True)[0, 0]
+    assert causal[0].tolist() == [True] * 4 + [False] * 5
+    windowed = block_visibility(torch.tensor([3]), 4, 9, window=2, is_causal=False)[0, 0]
+    assert windowed[1].tolist() == [False] * 3 + [True] * 3 + [False] * 3
+    outputs = []
+    for is_causal in (False, True):
+        drafter, *_ = build("z-lab/Qwen3.5-27B-DFlash", is_causal=is_causal)
+        cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
+        outputs.append(_propose(drafter, cache, _contexts(drafter, [6]), [0], [4]).logits)
+    assert not torch.allclose(outputs[0][:, :-1], outputs[1][:, :-1], atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["z-lab/Qwen3.6-27B-DFlash", "RadixArk/Qwen3.8-27B-DSpark"])
+def test_kv_after_a_rejection_equals_recomputing_from_scratch(name) -> None:
+    """Propose at 9 (scratch K/V at 9..), accept 2 drafts: write the 3 verified tokens'
+    context over the scratch and propose at 12. Same as a fresh cache given all 12 at once."""
+    drafter, *_ = build(name)
+    full = _contexts(drafter, [12])[0]
+    kept = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=40, device="cpu")
+    _propose(drafter, kept, [full[:9]], [1], [8])
+    drafter.write_context(full[9:], torch.full((3,), 1), torch.arange(9, 12), kept)
+    num_keys = 12 + drafter.config.block_size
+    after = drafter.propose(
+        torch.tensor([3]), torch.tensor([1]), torch.tensor([12]), kept, num_keys=num_keys
+    )
+    fresh = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=40, device="cpu")
+    want = _propose(drafter, fresh, [full], [1], [3])
+    torch.testing.assert_close(after.logits, want.logits, **TOL)
+    torch.testing.assert_close(kept.k[:, 1, :12], fresh.k[:, 1, :12], **TOL)
+
+
+def test_dflash_picks_each_rows_argmax() -> None:
+    drafter, *_ = build("z-lab/Qwen3.5-27B-DFlash")
+    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
+    draft = _propose(drafter, cache, _contexts(drafter, [5]), [0], [9])
+    chosen = drafter.draft_tokens(draft, torch.tensor([9]))
+    assert torch.equal(chosen.tokens, draft.logits.argmax(-1))
+    assert drafter.confidence_logits(draft, chosen.tokens, torch.tensor([9])) is None
+
+
+def test_dspark_chains_the_markov_head_and_scores_confidence() -> None:
+    """Row j's pick is argmax(logits_j + w2 @ w1[previous pick]), the anchor before row 0; the
+    confidence logit reads [hidden_j | w1[previous]]."""
+    drafter, w, *_ = build("RadixArk/Qwen3.8-27B-DSpark")
+    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=30, device="cpu")
+    anchors = torch.tensor([9, 40])
+    draft = _propose(drafter, cache, _contexts(drafter, [5, 8]), [0, 1], anchors.tolist())
+    chosen = drafter.draft_tokens(draft, anchors)
+    w1, w2 = w["markov_head.markov_w1.weight"], w["markov_head.markov_w2.weight"]
+    for b in range(2):
+        prev, prevs = int(anchors[b]), []
+        for j in range(drafter.config.num_drafts):
+            prevs.append(prev)
+            prev = int((draft.logits[b, j] + w2 @ w1[prev]).argmax())
+            assert int(chosen.tokens[b, j]) == prev
+        features = torch.cat([draft.hidden[b], w1[prevs]], -1)
+        want = features @ w["confidence_head.proj.weight"][0] + w["confidence_head.proj.bias"]
+        got = drafter.confidence_logits(draft, chosen.tokens, anchors)
+        assert got is not None
+        torch.testing.assert_close(got[b], want, **TOL)
+
+
+def test_dflash2_selects_a_path_through_the_top_candidates() -> None:
+    """Row j scores its top-k candidates c after the previous pick p as
+    logit(c) + sum_r pred[p, r] * (W h_j)[r] * succ[c, r] and takes the best."""
+    drafter, w, *_ = build("Qwen3.8-27B-DFlash2")
+    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
+    draft = _propose(drafter, cache, _contexts(drafter, [6]), [0], [9])
+    chosen = drafter.draft_tokens(draft, torch.tensor([9]))
+    pred, succ = (
+        w["candidate_selector.predecessor_codebook"],
+        w["candidate_selector.successor_codebook"],
+    )
+    proj = draft.hidden[0] @ w["candidate_selector.hidden_projection.weight"].T
+    prev = 9
+    for j in range(drafter.config.num_drafts):
+        top = draft.logits[0, j].topk(drafter.config.selector_top_k)
+        scores = top.values + (succ[top.indices] * (pred[prev] * proj[j])).sum(-1)
+        prev = int(top.indices[scores.argmax()])
+        assert int(chosen.tokens[0, j]) == prev
