@@ -1,6 +1,6 @@
 """Block drafter checkpoints for tests: the published configs, shrunk, with random weights.
 
-PUBLISHED holds each layout's config.json fields as published (docs/model.md §12 gives the
+PUBLISHED holds each layout's config.json fields as published (docs/model.md §17 gives the
 sources); `shrink` keeps every field but scales the dimensions to a small target, and
 `published_tensors` lists the tensor names and shapes those checkpoints ship, derived from the
 config alone (not from sparkinfer's module), so loading is checked against the published names.

@@ -1,6 +1,6 @@
 """A block drafter's config.json -> frozen `DrafterConfig`, checked against the target's config.
 
-Three published layouts (docs/model.md §12), told apart by `architectures`:
+Three published layouts (docs/model.md §17), told apart by `architectures`:
 
 | layout | architectures | extras |
 |---|---|---|

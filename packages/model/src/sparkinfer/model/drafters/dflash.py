@@ -1,4 +1,4 @@
-"""The block drafter of the DFlash family (DFlash, DFlash2, DSpark; docs/model.md §12).
+"""The block drafter of the DFlash family (DFlash, DFlash2, DSpark; docs/model.md §17).
 
 A few Qwen3-style decoder layers propose a block of tokens in one forward:
 
