@@ -17,12 +17,18 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from sparkinfer.model.config import TextConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
+from sparkinfer.model.drafters.config import DrafterConfig, check_drafter_fits, parse_drafter_config
 from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
 from sparkinfer.model.errors import CheckpointError, ConfigError
 from sparkinfer.model.hub import fetch_checkpoint
-from sparkinfer.model.weights import TensorRef, read_tensor_refs
+from sparkinfer.model.weights import (
+    CONFIG_PATTERNS,
+    TensorRef,
+    read_tensor_refs,
+    resolve_checkpoint,
+)
 from tqdm.auto import tqdm
 
 # stored name -> parameter name, where the published layout differs from the module's
@@ -44,6 +50,22 @@ def _read_config(path: Path) -> dict[str, object]:
         return json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"{file} cannot be read as JSON ({e}): fix or re-download it") from e
+
+
+def _checked_config(path: Path, target: TextConfig) -> DrafterConfig:
+    data = _read_config(path)
+    config = parse_drafter_config(data)
+    check_drafter_fits(config, target, data=data)
+    return config
+
+
+def read_drafter_config(
+    path_or_id: str | Path, target: TextConfig, *, progress: bool = True
+) -> DrafterConfig:
+    """The config of the drafter at a directory or hub id (of a hub id only its small files are
+    fetched), checked against the target's: what start-up checks before loading any weight."""
+    path = resolve_checkpoint(path_or_id, allow_patterns=CONFIG_PATTERNS, progress=progress)
+    return _checked_config(path, target)
 
 
 def _match(
@@ -95,9 +117,7 @@ def load_drafter(
     drafter's `target_layer_ids`. Raises ConfigError naming the first field that does not fit
     the target, CheckpointError naming a bad tensor, CheckpointNotFound for a missing one."""
     path = fetch_checkpoint(path_or_id, progress=progress)
-    data = _read_config(path)
-    config = parse_drafter_config(data)
-    check_drafter_fits(config, target.config.text, data=data)
+    config = _checked_config(path, target.config.text)
     device = target.lm_head.weight.device
     shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
     drafter = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
