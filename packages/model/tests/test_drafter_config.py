@@ -46,7 +46,7 @@ def test_published_configs_parse(name, layout, drafts, windows, taps) -> None:
     assert (config.head_dim, config.num_key_value_heads) == (128, 8)
     target = parse_text_config({**TEXT_WIDE, "hidden_size": 5120, "vocab_size": 248320,
                                 "num_hidden_layers": 64})  # fmt: skip
-    check_drafter_fits(config, target, data=PUBLISHED[name])
+    check_drafter_fits(config, target)
 
 
 def test_layout_extras_are_read() -> None:
@@ -76,13 +76,13 @@ def test_a_drafter_for_another_target_is_refused(change, message) -> None:
     for key, value in change.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) else value
     with pytest.raises(ConfigError, match=message):
-        check_drafter_fits(parse_drafter_config(data), TARGET, data=data)
+        check_drafter_fits(parse_drafter_config(data), TARGET)
 
 
 def test_dspark_may_tap_the_embeddings() -> None:
     data = small("RadixArk/Qwen3.8-27B-DSpark")
     data["dflash_config"]["target_layer_ids"] = [-1, 3, 7]
-    check_drafter_fits(parse_drafter_config(data), TARGET, data=data)
+    check_drafter_fits(parse_drafter_config(data), TARGET)
 
 
 @pytest.mark.parametrize(

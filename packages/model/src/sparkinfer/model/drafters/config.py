@@ -61,6 +61,8 @@ class DrafterConfig:
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
     sliding_windows: tuple[int | None, ...]
+    num_target_layers: int | None = None  # the target depth it was trained on, when stated
+    target_hidden_size: int | None = None  # the target width (DSpark's field), when stated
     is_causal: bool = False
     input_embedding_scale: float = 1.0
     output_multiplier: float = 1.0
@@ -207,6 +209,8 @@ def parse_drafter_config(data: Mapping[str, Any]) -> DrafterConfig:
         mask_token_id=f.int("mask_token_id"),
         target_layer_ids=f.int_tuple("target_layer_ids"),
         sliding_windows=_sliding_windows(top, num_layers),
+        num_target_layers=f.int("num_target_layers", None),
+        target_hidden_size=f.int("target_hidden_size", None),
         is_causal=f.bool("is_causal", f.bool("causal", False)),
         input_embedding_scale=f.float("input_embedding_scale", 1.0),
         output_multiplier=f.float("output_multiplier", 1.0),
@@ -215,21 +219,14 @@ def parse_drafter_config(data: Mapping[str, Any]) -> DrafterConfig:
     )
 
 
-def check_drafter_fits(
-    config: DrafterConfig, target: TextConfig, *, data: Mapping[str, Any]
-) -> None:
+def check_drafter_fits(config: DrafterConfig, target: TextConfig) -> None:
     """Raise ConfigError naming the first drafter field that does not fit the target model."""
-    num_layers = target.num_hidden_layers
-    top = _Fields(data, "")
+    num_layers, hidden = target.num_hidden_layers, target.hidden_size
     checks = [
-        ("hidden_size", config.hidden_size, target.hidden_size),
+        ("hidden_size", config.hidden_size, hidden),
         ("vocab_size", config.vocab_size, target.vocab_size),
-        ("num_target_layers", top.int("num_target_layers", num_layers), num_layers),
-        (
-            "target_hidden_size",
-            top.int("target_hidden_size", target.hidden_size),
-            target.hidden_size,
-        ),
+        ("num_target_layers", config.num_target_layers or num_layers, num_layers),
+        ("target_hidden_size", config.target_hidden_size or hidden, hidden),
     ]
     for name, got, want in checks:
         if got != want:
@@ -262,5 +259,5 @@ def load_drafter_config(drafter_dir: str | Path, target: TextConfig) -> DrafterC
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON ({e}): fix or re-download it") from e
     config = parse_drafter_config(data)
-    check_drafter_fits(config, target, data=data)
+    check_drafter_fits(config, target)
     return config

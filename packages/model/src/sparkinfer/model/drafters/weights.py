@@ -53,9 +53,8 @@ def _read_config(path: Path) -> dict[str, object]:
 
 
 def _checked_config(path: Path, target: TextConfig) -> DrafterConfig:
-    data = _read_config(path)
-    config = parse_drafter_config(data)
-    check_drafter_fits(config, target, data=data)
+    config = parse_drafter_config(_read_config(path))
+    check_drafter_fits(config, target)
     return config
 
 
