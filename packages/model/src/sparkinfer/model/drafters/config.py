@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkinfer.model.config import TextConfig, _Fields
+from sparkinfer.model.config import JsonFields, TextConfig
 from sparkinfer.model.errors import ConfigError, UnsupportedCheckpoint
 
 DFLASH, DFLASH2, DSPARK = "dflash", "dflash2", "dspark"
@@ -115,23 +115,23 @@ class DrafterConfig:
         return len(self.target_layer_ids)
 
 
-def _drafter_fields(data: Mapping[str, Any]) -> tuple[_Fields, _Fields]:
+def _drafter_fields(data: Mapping[str, Any]) -> tuple[JsonFields, JsonFields]:
     """(top level, the values of dflash_config over the top level)."""
-    top = _Fields(data, "")
+    top = JsonFields(data, "")
     nested = top.get("dflash_config", (dict,), {})
-    return top, _Fields({**data, **nested}, "")
+    return top, JsonFields({**data, **nested}, "")
 
 
-def _rope_theta(top: _Fields) -> float:
+def _rope_theta(top: JsonFields) -> float:
     rope = top.get("rope_parameters", (dict,), None) or top.get("rope_scaling", (dict,), None)
     if rope is None:
         return top.float("rope_theta", 1_000_000.0)
-    r = _Fields(rope, "rope_parameters")
+    r = JsonFields(rope, "rope_parameters")
     r.require("rope_type", ("default",), "default")
     return r.float("rope_theta", top.float("rope_theta", 1_000_000.0))
 
 
-def _sliding_windows(top: _Fields, num_layers: int) -> tuple[int | None, ...]:
+def _sliding_windows(top: JsonFields, num_layers: int) -> tuple[int | None, ...]:
     types = top.get("layer_types", (list,), [FULL] * num_layers)
     unknown = [t for t in types if t not in (SLIDING, FULL)]
     if unknown:
@@ -144,7 +144,7 @@ def _sliding_windows(top: _Fields, num_layers: int) -> tuple[int | None, ...]:
     return tuple(window if t == SLIDING else None for t in types)
 
 
-def _layout_fields(layout: str, f: _Fields) -> dict[str, Any]:
+def _layout_fields(layout: str, f: JsonFields) -> dict[str, Any]:
     """The DFlash2 or DSpark extras."""
     if layout == DFLASH2:
         return {
