@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from sparkinfer.model.drafters.cache import allocate_drafter_cache
+from sparkinfer.model.drafters.cache import allocate_drafter_cache, cache_rows
 from sparkinfer.model.drafters.config import DFLASH2, DrafterConfig, parse_drafter_config
 from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules, block_visibility
 from sparkinfer.model.layers import select_ops
@@ -136,19 +136,31 @@ def _contexts(drafter: BlockDrafter, lengths, seed: int = 1) -> list[torch.Tenso
     return [torch.randn(n, width, generator=gen) for n in lengths]
 
 
-def _propose(drafter, cache, contexts, slots, anchors):
+def paged(drafter, num_seqs: int, *, device: str = "cpu", seed: int = 0):
+    """A drafter cache of 4-position pages, and each sequence's 12 pages in shuffled order
+    (page 0 never used, so a stray write shows): (cache, block_tables [num_seqs, 12])."""
+    order = torch.randperm(num_seqs * 12 + 1, generator=torch.Generator().manual_seed(seed))
+    pages = order[order != 0].view(num_seqs, 12)
+    cache = allocate_drafter_cache(
+        drafter.cache_spec(), num_blocks=num_seqs * 12 + 1, block_size=4, device=device
+    )
+    return cache, pages.to(device)
+
+
+def _propose(drafter, cache, tables, contexts, anchors):
     """Write every context (packed, in one call) and propose one block per sequence."""
     dev = drafter.fc.weight.device
     drafter.write_context(
         torch.cat(contexts).to(dev),
-        torch.cat([torch.full((len(t),), s) for t, s in zip(contexts, slots, strict=True)]).to(dev),
         torch.cat([torch.arange(len(t)) for t in contexts]).to(dev),
         cache,
+        block_tables=tables,
+        seq_ids=torch.cat([torch.full((len(t),), i) for i, t in enumerate(contexts)]).to(dev),
     )
     positions = torch.tensor([len(t) for t in contexts], device=dev)
     num_keys = int(positions.max()) + drafter.config.block_size
-    anchors, slots = torch.tensor(anchors, device=dev), torch.tensor(slots, device=dev)
-    return drafter.propose(anchors, slots, positions, cache, num_keys=num_keys)
+    anchors = torch.tensor(anchors, device=dev)
+    return drafter.propose(anchors, positions, cache, block_tables=tables, num_keys=num_keys)
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
@@ -156,9 +168,9 @@ def test_block_forward_equals_the_reference(name) -> None:
     """Two sequences in one call (contexts of 7 and 11 tokens, past the window of 5), in
     shuffled cache rows: each equals the reference computed alone from scratch."""
     drafter, w, embed, head = build(name)
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=3, max_len=40, device="cpu")
-    contexts, slots, anchors = _contexts(drafter, [7, 11]), [2, 0], [5, 17]
-    draft = _propose(drafter, cache, contexts, slots, anchors)
+    cache, tables = paged(drafter, 2)
+    contexts, anchors = _contexts(drafter, [7, 11]), [5, 17]
+    draft = _propose(drafter, cache, tables, contexts, anchors)
     n = drafter.config.num_drafts
     assert draft.logits.shape == (2, n, VOCAB) and draft.hidden.shape == (2, n, HIDDEN)
     for b in range(2):
@@ -172,9 +184,9 @@ def test_block_forward_equals_the_reference(name) -> None:
 def test_cuda_block_forward_matches_the_reference(name) -> None:
     """The same on the GPU with the kernels' linear (tf32 dots): within 2e-2 of the reference."""
     drafter, w, embed, head = build(name, device="cuda")
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=3, max_len=40, device="cuda")
-    contexts, slots, anchors = _contexts(drafter, [7, 11]), [2, 0], [5, 17]
-    draft = _propose(drafter, cache, contexts, slots, anchors)
+    cache, tables = paged(drafter, 2, device="cuda")
+    contexts, anchors = _contexts(drafter, [7, 11]), [5, 17]
+    draft = _propose(drafter, cache, tables, contexts, anchors)
     for b in range(2):
         _, logits = block_forward_ref(w, drafter.config, embed, head, contexts[b], anchors[b])
         torch.testing.assert_close(draft.logits[b].cpu(), logits, atol=2e-2, rtol=2e-2)
@@ -192,34 +204,39 @@ def test_block_rows_see_later_rows() -> None:
     outputs = []
     for is_causal in (False, True):
         drafter, *_ = build("z-lab/Qwen3.5-27B-DFlash", is_causal=is_causal)
-        cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
-        outputs.append(_propose(drafter, cache, _contexts(drafter, [6]), [0], [4]).logits)
+        cache, tables = paged(drafter, 1)
+        outputs.append(_propose(drafter, cache, tables, _contexts(drafter, [6]), [4]).logits)
     assert not torch.allclose(outputs[0][:, :-1], outputs[1][:, :-1], atol=1e-3)
 
 
 @pytest.mark.parametrize("name", ["z-lab/Qwen3.6-27B-DFlash", "RadixArk/Qwen3.8-27B-DSpark"])
 def test_kv_after_a_rejection_equals_recomputing_from_scratch(name) -> None:
     """Propose at 9 (scratch K/V at 9..), accept 2 drafts: write the 3 verified tokens'
-    context over the scratch and propose at 12. Same as a fresh cache given all 12 at once."""
+    context over the scratch and propose at 12. Same as a fresh cache (other pages) given all
+    12 at once."""
     drafter, *_ = build(name)
     full = _contexts(drafter, [12])[0]
-    kept = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=40, device="cpu")
-    _propose(drafter, kept, [full[:9]], [1], [8])
-    drafter.write_context(full[9:], torch.full((3,), 1), torch.arange(9, 12), kept)
+    kept, tables = paged(drafter, 1)
+    _propose(drafter, kept, tables, [full[:9]], [8])
+    one = torch.zeros(3, dtype=torch.int64)
+    drafter.write_context(full[9:], torch.arange(9, 12), kept, block_tables=tables, seq_ids=one)
     num_keys = 12 + drafter.config.block_size
     after = drafter.propose(
-        torch.tensor([3]), torch.tensor([1]), torch.tensor([12]), kept, num_keys=num_keys
+        torch.tensor([3]), torch.tensor([12]), kept, block_tables=tables, num_keys=num_keys
     )
-    fresh = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=40, device="cpu")
-    want = _propose(drafter, fresh, [full], [1], [3])
+    fresh, fresh_tables = paged(drafter, 1, seed=5)
+    want = _propose(drafter, fresh, fresh_tables, [full], [3])
     torch.testing.assert_close(after.logits, want.logits, **TOL)
-    torch.testing.assert_close(kept.k[:, 1, :12], fresh.k[:, 1, :12], **TOL)
+    positions = torch.arange(12)[None]
+    kept_rows = cache_rows(tables, positions, 4)[0]
+    fresh_rows = cache_rows(fresh_tables, positions, 4)[0]
+    torch.testing.assert_close(kept.k[:, kept_rows], fresh.k[:, fresh_rows], **TOL)
 
 
 def test_dflash_picks_each_rows_argmax() -> None:
     drafter, *_ = build("z-lab/Qwen3.5-27B-DFlash")
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
-    draft = _propose(drafter, cache, _contexts(drafter, [5]), [0], [9])
+    cache, tables = paged(drafter, 1)
+    draft = _propose(drafter, cache, tables, _contexts(drafter, [5]), [9])
     chosen = drafter.draft_tokens(draft, torch.tensor([9]))
     assert torch.equal(chosen.tokens, draft.logits.argmax(-1))
     assert drafter.confidence_logits(draft, chosen.tokens, torch.tensor([9])) is None
@@ -229,9 +246,9 @@ def test_dspark_chains_the_markov_head_and_scores_confidence() -> None:
     """Row j's pick is argmax(logits_j + w2 @ w1[previous pick]), the anchor before row 0; the
     confidence logit reads [hidden_j | w1[previous]]."""
     drafter, w, *_ = build("RadixArk/Qwen3.8-27B-DSpark")
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=2, max_len=30, device="cpu")
+    cache, tables = paged(drafter, 2)
     anchors = torch.tensor([9, 40])
-    draft = _propose(drafter, cache, _contexts(drafter, [5, 8]), [0, 1], anchors.tolist())
+    draft = _propose(drafter, cache, tables, _contexts(drafter, [5, 8]), anchors.tolist())
     chosen = drafter.draft_tokens(draft, anchors)
     w1, w2 = w["markov_head.markov_w1.weight"], w["markov_head.markov_w2.weight"]
     for b in range(2):
@@ -251,8 +268,8 @@ def test_dflash2_selects_a_path_through_the_top_candidates() -> None:
     """Row j scores its top-k candidates c after the previous pick p as
     logit(c) + sum_r pred[p, r] * (W h_j)[r] * succ[c, r] and takes the best."""
     drafter, w, *_ = build("Qwen3.8-27B-DFlash2")
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=30, device="cpu")
-    draft = _propose(drafter, cache, _contexts(drafter, [6]), [0], [9])
+    cache, tables = paged(drafter, 1)
+    draft = _propose(drafter, cache, tables, _contexts(drafter, [6]), [9])
     chosen = drafter.draft_tokens(draft, torch.tensor([9]))
     pred, succ = (
         w["candidate_selector.predecessor_codebook"],

@@ -53,10 +53,17 @@ def test_each_published_layout_loads_and_drafts(name, target, tmp_path: Path, pa
         device="cpu",
     )  # fmt: skip
     out = target.forward_tapped(prompt, batch)
-    cache = allocate_drafter_cache(drafter.cache_spec(), num_slots=1, max_len=40, device="cpu")
-    drafter.write_context(out.tapped, torch.zeros(11, dtype=torch.int64), torch.arange(11), cache)
+    # the drafter's K/V paged with the target's block table
+    cache = allocate_drafter_cache(
+        drafter.cache_spec(), num_blocks=len(runner.tables[0]) + 2, block_size=16, device="cpu"
+    )
+    tables = torch.tensor([runner.tables[0] + [0]])  # a spare page: context + one block
+    seq = torch.zeros(11, dtype=torch.int64)
+    drafter.write_context(out.tapped, torch.arange(11), cache, block_tables=tables, seq_ids=seq)
     anchor = target.compute_logits(out.hidden[-1:]).argmax(-1)
-    draft = drafter.propose(anchor, torch.tensor([0]), torch.tensor([11]), cache, num_keys=11 + 16)
+    draft = drafter.propose(
+        anchor, torch.tensor([11]), cache, block_tables=tables, num_keys=11 + 16
+    )
     tokens = drafter.draft_tokens(draft, anchor).tokens
     assert tokens.shape == (1, drafter.config.num_drafts)
     assert torch.isfinite(draft.logits).all()

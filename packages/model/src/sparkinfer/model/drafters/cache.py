@@ -1,10 +1,12 @@
-"""A block drafter's own KV cache: per layer, keys and values of the context it has seen.
+"""A block drafter's own KV cache, paged like the target's: per layer, K and V of the context.
 
-Row `slot` of the cache belongs to one sequence; position p of it holds the drafter's K/V of the
-target's tapped hidden states at token p. A block proposal writes its own rows' K/V at the
-positions after the context (anchor_position ...) as scratch: the next `write_context` of the
-accepted tokens overwrites them, so a rejection needs no explicit crop, and a row never reads a
-position past its own block. The engine allocates it (`allocate_drafter_cache`) and owns it.
+Position p of a sequence lives in row `block_table[p // block_size] * block_size + p %
+block_size` of each layer's [num_blocks * block_size, KV, D] table, so the drafter can share the
+target's block tables (and its prefix cache: a position's drafter K/V depend only on the tokens
+up to it). A block proposal writes its own rows' K/V at the positions after the context (anchor
+.. anchor + block_size - 1) as scratch; the next `write_context` of the accepted tokens writes
+over them, so a rejection needs no explicit crop, and a row never reads a position past its own
+block. The engine allocates it (`allocate_drafter_cache`) and owns it.
 """
 
 from __future__ import annotations
@@ -30,23 +32,31 @@ class DrafterCacheSpec:
 
 @dataclass(frozen=True)
 class DrafterCache:
-    """k, v: [num_layers, num_slots, max_len, KV, D]; max_len covers a sequence's context plus
-    one block."""
+    """k, v: [num_layers, num_blocks * block_size, KV, D], rows addressed by `cache_rows`."""
 
     k: torch.Tensor
     v: torch.Tensor
-
-    @property
-    def max_len(self) -> int:
-        return self.k.shape[2]
+    block_size: int
 
 
 def allocate_drafter_cache(
-    spec: DrafterCacheSpec, *, num_slots: int, max_len: int, device: torch.device | str
+    spec: DrafterCacheSpec, *, num_blocks: int, block_size: int, device: torch.device | str
 ) -> DrafterCache:
-    """Zeroed K/V for `num_slots` sequences of up to `max_len` positions (context + block)."""
-    shape = (spec.num_layers, num_slots, max_len, spec.num_kv_heads, spec.head_dim)
+    """Zeroed K/V for `num_blocks` pages of `block_size` positions."""
+    shape = (spec.num_layers, num_blocks * block_size, spec.num_kv_heads, spec.head_dim)
     return DrafterCache(
         k=torch.zeros(shape, dtype=spec.dtype, device=device),
         v=torch.zeros(shape, dtype=spec.dtype, device=device),
+        block_size=block_size,
     )
+
+
+def cache_rows(
+    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """The cache rows of positions [B, ...] of the B sequences whose pages block_tables [B, M]
+    lists -> int64 [B, ...]. A position's page must be in its table (past the last one: an
+    index error on the device)."""
+    b = block_tables.shape[0]
+    pages = block_tables.gather(1, (positions // block_size).reshape(b, -1)).view(positions.shape)
+    return pages * block_size + positions % block_size

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from sparkinfer.model.drafters.cache import DrafterCache, DrafterCacheSpec
+from sparkinfer.model.drafters.cache import DrafterCache, DrafterCacheSpec, cache_rows
 from sparkinfer.model.drafters.config import DFLASH2, DrafterConfig
 from sparkinfer.model.drafters.heads import (
     CandidateSelector,
@@ -36,7 +36,7 @@ from sparkinfer.model.drafters.heads import (
     Pick,
     pick_argmax,
 )
-from sparkinfer.model.drafters.layers import DraftLayer, DraftRMSNorm
+from sparkinfer.model.drafters.layers import BlockRows, DraftLayer, DraftRMSNorm
 from sparkinfer.model.errors import ConfigError
 from sparkinfer.model.layers import KernelOps
 from sparkinfer.model.layers.embedding import Embedding, LMHead
@@ -133,7 +133,8 @@ class BlockDrafter(nn.Module):
             self.confidence_head = ConfidenceHead(hidden + extra, **dims)
 
     def cache_spec(self) -> DrafterCacheSpec:
-        """The drafter's K/V per token (`cache.allocate_drafter_cache` allocates it)."""
+        """The drafter's K/V per token (`cache.allocate_drafter_cache` allocates it, paged like
+        the target's KV: the target's block tables address it too)."""
         c = self.config
         return DrafterCacheSpec(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
 
@@ -141,64 +142,78 @@ class BlockDrafter(nn.Module):
     def write_context(
         self,
         tapped: torch.Tensor,
-        slots: torch.Tensor,
         positions: torch.Tensor,
         cache: DrafterCache,
+        *,
+        block_tables: torch.Tensor,
+        seq_ids: torch.Tensor,
     ) -> None:
         """Write each layer's K/V of N verified tokens into the cache.
 
         tapped [N, num_taps * hidden]: the target's `forward_tapped(...).tapped` rows of those
-        tokens; slots [N], positions [N] int64: each token's cache row and position. Rewriting a
-        position (after a rejection) replaces what the block scratch left there.
+        tokens; positions [N], seq_ids [N] int64: each token's position and its sequence's row
+        in block_tables [B, M] (its pages). Rewriting a position (after a rejection) replaces
+        what the block scratch left there.
         """
         ctx = self.hidden_norm(self.fc(tapped.to(self.dtype)))
         cos, sin = self.rotary_emb(positions)
+        tables = block_tables.index_select(0, seq_ids)
+        rows = cache_rows(tables, positions[:, None], cache.block_size)[:, 0]
         for layer in self.layers:
             assert isinstance(layer, DraftLayer)
             attn = layer.self_attn
             k, v = attn.key_value(ctx, cos, sin)
-            cache.k[attn.layer_idx].index_put_((slots, positions), k)
-            cache.v[attn.layer_idx].index_put_((slots, positions), v)
+            cache.k[attn.layer_idx].index_copy_(0, rows, k)
+            cache.v[attn.layer_idx].index_copy_(0, rows, v)
 
     @torch.inference_mode()
     def propose(
         self,
         anchor_ids: torch.Tensor,
-        slots: torch.Tensor,
         anchor_positions: torch.Tensor,
         cache: DrafterCache,
         *,
+        block_tables: torch.Tensor,
         num_keys: int,
     ) -> BlockDraft:
-        """One block per sequence: anchor_ids, slots, anchor_positions [B] int64 (the last
-        verified token, its cache row, its position = the number of context tokens written).
+        """One block per sequence: anchor_ids, anchor_positions [B] int64 (the last verified
+        token and its position = the number of context tokens written before it); block_tables
+        [B, M] the sequences' pages, covering positions 0 .. num_keys - 1 (pad with any page).
 
-        num_keys: cache positions read per row, at least max(anchor_positions) + block_size
-        (a host value, so the shapes stay fixed under a CUDA graph). The block rows' K/V are
-        written at anchor .. anchor + block_size - 1 as scratch.
+        num_keys: positions read per row, at least max(anchor_positions) + block_size (a host
+        value, so the shapes stay fixed under a CUDA graph). The block rows' K/V are written at
+        anchor .. anchor + block_size - 1 as scratch.
         """
         c = self.config
         b, s = anchor_ids.shape[0], c.block_size
-        if num_keys > cache.max_len:
+        if block_tables.shape[1] * cache.block_size < num_keys:
             raise ConfigError(
-                f"num_keys {num_keys} exceeds the drafter cache's max_len {cache.max_len}: "
-                "allocate it for the longest context plus one block"
+                f"block_tables cover {block_tables.shape[1] * cache.block_size} positions; "
+                f"num_keys is {num_keys}: pad each table to cover the longest context plus "
+                "one block"
             )
-        ids = torch.full((b, s), c.mask_token_id, dtype=torch.int64, device=anchor_ids.device)
+        device = anchor_ids.device
+        ids = torch.full((b, s), c.mask_token_id, dtype=torch.int64, device=device)
         ids[:, 0] = anchor_ids
         x = self.shared.embed_tokens(ids.view(-1)).view(b, s, -1)
         if c.input_embedding_scale != 1.0:
             x = x * c.input_embedding_scale
-        positions = anchor_positions[:, None] + torch.arange(s, device=anchor_ids.device)
-        rope = self.rotary_emb(positions.view(-1))
+        positions = anchor_positions[:, None] + torch.arange(s, device=device)  # [B, S]
+        key_positions = torch.arange(num_keys, device=device).expand(b, num_keys)
         masks = {
             w: block_visibility(anchor_positions, s, num_keys, window=w, is_causal=c.is_causal)
             for w in set(c.sliding_windows)
         }
-        for layer, window in zip(self.layers, c.sliding_windows, strict=True):
-            x = layer(x, rope, cache, slots, positions, masks[window])
-        rows = self.norm(x if c.is_shifted else x[:, 1:])
-        return BlockDraft(rows, self.compute_logits(rows))
+        rows = BlockRows(
+            block=cache_rows(block_tables, positions, cache.block_size).view(-1),
+            keys=cache_rows(block_tables, key_positions, cache.block_size),
+            masks=tuple(masks[w] for w in c.sliding_windows),
+        )
+        rope = self.rotary_emb(positions.view(-1))
+        for layer in self.layers:
+            x = layer(x, rope, cache, rows)
+        rows_out = self.norm(x if c.is_shifted else x[:, 1:])
+        return BlockDraft(rows_out, self.compute_logits(rows_out))
 
     def compute_logits(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [B, n, hidden] -> [B, n, V] fp32 through the target's LM head, with the

@@ -4,6 +4,8 @@ SwiGLU MLP, plain-weight RMSNorm, full-head rope; DFlash2's in-block convolution
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from sparkinfer.model.drafters.block_conv import InBlockConv
@@ -12,6 +14,14 @@ from sparkinfer.model.drafters.config import DFLASH2, DrafterConfig
 from sparkinfer.model.layers import KernelOps, new_parameter
 from sparkinfer.model.layers.linear import Linear
 from torch import nn
+
+
+class BlockRows(NamedTuple):
+    """Where one proposal's block reads and writes in the drafter cache."""
+
+    block: torch.Tensor  # [B * S] cache rows of the block's positions (its K/V scratch)
+    keys: torch.Tensor  # [B, L] cache rows of positions 0 .. L - 1 of each sequence
+    masks: tuple[torch.Tensor, ...]  # per layer, [B, 1, S, L] bool: the keys each row sees
 
 
 class DraftRMSNorm(nn.Module):
@@ -75,29 +85,24 @@ class DraftAttention(nn.Module):
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         cache: DrafterCache,
-        slots: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor,
+        rows: BlockRows,
     ) -> torch.Tensor:
-        """x [B, S, hidden] block rows at positions [B, S] -> [B, S, hidden]; writes the rows'
-        K/V into the slots' cache rows, then attends over the first mask.shape[-1] positions
-        where mask [B, 1, S, L] allows."""
+        """x [B, S, hidden] block rows -> [B, S, hidden]; writes the rows' K/V at their cache
+        rows, then attends over the cache rows `rows.keys` where `rows.mask` allows."""
         b, s, hidden = x.shape
         flat = x.reshape(b * s, hidden)
         q = self.q_norm(self.q_proj(flat).view(b * s, self.num_heads, self.head_dim))
         q = apply_rope(q, *rope)
         k, v = self.key_value(flat, *rope)
-        rows = (slots[:, None].expand(b, s).reshape(-1), positions.reshape(-1))
-        cache.k[self.layer_idx].index_put_(rows, k)
-        cache.v[self.layer_idx].index_put_(rows, v)
-        num_keys = mask.shape[-1]
-        keys = cache.k[self.layer_idx][slots, :num_keys].transpose(1, 2)  # [B, KV, L, D]
-        values = cache.v[self.layer_idx][slots, :num_keys].transpose(1, 2)
+        cache.k[self.layer_idx].index_copy_(0, rows.block, k)
+        cache.v[self.layer_idx].index_copy_(0, rows.block, v)
+        keys = cache.k[self.layer_idx][rows.keys].transpose(1, 2)  # [B, KV, L, D]
+        values = cache.v[self.layer_idx][rows.keys].transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q.view(b, s, self.num_heads, self.head_dim).transpose(1, 2),
             keys,
             values,
-            attn_mask=mask,
+            attn_mask=rows.masks[self.layer_idx],
             enable_gqa=self.num_heads != self.num_kv_heads,
         )  # [B, H, S, D]
         return self.o_proj(out.transpose(1, 2).reshape(b * s, -1)).view(b, s, hidden)
@@ -154,17 +159,15 @@ class DraftLayer(nn.Module):
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         cache: DrafterCache,
-        slots: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor,
+        rows: BlockRows,
     ) -> torch.Tensor:
         h = self.input_layernorm(x)
         if self.attention_conv is not None:
             h, dynamic = self.attention_conv.prepare(h)
-            h = self.self_attn(h, rope, cache, slots, positions, mask)
+            h = self.self_attn(h, rope, cache, rows)
             h = self.attention_conv.finish(h, dynamic)
         else:
-            h = self.self_attn(h, rope, cache, slots, positions, mask)
+            h = self.self_attn(h, rope, cache, rows)
         x = x + h
         h = self.post_attention_layernorm(x)
         if self.mlp_conv is not None:
