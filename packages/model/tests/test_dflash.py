@@ -192,6 +192,33 @@ def test_cuda_block_forward_matches_the_reference(name) -> None:
         torch.testing.assert_close(draft.logits[b].cpu(), logits, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.gpu
+def test_a_cuda_graph_of_the_proposal_replays_as_eager() -> None:
+    """The block forward has fixed shapes and no host sync: captured once, replayed with new
+    anchors it gives what an eager call gives."""
+    drafter, *_ = build("RadixArk/Qwen3.8-27B-DSpark", device="cuda")
+    cache, tables = paged(drafter, 2, device="cuda")
+    _propose(drafter, cache, tables, _contexts(drafter, [7, 11]), [5, 17])  # the contexts
+    anchors = torch.tensor([5, 17], device="cuda")
+    positions = torch.tensor([7, 11], device="cuda")
+    num_keys = 11 + drafter.config.block_size
+
+    def run():
+        return drafter.propose(anchors, positions, cache, block_tables=tables, num_keys=num_keys)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()  # warm-up: kernels built outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    anchors.copy_(torch.tensor([40, 41], device="cuda"))
+    graph.replay()
+    torch.testing.assert_close(captured.logits, run().logits)
+
+
 def test_block_rows_see_later_rows() -> None:
     """Non-causal within the block: every row attends to all rows of its own block and to the
     context before its anchor, nothing after the block; a causal drafter gives other logits."""
