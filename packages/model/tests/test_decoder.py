@@ -508,3 +508,58 @@ def test_moving_to_cuda_switches_to_triton_kernels(causal_ckpt: Path) -> None:
     model = load_model(causal_ckpt, device="cpu", dtype=torch.float32, progress=False).to("cuda")
     assert model.ops.is_triton
     assert all(m.ops is model.ops for m in model.modules() if hasattr(m, "ops"))
+
+
+@pytest.mark.parametrize("taps", [(0, 2), (-1, 1, 3)])
+def test_tapped_hidden_states_equal_forward_hooks(causal_model, paged_runner, taps) -> None:
+    """forward_tapped returns, in the same pass, what hooks on the embedding and the layers
+    see: the residual stream after each tapped layer (the last one: the final-normed output),
+    over every token of a two-sequence prefill and then a decode step; its output is forward's."""
+    model = copy.deepcopy(causal_model)
+    model.set_tap_layers(taps)
+    seen: dict[int, torch.Tensor] = {}
+    hooks = [model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.update({-1: o}))]
+    for i, layer in enumerate(model.model.layers):
+        hook = lambda m, i_, o, i=i: seen.update({i: o[0] + o[1]})
+        hooks.append(layer.register_forward_hook(hook))
+    tapped_run, plain_run = (paged_runner(model, max_lens=[12, 8]) for _ in range(2))
+    last = model.config.text.num_hidden_layers - 1
+    for chunks in ([_tokens(9, seed=1), _tokens(5, seed=2)], [_tokens(1, seed=3)] * 2):
+        batches = [
+            ForwardBatch.build(
+                [len(c) for c in chunks],
+                r.cached,
+                r.tables,
+                r.slots,
+                caches=r.caches,
+                block_size=16,
+                device="cpu",
+            )
+            for r in (plain_run, tapped_run)
+        ]
+        plain = model(torch.cat(chunks), batches[0])
+        out = model.forward_tapped(torch.cat(chunks), batches[1])
+        for r in (plain_run, tapped_run):
+            r.cached = [c + len(t) for c, t in zip(r.cached, chunks, strict=True)]
+        want = [out.hidden if i == last else seen[i] for i in taps]
+        assert torch.equal(out.tapped, torch.cat(want, dim=-1))
+        assert torch.equal(out.hidden, plain)
+    for hook in hooks:
+        hook.remove()
+
+
+def test_tap_layers_out_of_range_or_with_pruned_last_layer_are_refused(
+    causal_model, paged_runner
+) -> None:
+    from sparkinfer.model.errors import ConfigError
+
+    model = copy.deepcopy(causal_model)
+    with pytest.raises(ConfigError, match=r"tap layers \[0, 4\].*\[-1, 3\]"):
+        model.set_tap_layers((0, 4))
+    model.set_tap_layers((1, 3))
+    r = paged_runner(model, max_lens=[4])
+    batch = ForwardBatch.build(
+        [2], r.cached, r.tables, r.slots, caches=r.caches, block_size=16, device="cpu"
+    )
+    with pytest.raises(ConfigError, match="logits_rows_only=False"):
+        model.forward_tapped(torch.tensor([1, 2]), batch, logits_rows_only=True)

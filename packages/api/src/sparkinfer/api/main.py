@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,6 +15,7 @@ from fastapi import Depends, FastAPI
 from sparkinfer.api import tensor_parallel
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
+from sparkinfer.api.draft_model import check_draft_model, load_draft_model
 from sparkinfer.api.edge import EdgeMiddleware, edge_config
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import install_error_handlers
@@ -46,6 +47,7 @@ from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.hub import fetch_checkpoint
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
@@ -128,12 +130,14 @@ class _LoadedModel:
     model: Qwen3_8ForCausalLM
     media: MediaConfig | None
     ranks: TensorParallelRanks | None = None  # tensor parallel: `model` is rank 0's shard
+    drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; not drafting yet
 
 
 def build_state(settings: Settings) -> ServerState:
     """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
     device = _device(settings)
     dtype = _dtype(settings, device)
+    check_draft_model(settings)  # config files only: before any weight loads
     if settings.model in (None, embedded.EMBEDDED_MODEL_ID):
         logger.warning(
             "no --model given: serving the embedded %s, a 9M-parameter code model trained for "
@@ -148,7 +152,8 @@ def build_state(settings: Settings) -> ServerState:
         loaded = _build_random(settings, device, dtype)
     else:
         loaded = _load_checkpoint(settings, settings.model, settings.model, device, dtype)
-    return _start(settings, loaded, device)
+    drafter = load_draft_model(settings, loaded.model)
+    return _start(settings, replace(loaded, drafter=drafter), device)
 
 
 def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:

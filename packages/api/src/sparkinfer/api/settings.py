@@ -102,6 +102,14 @@ class Settings(BaseSettings):
     speculative: SpeculativeMethod = engine_setting("speculative")
     num_speculative_tokens: int = engine_setting("num_speculative_tokens")
     speculative_draft_vocab: int = engine_setting("speculative_draft_vocab")
+    draft_model: str | None = Field(
+        None,
+        description="Block drafter checkpoint folder or hub id, in the DFlash, DFlash2 or DSpark "
+        "layout (e.g. z-lab/Qwen3.6-27B-DFlash, RadixArk/Qwen3.8-27B-DSpark), for the served "
+        "model: its config.json is checked against the model's before any weight loads (a "
+        "drafter for another model stops start-up naming the field), then it loads beside the "
+        "model, sharing its embedding and head. The engine does not draft with it yet",
+    )
     tensor_parallel_size: int = engine_setting("tensor_parallel_size")
     mrope: bool = Field(
         True,

@@ -239,7 +239,7 @@ class GenerationDefaults:
             raise ConfigError(f"generation_config.top_k is {self.top_k}; must be >= 0")
 
 
-class _Fields:
+class JsonFields:
     """Typed reads from one JSON object; errors name the field by its path in the file."""
 
     def __init__(self, data: Mapping[str, Any], where: str) -> None:
@@ -298,7 +298,7 @@ class _Fields:
             )
 
 
-def _parse_rope(f: _Fields) -> dict[str, Any]:
+def _parse_rope(f: JsonFields) -> dict[str, Any]:
     """Rope fields of a text config: only plain (interleaved MRoPE) rope, no scaling."""
     if f.data.get("rope_scaling") is not None:
         raise UnsupportedCheckpoint(
@@ -306,7 +306,7 @@ def _parse_rope(f: _Fields) -> dict[str, Any]:
             "supported: remove it (native context is max_position_embeddings)"
         )
     params = f.data.get("rope_parameters")
-    r = _Fields(params, f.path("rope_parameters")) if params is not None else f
+    r = JsonFields(params, f.path("rope_parameters")) if params is not None else f
     r.require("rope_type", ("default",), "default")
     r.require("mrope_interleaved", (True,), True)
     section = r.int_tuple("mrope_section", (11, 11, 10))
@@ -319,7 +319,7 @@ def _parse_rope(f: _Fields) -> dict[str, Any]:
     }
 
 
-def _layer_types(f: _Fields, num_layers: int) -> tuple[str, ...]:
+def _layer_types(f: JsonFields, num_layers: int) -> tuple[str, ...]:
     raw = f.get("layer_types", (list,), None)
     if raw is not None:
         return tuple(str(t) for t in raw)
@@ -331,7 +331,7 @@ def _layer_types(f: _Fields, num_layers: int) -> tuple[str, ...]:
 
 def parse_text_config(data: Mapping[str, Any], *, where: str = "text_config") -> TextConfig:
     """Parse a `qwen3_5_text` config object; `where` prefixes field names in errors."""
-    f = _Fields(data, where)
+    f = JsonFields(data, where)
     f.require("model_type", ("qwen3_5_text",), "qwen3_5_text")
     f.require("hidden_act", ("silu",), "silu")
     f.require("attention_bias", (False,), False)
@@ -366,7 +366,7 @@ def parse_text_config(data: Mapping[str, Any], *, where: str = "text_config") ->
 
 def parse_vision_config(data: Mapping[str, Any]) -> VisionConfig:
     """Parse `vision_config` (model_type qwen3_5_vision, or qwen3_5 as the shipped files say)."""
-    f = _Fields(data, "vision_config")
+    f = JsonFields(data, "vision_config")
     f.require("model_type", ("qwen3_5_vision", "qwen3_5"), "qwen3_5_vision")
     rope = f.data.get("rope_parameters") or {}
     return VisionConfig(
@@ -382,7 +382,7 @@ def parse_vision_config(data: Mapping[str, Any]) -> VisionConfig:
         spatial_merge_size=f.int("spatial_merge_size", 2),
         num_position_embeddings=f.int("num_position_embeddings", 2304),
         deepstack_visual_indexes=f.int_tuple("deepstack_visual_indexes", ()),
-        rope_theta=_Fields(rope, "vision_config.rope_parameters").float("rope_theta", 10_000.0),
+        rope_theta=JsonFields(rope, "vision_config.rope_parameters").float("rope_theta", 10_000.0),
     )
 
 
@@ -391,7 +391,7 @@ def parse_quantization_config(data: Mapping[str, Any] | None) -> QuantizationCon
     UnsupportedCheckpoint naming it."""
     if data is None:
         return None
-    f = _Fields(data, "quantization_config")
+    f = JsonFields(data, "quantization_config")
     for key in data:
         if key not in _QUANTIZATION_FIELDS:
             raise UnsupportedCheckpoint(
@@ -412,7 +412,7 @@ def parse_quantization_config(data: Mapping[str, Any] | None) -> QuantizationCon
     )
 
 
-def _architecture(f: _Fields, default: str) -> str:
+def _architecture(f: JsonFields, default: str) -> str:
     archs = f.get("architectures", (list,), [default])
     if len(archs) != 1 or archs[0] not in SUPPORTED_ARCHITECTURES:
         raise UnsupportedCheckpoint(
@@ -423,7 +423,7 @@ def _architecture(f: _Fields, default: str) -> str:
 
 def parse_model_config(data: Mapping[str, Any]) -> ModelConfig:
     """Parse the contents of config.json into a `ModelConfig`."""
-    f = _Fields(data, "")
+    f = JsonFields(data, "")
     model_type = f.str("model_type")
     if model_type == "qwen3_5_text":
         text = parse_text_config(data, where="")
@@ -460,7 +460,7 @@ def parse_generation_defaults(
     """Sampling defaults from generation_config.json contents (None: file absent)."""
     if data is None:
         return GenerationDefaults(eos_token_ids=config.text.eos_token_ids)
-    f = _Fields(data, "generation_config")
+    f = JsonFields(data, "generation_config")
     eos = f.int_tuple("eos_token_id", None) or config.text.eos_token_ids
     is_sampling = f.bool("do_sample", True)
     return GenerationDefaults(

@@ -7,6 +7,7 @@ is a near-identity map (weights.py strips `language_model.` from the multimodal 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import torch
 from sparkinfer.model.cache_spec import AttentionCacheSpec, CacheSpec, LinearStateSpec
@@ -23,6 +24,14 @@ from sparkinfer.model.layers.rotary import RotaryEmbedding
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.model.vision import VisionModel
 from torch import nn
+
+
+class TappedOutput(NamedTuple):
+    """`forward_tapped`'s result: the usual output and the tapped layers' hidden states."""
+
+    hidden: torch.Tensor  # [T, hidden], or [N, hidden] with logits_rows_only
+    tapped: torch.Tensor  # [T, len(tap_layers) * hidden], concatenated in tap_layers order
+
 
 # The GDN gates, computed in fp32, and FP8 layers' block scales: kept in fp32 by `.to(dtype)`.
 _FP32_PARAMETERS = frozenset({"A_log", "dt_bias", "weight_scale_inv"})
@@ -98,18 +107,35 @@ class TextModel(nn.Module):
         )
 
     def forward(
-        self, h: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """h [T, hidden] input embeddings -> final-normed hidden states [T, hidden], or
+        self,
+        h: torch.Tensor,
+        batch: ForwardBatch,
+        output_rows: torch.Tensor | None = None,
+        tap_layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h [T, hidden] input embeddings -> (final-normed hidden states [T, hidden], or
         [N, hidden] at `output_rows` (the last layer then projects and runs its MLP on those
-        rows only)."""
+        rows only); the tapped states [T, len(tap_layers) * hidden], None without taps).
+
+        Tap i is the residual stream after layer i (-1: the embeddings), what transformers'
+        `hidden_states[i + 1]` holds, except that the last layer's tap is its final-normed
+        output as there. The decoder fuses each residual add into the next norm, so a tap costs
+        one add of [T, hidden]; with no taps nothing is added.
+        """
+        taps: dict[int, torch.Tensor] = {-1: h} if -1 in tap_layers else {}
         rope = self.rotary_emb(batch.positions)
         residual = None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             h, residual = layer(h, residual, rope, batch, output_rows if i == last else None)
+            if i in tap_layers and i != last:
+                taps[i] = h + residual
         h, _ = self.norm(h, residual)
-        return h
+        if not tap_layers:
+            return h, None
+        if last in tap_layers:
+            taps[last] = h
+        return h, torch.cat([taps[i] for i in tap_layers], dim=-1)
 
 
 class Qwen3_8ForCausalLM(nn.Module):
@@ -158,6 +184,8 @@ class Qwen3_8ForCausalLM(nn.Module):
         if text.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.mtp: MTPHead | None = None  # speculative decoding's drafter, when `attach_mtp` ran
+        # layers whose hidden states `forward_tapped` returns beside the output (a block drafter's)
+        self.tap_layers: tuple[int, ...] = ()
         self.visual: VisionModel | None = None
         if use_vision and config.vision is not None:
             if config.vision.out_hidden_size != text.hidden_size:
@@ -289,7 +317,50 @@ class Qwen3_8ForCausalLM(nn.Module):
         for row as `forward(...)[batch.logits_indices]` up to the matmuls' row-count rounding.
         """
         h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
-        return self.model(h, batch, batch.logits_indices if logits_rows_only else None)
+        hidden, _ = self.model(h, batch, batch.logits_indices if logits_rows_only else None)
+        return hidden
+
+    def set_tap_layers(self, layer_ids: tuple[int, ...]) -> None:
+        """Choose, once, the layers whose hidden states `forward_tapped` returns (a block
+        drafter's `target_layer_ids`): -1 is the embeddings, i the residual stream after layer i
+        (the last layer: its final-normed output)."""
+        num_layers = self.config.text.num_hidden_layers
+        bad = [i for i in layer_ids if not -1 <= i < num_layers]
+        if bad or len(set(layer_ids)) != len(layer_ids):
+            raise ConfigError(
+                f"tap layers {list(layer_ids)} must be distinct and in [-1, {num_layers - 1}]: "
+                f"the model has {num_layers} layers"
+            )
+        self.tap_layers = tuple(layer_ids)
+
+    @torch.inference_mode()
+    def forward_tapped(
+        self,
+        input_ids: torch.Tensor,
+        batch: ForwardBatch,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        logits_rows_only: bool = False,
+    ) -> TappedOutput:
+        """`forward`, plus the hidden states of `tap_layers` at every token, in the same pass:
+        TappedOutput(hidden as `forward` returns it, tapped [T, len(tap_layers) * hidden]).
+
+        With `logits_rows_only` the last layer runs on the logits rows only, so it cannot be
+        tapped then (the taps of the other layers still cover all T tokens).
+        """
+        if not self.tap_layers:
+            raise ConfigError("no tap layers are set: call set_tap_layers first")
+        last = self.config.text.num_hidden_layers - 1
+        if logits_rows_only and last in self.tap_layers:
+            raise ConfigError(
+                f"layer {last} is tapped, so it must run on every token: pass "
+                "logits_rows_only=False"
+            )
+        h = self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
+        rows = batch.logits_indices if logits_rows_only else None
+        hidden, tapped = self.model(h, batch, rows, self.tap_layers)
+        assert tapped is not None, "taps are set"
+        return TappedOutput(hidden, tapped)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

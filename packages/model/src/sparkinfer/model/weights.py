@@ -248,6 +248,11 @@ def _read_headers(files: Mapping[str, Path]) -> list[TensorRef]:
     return refs
 
 
+def read_tensor_refs(path: Path) -> list[TensorRef]:
+    """Every tensor of the safetensors checkpoint in directory `path` (headers only)."""
+    return _read_headers(_shard_files(path))
+
+
 def _quote(names: Sequence[str]) -> str:
     shown = ", ".join(sorted(names)[:_MAX_NAMES])
     more = len(names) - _MAX_NAMES

@@ -1,0 +1,1 @@
+"""Block drafters of the DFlash family (DFlash, DFlash2, DSpark) for speculative decoding."""
