@@ -17,9 +17,9 @@ from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
+from sparkinfer.scheduler.graphs.decode import DecodeGraphs
+from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
 from sparkinfer.scheduler.request import (
     MultimodalInputs,
     Request,

@@ -106,6 +106,9 @@ class OracleDrafter:
             out.append([t if j < self.num_right else t ^ 1 for j, t in enumerate(drafts)])
         return out
 
+    def must_read(self, batch: Any, *, is_overlapped: bool) -> bool:
+        return False
+
     def observe(self, step: object) -> None:
         pass
 
@@ -220,9 +223,9 @@ def _decode(
     try:
         runner = engine.runner
         if drafter is not None:
-            runner.spec_step.drafter = drafter  # type: ignore[attr-defined]
+            runner.speculative.drafter = drafter  # type: ignore[attr-defined]
         if timer is not None and cfg.speculative == "mtp":
-            _time_drafter(runner.spec_step.drafter, timer)  # type: ignore[attr-defined]
+            _time_drafter(runner.speculative.drafter, timer)  # type: ignore[attr-defined]
         warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
         engine.generate(prompts[0][:64], warm)
         if timer is not None:

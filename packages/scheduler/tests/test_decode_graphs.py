@@ -18,8 +18,8 @@ from scheduler_testing import (
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.graphs.decode import DecodeGraphs
 from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
 

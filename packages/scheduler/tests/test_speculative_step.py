@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps
-from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.spec_decode import TargetStep
+from sparkinfer.scheduler.speculative.drafter import TargetStep
 
 NUM_NEW = 12
 RNG = random.Random(0)
@@ -61,6 +61,9 @@ class ScriptedDrafter:
             out.append(drafts)
         return out
 
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        return False
+
     def observe(self, step: TargetStep) -> None:
         pass
 
@@ -74,7 +77,7 @@ def generate(
 ) -> MixedRun:
     runner = Runner(model, cfg)  # type: ignore[arg-type]
     if drafter is not None:
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
     return run_mixed_steps(runner, cfg, prompts, params)
 
 
@@ -168,7 +171,7 @@ def test_roll_back_leaves_the_state_and_kv_of_a_run_without_rejected_drafts(tiny
     for speculative in ("off", "ngram"):
         cfg = config(speculative=speculative)
         runner = Runner(tiny_model, cfg)
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
         sched.add_request("r", prompt, params)
         while sched.has_work():
@@ -201,7 +204,7 @@ def test_a_prefix_cache_hit_under_speculation_gives_the_output_without_either(ti
     for snapshots in (2, 0):
         cfg = config(**base, prefix_cache_snapshots=snapshots)
         runner = Runner(tiny_model, cfg)
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(
             cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
             snapshot_rows=runner.snapshot_rows,
@@ -236,7 +239,7 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     rng = random.Random(7)
     cfg = config(max_num_seqs=6, num_kv_blocks=24, prefix_cache_snapshots=0)
     runner = Runner(tiny_model, cfg)
-    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
+    runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     for i in range(24):
         sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))
@@ -275,11 +278,11 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     drafts, padding sequences on spare roll-back rows; tokens and logprobs stay plain decoding's,
     among requests that finish and join (buckets 1 to 4)."""
     from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.verify_graphs import VerifyGraphs
+    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 
     cfg = config(max_num_seqs=4, speculative_max_seqs=4)
     runner = Runner(tiny_model, cfg)
-    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
+    runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     use_cpu_graph_standins(monkeypatch, CpuStream())
     graphs = VerifyGraphs(
         runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
@@ -328,7 +331,7 @@ def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
     drafter = ScriptedDrafter(
         {tuple(p): [t for t, _ in w] for p, w in zip(prompts, want, strict=True)}
     )
-    engine.runner.spec_step.drafter = drafter  # type: ignore[attr-defined]
+    engine.runner.speculative.drafter = drafter  # type: ignore[attr-defined]
     try:
         got = run_together(engine, prompts, params)
         spec = engine.stats().spec
@@ -352,6 +355,9 @@ class TableDrafter:
         out = [self.table.get(tuple(s.req.output_token_ids), [])[:k] for s, k in pairs]
         self.num_proposed += sum(map(len, out))
         return out
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        return False
 
     def observe(self, step: TargetStep) -> None:
         pass

@@ -8,7 +8,7 @@ layer, as a verify's rows do). The graph then takes each request's tail (its las
 row, `last`), argmaxes its first draft on the device, and runs k - 1 draft steps, each one row
 per request one position on (`_advance`); rows with fewer drafts (`num_drafts`) stop and write
 no KV. It returns the drafts [b, k] and leaves the tails' head outputs in a buffer of its pool.
-Padding rows write no KV and read no context. Buffers are filled as in `cuda_graphs`.
+Padding rows write no KV and read no context. Buffers are filled as in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
+from sparkinfer.scheduler.graphs.capture import Captured, capture_buckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class HeadGraphs(DecodeRowBuffers):
@@ -66,7 +66,7 @@ class HeadGraphs(DecodeRowBuffers):
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._rows_np, self._seqs_np = self._rows_cpu.numpy(), self._seqs_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
-        self._staging_read = torch.cuda.Event()  # as in `cuda_graphs`
+        self._staging_read = torch.cuda.Event()  # as in `graphs.decode`
         self._graphs: dict[int, Captured] = {}  # drafts [bucket, k] int64 per bucket
         self._tails: dict[int, torch.Tensor] = {}  # [bucket, hidden], rewritten by each replay
 

@@ -6,7 +6,7 @@ sequences fill the first rows; a sequence with fewer than k drafts runs its miss
 too, on its own state (input 0, no KV written, no context read), and always rolls back to its
 last accepted position; padding sequences run on roll-back rows no sequence of the step uses.
 The graph returns every row's final hidden state; the lm_head runs on the rows that count after
-the replay (so the MTP drafter gets them too). Buffers are filled as in `cuda_graphs`.
+the replay (so the MTP drafter gets them too). Buffers are filled as in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.capture import Captured, capture_buckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class VerifyGraphs(DecodeRowBuffers):

@@ -21,14 +21,14 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.capture import Captured, capture_buckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class DecodeGraphs(DecodeRowBuffers):

@@ -11,7 +11,7 @@ from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.spec_policy import PROBE_INTERVAL, SpecPolicy
+from sparkinfer.scheduler.speculative.policy import PROBE_INTERVAL, SpecPolicy
 
 
 class FakeSpecRunner(FakeRunner):

@@ -12,7 +12,7 @@ The graph always runs `max_seqs + 1` sequences over the bucket's tokens: the ste
 padding sequence that takes the rest of the tokens, then empty ones. Padding writes no KV (KV
 slot -1), touches no state (state slot -1, zero length or zero output) and is never read (its
 rows are only ever followed by row-wise ops, and no logits row points at them). Every per-step
-index lives in a static device buffer filled from pinned host buffers, as `cuda_graphs` does for
+index lives in a static device buffer filled from pinned host buffers, as `graphs.decode` does for
 decode. Steps with media or MRoPE positions, prompt logprobs, or more tokens or sequences than
 the graphs hold run eagerly.
 """
@@ -26,13 +26,13 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.capture import Captured, capture_buckets
 
 
 class PrefillGraphs:
