@@ -334,7 +334,7 @@ def _replay_on_cpu(
     under `numerics()`, and record the rows of every run."""
     with torch.inference_mode(), numerics():
         graphs.capture()
-    for size, captured in graphs._graphs.items():
+    for size, captured in graphs.buckets.captured.items():
 
         def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
             with numerics():

@@ -134,7 +134,7 @@ def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_
     assert len(model.waits_at_forward) == 2 * len(graphs.batch_sizes)  # warm-up and capture
     assert all(caller in waits for waits in model.waits_at_forward)
     for size in graphs.batch_sizes:
-        assert torch.isfinite(graphs._graphs[size].output[:, :250]).all()
+        assert torch.isfinite(graphs.buckets.captured[size].output[:, :250]).all()
 
 
 @pytest.mark.cpu_only

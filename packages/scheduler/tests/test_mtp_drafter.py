@@ -4,6 +4,7 @@ sequence gives (its KV kept across chunks, verifies and rejections)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,6 +27,7 @@ from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
@@ -266,7 +268,7 @@ def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> 
     graphs = drafter.graphs
     assert graphs is not None
     replayed: list[int] = []
-    for size, captured in graphs._graphs.items():
+    for size, captured in graphs.buckets.captured.items():
 
         def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
             replayed.append(size)
@@ -408,3 +410,22 @@ def test_a_draft_vocabulary_keeps_drafts_among_its_ids_and_output_unchanged(mtp_
     off = config(speculative="off")
     assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
     assert drafter.proposals and all(t < 100 for _, d in drafter.proposals for t in d)
+
+
+def test_auto_drafts_with_the_mtp_head_and_says_so(mtp_model, caplog):
+    cfg = config(speculative="auto")
+    with caplog.at_level(logging.INFO, logger="sparkinfer.scheduler.runner"):
+        engine = Engine.from_model(mtp_model, cfg)
+    try:
+        assert engine.scheduler.config.speculative == "mtp"  # the scheduler drafts too
+        assert isinstance(engine.runner.speculative.drafter, MTPDrafter)  # type: ignore[attr-defined]
+        assert "speculative auto: the checkpoint's MTP head drafts up to 3" in caplog.text
+    finally:
+        engine.shutdown()
+
+
+def test_auto_decodes_plainly_without_an_mtp_head_and_says_so(tiny_model, caplog):
+    with caplog.at_level(logging.INFO, logger="sparkinfer.scheduler.runner"):
+        runner = Runner(tiny_model, config(speculative="auto"))
+    assert runner.config.speculative == "off" and runner.speculative.drafter is None
+    assert "speculative auto: plain decoding (the checkpoint has no MTP head)" in caplog.text

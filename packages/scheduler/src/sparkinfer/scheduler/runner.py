@@ -48,7 +48,11 @@ from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
 from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
-from sparkinfer.scheduler.speculative.step import SpeculativeStep, make_drafter
+from sparkinfer.scheduler.speculative.step import (
+    SpeculativeStep,
+    describe_speculation,
+    make_drafter,
+)
 from sparkinfer.scheduler.vision.inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
@@ -68,7 +72,10 @@ class Runner:
         device: torch.device | str | None = None,
     ) -> None:
         self.model = model
-        self.config = config
+        asked = config.speculative
+        config = config.resolve_speculative(has_mtp_head=getattr(model, "mtp", None) is not None)
+        self.config = config  # "auto" made concrete: the engine's scheduler takes this one
+        logger.info("%s", describe_speculation(asked, config))
         self.device = torch.device(device) if device else next(model.parameters()).device
         self._is_cuda = self.device.type == "cuda"
         if self._is_cuda:

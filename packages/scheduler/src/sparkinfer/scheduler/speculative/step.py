@@ -28,7 +28,7 @@ from sparkinfer.model.forward_batch import host_to_device
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
-from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.config import SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import GraphCaptureError
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
@@ -46,6 +46,20 @@ from sparkinfer.scheduler.speculative.verify import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def describe_speculation(asked: SpeculativeMethod, config: SchedulerConfig) -> str:
+    """One line for the start-up log: what was asked, which drafter runs, and how deep."""
+    k = config.num_speculative_tokens
+    if config.speculative == "mtp":
+        chosen = f"the checkpoint's MTP head drafts up to {k} tokens a request and step"
+    elif config.speculative == "ngram":
+        chosen = f"prompt lookup drafts up to {k} tokens a request and step"
+    elif asked == "auto":
+        chosen = "plain decoding (the checkpoint has no MTP head)"
+    else:
+        chosen = "plain decoding"
+    return f"speculative {asked}: {chosen}"
 
 
 def make_drafter(
@@ -160,12 +174,7 @@ class SpeculativeStep:
             if prefills:
                 with t.numerics(is_decode=False):
                     self._plain(prefills, logits, hidden, inflight, prompt_logprobs)
-            row_seqs = [*rows.row_seqs, *sampled]
-            row_idxs = [
-                s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
-            ]
-            row_idxs += [s.output_idx for s in sampled]
-            drawn = self._draw_now(row_seqs, row_idxs, logits, inflight, known)
+            drawn = self._draw_now(rows, sampled, logits, inflight, known)
             num_verify = len(rows.row_seqs)
             accepted = accept(rows, drawn[:num_verify])
             t.copy_states(accepted.restores)
@@ -301,23 +310,32 @@ class SpeculativeStep:
 
     def _draw_now(
         self,
-        seqs: list[ScheduledSeq],
-        idxs: list[int],
+        rows: VerifyRows,
+        sampled: list[ScheduledSeq],
         logits: list[torch.Tensor],
         inflight: StepInFlight | None,
         known: dict[Request, int],
     ) -> list[SampledToken]:
-        """A token for every row (a request's verify rows at successive output indices), read
-        on the host."""
+        """A token for every verify row, then every sampled prompt chunk, read on the host: a
+        request's verify row j draws its output at index output_idx + j, taking its drafts
+        before j as outputs (penalties count them, a grammar reads them)."""
+        seqs = [*rows.row_seqs, *sampled]
         if not seqs:
             return []
-        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
+        pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
+        idxs = [s.output_idx + j for s, j in pairs] + [s.output_idx for s in sampled]
+        prefixes: list[list[int]] = []
+        if any(j for j in rows.row_positions):
+            pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
+            prefixes = [rows.drafts[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
+        out = logits[0] if len(logits) == 1 else torch.cat(logits)
         reqs = [s.req for s in seqs]
         late: list[torch.Tensor | None] = []
         if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
             late = inflight.outputs_of(seqs)
         pending = [known.get(req) for req in reqs] if known else []
-        drawn = self.target.sampler.draw(rows, reqs, idxs, late, pending)
+        sampler = self.target.sampler
+        drawn = sampler.draw(out, reqs, idxs, late, pending, draft_prefixes=prefixes)
         return drawn.to_host(non_blocking=False).samples()
 
     def _target_step(

@@ -1,4 +1,4 @@
-"""Speculative decoding on the runner's side: drafts, one verify forward, acceptance, roll-back.
+"""The verify forward of a step that drafts: its layout, acceptance and roll-back points.
 
 A decode row with lookahead tokens (`ScheduledSeq.num_lookahead_tokens`) gets up to that many
 drafts from the `Drafter`. All decode rows of the step then run as one packed verify forward:
