@@ -230,3 +230,64 @@ def test_a_failing_matcher_never_fails_the_shared_step(
     logits = torch.zeros(grammars.vocab_size)
     assert processor([1], logits) is logits  # unmasked, and no exception
     assert processor.is_broken
+
+
+def test_a_verify_hands_drafts_row_by_row_and_the_matcher_rolls_back(tokenizer: Tokenizer) -> None:
+    """Speculative verify rows: histories that grow by a draft, then shrink to the accepted
+    ones, and one holding a draft the grammar refuses (no mask there, nothing broken). Every
+    mask equals a fresh matcher's for the same history."""
+    grammars = GrammarCompiler(tokenizer, model_vocab_size=tokenizer.vocab_size)
+    grammar = grammars.compile(_object_with("a"))
+    text = tokenizer.encode('{"a": 1234}')
+    refused = tokenizer.encode("}")[0]
+
+    def mask(processor: Any, history: list[int]) -> torch.Tensor:
+        return processor(history, torch.zeros(grammars.vocab_size)).isinf()
+
+    processor = grammars.processor(grammar)
+    for n in (0, 1, 2, 3, 4, 2, 3, 5, 1, len(text) - 1, 4):
+        assert torch.equal(mask(processor, text[:n]), mask(grammars.processor(grammar), text[:n]))
+    assert not mask(processor, [*text[:3], refused, text[3]]).any()  # past a refused draft
+    assert not processor.is_broken
+    assert torch.equal(mask(processor, text[:4]), mask(grammars.processor(grammar), text[:4]))
+
+
+def test_speculation_keeps_grammar_penalised_biased_and_logprob_requests_byte_identical() -> None:
+    """Deterministic numerics: a JSON-schema request, one with penalties, logit bias and
+    logprobs, and a seeded sampled one with a repetition penalty answer the same with the
+    MTP head drafting (speculative auto, the default) as without it."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "trip", "schema": schema}}
+    user = [{"role": "user", "content": "Plan a trip: which city, and how many days?"}]
+    bodies = [
+        {"messages": user, "response_format": fmt, "max_tokens": 48, "temperature": 0},
+        {
+            "messages": user, "max_tokens": 32, "temperature": 0, "presence_penalty": 0.8,
+            "frequency_penalty": 0.3, "logit_bias": {"13": 5}, "logprobs": True,
+            "top_logprobs": 2,
+        },
+        {"messages": user, "max_tokens": 32, "temperature": 0.8, "seed": 3,
+         "repetition_penalty": 1.2},
+    ]  # fmt: skip
+    answers: dict[str, list[Any]] = {}
+    num_accepted = 0
+    for speculative in ("off", "auto"):
+        with serve(deterministic=True, speculative=speculative, max_num_seqs=4) as running:
+            answers[speculative] = [
+                httpx.post(running.v1 + "/chat/completions", json=body, timeout=120).json()[
+                    "choices"
+                ]
+                for body in bodies
+            ]
+            metrics = httpx.get(running.base_url + "/metrics", timeout=30).text
+            line = next(
+                x for x in metrics.splitlines()
+                if x.startswith("sparkinfer_spec_decode_num_accepted_tokens_total ")
+            )  # fmt: skip
+            num_accepted = float(line.split()[1])
+    assert answers["auto"] == answers["off"]
+    assert num_accepted > 0  # the head's drafts were accepted

@@ -2,7 +2,7 @@
 
 from prometheus_client import CollectorRegistry, generate_latest
 from sparkinfer.api.spec_metrics import SpecDecodeMetrics
-from sparkinfer.scheduler.spec_policy import SpecCounters
+from sparkinfer.scheduler.speculative.policy import SpecCounters
 
 
 def test_counters_advance_by_what_the_totals_grew():

@@ -78,3 +78,5 @@ def test_what_tensor_parallel_cannot_serve_stops_start_up() -> None:
     settings = load_settings({"tensor_parallel_size": 2, "speculative": "ngram"}, environ={})
     with pytest.raises(SettingsError, match="--speculative"):
         check_settings(settings, torch.device("cpu"))
+    auto = load_settings({"tensor_parallel_size": 2}, environ={})  # speculative auto: plain there
+    check_settings(auto, torch.device("cpu"))

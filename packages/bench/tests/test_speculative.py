@@ -1,10 +1,11 @@
 """The `spec` mode end to end on the tiny random model (CPU): every drafter's outputs equal the
-AR run's, and the oracle's right drafts are all accepted."""
+AR run's, the oracle's right drafts are all accepted, and priced rows accept by their schedule."""
 
 import json
 
+import pytest
 from sparkinfer.bench.__main__ import main
-from sparkinfer.bench.speculative import OracleDrafter
+from sparkinfer.bench.spec_drafters import OracleDrafter, PricedDrafter
 
 
 def test_spec_mode_runs_every_drafter_with_identical_outputs(tmp_path, capsys):
@@ -32,3 +33,42 @@ def test_the_oracle_is_right_on_the_first_drafts_only():
     oracle = OracleDrafter({(1, 2): [5, 6, 7, 8, 9]}, num_right=2)
     assert oracle.propose([_Seq([1, 2, 5], 2)], [3]) == [[6, 7, 8 ^ 1]]
     assert oracle.propose([_Seq([3, 4], 2)], [3]) == [[]]  # unknown prompt: no drafts
+
+
+def test_priced_rows_run_the_real_drafter_and_accept_by_the_schedule(tmp_path):
+    argv = ["spec", "--tiny", "--context", "40", "--new-tokens", "10", "--prompt", "repeat",
+            "--deterministic", "--no-adaptive", "--drafters", "mtp",
+            "--priced-acceptance", "1,1,0", "--seed", "3", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    raw = json.loads((tmp_path / "spec.json").read_text())["raw"]
+    priced = [r for r in raw["rows"] if r["priced"] is not None]
+    assert [r["priced"] for r in priced] == [[1.0, 1.0, 0.0]]
+    assert priced[0]["is_identical"] and priced[0]["draft_ms"] is not None  # the head ran
+    assert priced[0]["accepted_per_position"] == [1.0, 1.0, 0.0]
+
+
+class _Inner:
+    needs_hidden = True
+
+    def __init__(self) -> None:
+        self.num_calls = 0
+
+    def propose(self, seqs, num_drafts):
+        self.num_calls += 1
+        return [[0] * k for k in num_drafts]
+
+
+def test_a_priced_drafter_pays_the_real_drafts_and_repeats_its_draws():
+    inner = _Inner()
+    known = list(range(10, 30))
+    priced = PricedDrafter(inner, {(1, 2): known}, (0.9, 0.5), seed=7)
+    seqs = [_Seq([1, 2, *known[:n]], 2) for n in range(15)]
+    first = priced.propose(seqs, [2] * len(seqs))
+    assert inner.num_calls == 1 and priced.needs_hidden
+    assert first == priced.propose(seqs, [2] * len(seqs))  # seeded: the same draws again
+    num_right = [
+        sum(d == t for d, t in zip(row, known[n:], strict=False)) for n, row in enumerate(first)
+    ]
+    assert all(r in (0, 1, 2) for r in num_right) and len(set(num_right)) > 1
+    with pytest.raises(ValueError, match="cannot exceed"):
+        PricedDrafter(inner, {}, (0.5, 0.9), seed=0)

@@ -119,3 +119,19 @@ def test_a_checkpoint_without_mtp_tensors_is_named(tmp_path: Path, mtp_ckpt) -> 
         load_model(dst, device="cpu", dtype=torch.float32, progress=False, use_mtp=True)
     config = json.loads((src / "config.json").read_text())
     assert config["model_type"] == "qwen3_5_text"
+
+
+def test_use_mtp_auto_builds_the_head_only_where_the_checkpoint_has_one(
+    tmp_path: Path, mtp_ckpt
+) -> None:
+    src, _ = mtp_ckpt
+    assert load_model(src, device="cpu", dtype=torch.float32, progress=False, use_mtp="auto").mtp
+    dst = tmp_path / "text-only"
+    dst.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(src / name, dst / name)
+    with safe_open(str(src / "model.safetensors"), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys() if not k.startswith("mtp.")}  # noqa: SIM118
+    save_file(tensors, str(dst / "model.safetensors"))
+    model = load_model(dst, device="cpu", dtype=torch.float32, progress=False, use_mtp="auto")
+    assert getattr(model, "mtp", None) is None

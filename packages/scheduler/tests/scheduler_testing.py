@@ -17,9 +17,9 @@ from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
+from sparkinfer.scheduler.graphs.decode import DecodeGraphs
+from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
 from sparkinfer.scheduler.request import (
     MultimodalInputs,
     Request,
@@ -334,7 +334,7 @@ def _replay_on_cpu(
     under `numerics()`, and record the rows of every run."""
     with torch.inference_mode(), numerics():
         graphs.capture()
-    for size, captured in graphs._graphs.items():
+    for size, captured in graphs.buckets.captured.items():
 
         def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
             with numerics():

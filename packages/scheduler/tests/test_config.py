@@ -23,7 +23,7 @@ def test_defaults():
         ("block_size", 48, r"block_size is 48; it must be a power of two \(16, 32, 64"),
         ("block_size", 0, "block_size is 0"),
         ("num_speculative_tokens", 17, "num_speculative_tokens is 17; it must be 1 to 16"),
-        ("speculative", "eagle", "speculative is 'eagle'; it must be one of off, ngram, mtp"),
+        ("speculative", "eagle", "speculative is 'eagle'; it must be one of auto, off, ngram, mtp"),
         ("prefix_cache_min_tokens", 0, "prefix_cache_min_tokens is 0"),
     ],
 )
@@ -51,6 +51,15 @@ def test_kernel_tuning_comes_from_the_config():
 def test_every_field_has_a_description():
     for f in dataclasses.fields(SchedulerConfig):
         assert f.metadata[HELP] and "%" not in f.metadata[HELP], f.name
+
+
+def test_speculative_auto_is_the_default_and_becomes_the_mtp_head_or_plain_decoding():
+    cfg = SchedulerConfig()
+    assert cfg.speculative == "auto" and not cfg.is_speculative  # not until made concrete
+    assert cfg.resolve_speculative(has_mtp_head=True).speculative == "mtp"
+    assert cfg.resolve_speculative(has_mtp_head=False).speculative == "off"
+    ngram = SchedulerConfig(speculative="ngram")
+    assert ngram.resolve_speculative(has_mtp_head=True) is ngram  # a choice stays as it is
 
 
 def test_frozen():

@@ -4,6 +4,7 @@ sequence gives (its KV kept across chunks, verifies and rejections)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,9 +27,10 @@ from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
+from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 
 RNG = random.Random(3)
 PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(6)]
@@ -110,7 +112,7 @@ def _recording_runner(
         draft_vocab=cfg.speculative_draft_vocab,
     )  # fmt: skip
     drafter.proposals = []
-    runner.spec_step.drafter = drafter
+    runner.speculative.drafter = drafter
     return runner
 
 
@@ -132,7 +134,7 @@ def test_mtp_speculation_gives_plain_decoding_bit_for_bit(mtp_model, plain, num_
     assert on.tokens == off.tokens
     assert on.tokens[:2] == [a.tokens[0] for a in alone]
     assert on.logprobs[:2] == [a.logprobs[0] for a in alone]
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, RecordingDrafter) and drafter.proposals
     assert max(len(d) for _, d in drafter.proposals) == num_drafts
 
@@ -187,7 +189,7 @@ def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
     runner = _recording_runner(mtp_model, cfg)
     params = [replace(GREEDY, max_tokens=14)] * 3
     run_mixed_steps(runner, cfg, PROMPTS[:3], params)
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, RecordingDrafter)
     assert len(drafter.proposals) > 5
     _assert_heads_drafts(mtp_model, drafter.proposals)
@@ -208,7 +210,7 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
     want = run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:3], params)
     assert on.tokens == want.tokens
     assert replayed, "no plain decode step replayed a graph"
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, ThrottledDrafter)
     assert {len(d) for _, d in drafter.proposals} == {1, 2, 3}
     _assert_heads_drafts(mtp_model, drafter.proposals)
@@ -231,9 +233,9 @@ def test_plain_steps_overlap_while_no_request_drafts_and_the_head_still_sees_the
     runner = _recording_runner(mtp_model, cfg, WrongDrafter)
     attach_cpu_graphs(runner, monkeypatch)
     in_flight: list[int] = []
-    observe = runner.spec_step.observe_in_flight
+    observe = runner.speculative.observe_in_flight
     monkeypatch.setattr(
-        runner.spec_step,
+        runner.speculative,
         "observe_in_flight",
         lambda seqs, h, ids: (in_flight.append(len(seqs)), observe(seqs, h, ids)),
     )
@@ -247,14 +249,14 @@ def test_plain_steps_overlap_while_no_request_drafts_and_the_head_still_sees_the
     off = config(speculative="off", max_num_batched_tokens=20)
     assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
     assert in_flight and not all(read_at_once), "no plain decode step overlapped the next"
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, WrongDrafter) and len(drafter.proposals) > 4
     _assert_heads_drafts(mtp_model, drafter.proposals)
 
 
 def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Capture the head's graphs on the CPU stand-ins; returns the list of replayed buckets."""
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, MTPDrafter)
     use_cpu_graph_standins(monkeypatch, CpuStream())
     drafter.capture_graphs(
@@ -266,7 +268,7 @@ def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> 
     graphs = drafter.graphs
     assert graphs is not None
     replayed: list[int] = []
-    for size, captured in graphs._graphs.items():
+    for size, captured in graphs.buckets.captured.items():
 
         def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
             replayed.append(size)
@@ -284,7 +286,7 @@ def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind)
     cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
     runner = _recording_runner(mtp_model, cfg, kind)
     replayed = _attach_cpu_head_graphs(runner, monkeypatch)
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, RecordingDrafter)
     trimmed: list[int] = []
     catch_up_older = drafter._catch_up_older
@@ -307,14 +309,14 @@ def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind)
 def test_a_failed_head_capture_leaves_the_eager_head(mtp_model, monkeypatch):
     runner = Runner(mtp_model, config())
     runner.verify_graphs = SimpleNamespace(batch_sizes=(1,), num_drafts=3, stream=CpuStream())  # type: ignore[assignment]
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, MTPDrafter)
 
     def fail(**kw: object) -> None:
         raise RuntimeError("warm-up failed")
 
     monkeypatch.setattr(drafter, "capture_graphs", fail)
-    runner.spec_step.capture_graphs()
+    runner.speculative.capture_graphs()
     assert drafter.graphs is None
 
 
@@ -322,7 +324,7 @@ def test_a_head_that_never_drafts_runs_only_over_prompts(mtp_model):
     """No request drafts: the head runs over the prompt chunks and never per decode step."""
     cfg = config(num_speculative_tokens=3)
     runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, ThrottledDrafter)
     drafter.is_silent = True
     head = CountingHead(drafter.head)
@@ -378,7 +380,7 @@ def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, m
     take, so no step builds a kernel variant of either."""
     cfg = config(num_speculative_tokens=3, speculative_max_seqs=2)
     runner = Runner(mtp_model, cfg)
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, MTPDrafter)
     rows: list[int] = []
     logits = mtp_model.compute_logits
@@ -387,7 +389,7 @@ def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, m
     )
     head = CountingHead(drafter.head)
     drafter.head = head  # type: ignore[assignment]
-    runner.spec_step.warm_up()
+    runner.speculative.warm_up()
     # Verify rows (2 requests, 4 rows each), then the drafts' logits of the eager path.
     assert rows == [*range(1, 2 * 4 + 1), *range(1, 2 + 1)]
     assert head.calls == list(range(1, MAX_PENDING_ROWS + 4 + 1))
@@ -398,7 +400,7 @@ def test_a_draft_vocabulary_keeps_drafts_among_its_ids_and_output_unchanged(mtp_
     first N rows), and greedy output is the same as without speculation."""
     cfg = config(num_speculative_tokens=3, speculative_draft_vocab=100)
     runner = _recording_runner(mtp_model, cfg)
-    drafter = runner.spec_step.drafter
+    drafter = runner.speculative.drafter
     assert isinstance(drafter, RecordingDrafter) and drafter.draft_vocab == 100
     hidden = torch.randn(3, mtp_model.config.text.hidden_size)
     full = mtp_model.compute_logits(hidden)
@@ -408,3 +410,22 @@ def test_a_draft_vocabulary_keeps_drafts_among_its_ids_and_output_unchanged(mtp_
     off = config(speculative="off")
     assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
     assert drafter.proposals and all(t < 100 for _, d in drafter.proposals for t in d)
+
+
+def test_auto_drafts_with_the_mtp_head_and_says_so(mtp_model, caplog):
+    cfg = config(speculative="auto")
+    with caplog.at_level(logging.INFO, logger="sparkinfer.scheduler.runner"):
+        engine = Engine.from_model(mtp_model, cfg)
+    try:
+        assert engine.scheduler.config.speculative == "mtp"  # the scheduler drafts too
+        assert isinstance(engine.runner.speculative.drafter, MTPDrafter)  # type: ignore[attr-defined]
+        assert "speculative auto: the checkpoint's MTP head drafts up to 3" in caplog.text
+    finally:
+        engine.shutdown()
+
+
+def test_auto_decodes_plainly_without_an_mtp_head_and_says_so(tiny_model, caplog):
+    with caplog.at_level(logging.INFO, logger="sparkinfer.scheduler.runner"):
+        runner = Runner(tiny_model, config(speculative="auto"))
+    assert runner.config.speculative == "off" and runner.speculative.drafter is None
+    assert "speculative auto: plain decoding (the checkpoint has no MTP head)" in caplog.text

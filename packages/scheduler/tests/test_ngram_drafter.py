@@ -1,6 +1,6 @@
 """Prompt lookup: the longest trailing n-gram's latest earlier occurrence, bounded."""
 
-from sparkinfer.scheduler.ngram_drafter import propose_ngram
+from sparkinfer.scheduler.speculative.ngram_drafter import propose_ngram
 
 
 def test_the_tokens_after_the_latest_match_of_the_longest_suffix():

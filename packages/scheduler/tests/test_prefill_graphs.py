@@ -18,7 +18,7 @@ from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
-from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
+from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
 from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from sparkinfer.scheduler.rejection_sampler import rejection_sample
+from sparkinfer.scheduler.speculative.rejection_sampler import rejection_sample
 
 VOCAB, NUM_DRAFTS, NUM_TRIALS = 6, 3, 6000
 CHI2_DOF5_P001 = 20.52  # the chi-square quantile for 5 degrees of freedom at p = 0.001

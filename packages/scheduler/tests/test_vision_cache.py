@@ -11,7 +11,7 @@ from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.prefix_cache import media_key_tokens
 from sparkinfer.scheduler.request import MultimodalInputs
-from sparkinfer.scheduler.vision_cache import VisionCache
+from sparkinfer.scheduler.vision.cache import VisionCache
 from test_vision_inputs import (  # the tiny multimodal model and its direct-model reference
     END,
     GREEDY,
@@ -125,7 +125,7 @@ def test_one_tower_call_per_step_and_an_item_once(mm_model, monkeypatch) -> None
     once, on two items; the shared image's rows are the same for both."""
     from sparkinfer.scheduler.batch import ScheduledSeq
     from sparkinfer.scheduler.request import Request
-    from sparkinfer.scheduler.vision_inputs import VisionInputs
+    from sparkinfer.scheduler.vision.inputs import VisionInputs
 
     assert mm_model.visual is not None
     calls: list[int] = []

@@ -6,7 +6,7 @@ import pytest
 import torch
 from sparkinfer.model.config import VisionConfig
 from sparkinfer.model.vision import VisionModel
-from sparkinfer.scheduler.vision_graphs import TowerGraphs
+from sparkinfer.scheduler.vision.graphs import TowerGraphs
 
 pytestmark = pytest.mark.gpu
 

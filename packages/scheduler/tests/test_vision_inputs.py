@@ -19,7 +19,7 @@ from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
-from sparkinfer.scheduler.vision_inputs import seq_positions, step_positions
+from sparkinfer.scheduler.vision.inputs import seq_positions, step_positions
 
 IMAGE, VIDEO, START, END = 240, 241, 242, 243
 NUM_NEW = 8

@@ -23,7 +23,10 @@ from typing import Any
 import torch
 from sparkinfer.bench import speculative as spec_bench
 from sparkinfer.model import decoder
-from sparkinfer.scheduler import mtp_drafter, runner, scheduler, spec_step, verify_graphs
+from sparkinfer.scheduler import runner, scheduler
+from sparkinfer.scheduler.graphs import verify as verify_graphs
+from sparkinfer.scheduler.speculative import mtp_drafter
+from sparkinfer.scheduler.speculative import step as spec_step
 
 _TOTALS: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
 _ON = threading.Event()
@@ -33,15 +36,15 @@ _WRAPPED: tuple[tuple[Any, str, str], ...] = (
     (runner.Runner, "run", "runner step"),
     (scheduler.Scheduler, "schedule", "schedule"),
     (scheduler.Scheduler, "update", "update"),
-    (spec_step.SpecStep, "run", "step read at once"),
+    (spec_step.SpeculativeStep, "run", "step read at once"),
     (mtp_drafter.MTPDrafter, "propose", "propose"),
     (mtp_drafter.MTPDrafter, "_propose_graphed", "propose from the head graph"),
     (mtp_drafter.MTPDrafter, "_catch_up", "head catch-up (eager)"),
     (mtp_drafter.MTPDrafter, "_catch_up_older", "head catch-up of older rows (eager)"),
     (mtp_drafter.MTPDrafter, "observe", "observe"),
-    (spec_step.SpecStep, "_decode_rows", "decode rows (verify or plain)"),
-    (spec_step.SpecStep, "_plain_graphed", "plain decode graph"),
-    (spec_step.SpecStep, "_draw_now", "draw (waits for the device)"),
+    (spec_step.SpeculativeStep, "_decode_rows", "decode rows (verify or plain)"),
+    (spec_step.SpeculativeStep, "_plain_graphed", "plain decode graph"),
+    (spec_step.SpeculativeStep, "_draw_now", "draw (waits for the device)"),
     (verify_graphs.VerifyGraphs, "run", "verify graph replay"),
     (verify_graphs.VerifyGraphs, "_fill", "verify graph rows"),
     (torch.cuda.Event, "synchronize", "event wait"),

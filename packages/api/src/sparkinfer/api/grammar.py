@@ -149,18 +149,27 @@ class GrammarCompiler:
 class GrammarLogitsProcessor:
     """Masks the logits of one sequence to the tokens its grammar allows next.
 
-    Called by the engine's sampler with the tokens generated so far and the `[V]` (or `[1, V]`)
-    logits of the next position; it first advances its matcher over the tokens it has not seen.
+    Called by the engine's sampler with the tokens before a position (those generated so far,
+    and at a speculative verify row the drafts before it) and that position's `[V]` (or `[1, V]`)
+    logits. Successive histories need not extend each other: a verify hands over its drafts row
+    by row, and the next step's history keeps only those accepted. The matcher rolls back to the
+    longest prefix it shares with the history, then accepts the rest. A history holding a token
+    the grammar refuses gets no mask: past a refused draft no row is accepted (the row before it
+    was masked, so its draw never equals that draft), and a refused token that was emitted
+    leaves the sequence unconstrained (its output is still checked against its schema at the
+    end).
     """
 
     def __init__(self, grammar: xgr.CompiledGrammar, vocab_size: int) -> None:
-        self._matcher = xgr.GrammarMatcher(grammar)
+        self._matcher = xgr.GrammarMatcher(grammar)  # rolls back any number of tokens
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self._vocab_size = vocab_size
-        self._num_accepted = 0
-        self.is_broken = False  # a token the grammar refused slipped through: stop masking
+        self._accepted: list[int] = []  # the tokens the matcher has taken, in order
+        self.is_broken = False  # the matcher failed: stop masking
 
     def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if self.is_broken:
+            return logits
         try:
             return self._mask(output_token_ids, logits)
         except Exception:  # the engine step is shared: only this sequence loses its grammar
@@ -168,20 +177,40 @@ class GrammarLogitsProcessor:
             self.is_broken = True  # its output is still checked against its schema at the end
             return logits
 
-    def _mask(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        for token_id in output_token_ids[self._num_accepted :]:
-            self._num_accepted += 1
-            if not self.is_broken and not self._matcher.accept_token(token_id):
-                self.is_broken = True
+    def _mask(self, history: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        if not self._follow(history):
+            return logits
         # Ended (its stop token accepted): the engine may draw once more for the request before
         # its scheduler sees that token, and discards that draw.
-        if self.is_broken or self._matcher.is_terminated():
+        if self._matcher.is_terminated():
             return logits
         self._matcher.fill_next_token_bitmask(self._bitmask)
         rows = logits.view(1, -1)
         bitmask = self._bitmask.to(rows.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(rows, bitmask, vocab_size=self._vocab_size)
         return logits
+
+    def _follow(self, history: Sequence[int]) -> bool:
+        """Bring the matcher to the end of `history`; False where the grammar refuses a token
+        of it (the matcher then stands right before that token)."""
+        accepted = self._accepted
+        shared = _shared_prefix_len(accepted, history)
+        if shared < len(accepted):
+            self._matcher.rollback(len(accepted) - shared)
+            del accepted[shared:]
+        for token_id in history[shared:]:
+            if not self._matcher.accept_token(token_id):
+                return False
+            accepted.append(token_id)
+        return True
+
+
+def _shared_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):  # the usual case: one extends the other
+        return n
+    return next(i for i in range(n) if a[i] != b[i])
 
 
 def _reasoning_prefix(budget: int | None) -> list[Any]:

@@ -197,7 +197,7 @@ def _load_checkpoint(
             device=device,
             dtype=dtype,
             num_real_tokens=tokenizer.vocab_size,
-            use_mtp=settings.speculative == "mtp",
+            use_mtp="auto" if settings.speculative == "auto" else settings.speculative == "mtp",
             quantization=None if settings.quantization == "none" else settings.quantization,
         )
     return _LoadedModel(

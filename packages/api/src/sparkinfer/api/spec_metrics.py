@@ -4,7 +4,7 @@ spec_decode counters: drafts, draft tokens, accepted tokens, accepted tokens per
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
-from sparkinfer.scheduler.spec_policy import SpecCounters
+from sparkinfer.scheduler.speculative.policy import SpecCounters
 
 
 class SpecDecodeMetrics:

@@ -43,7 +43,7 @@ def check_settings(settings: Settings, device: torch.device) -> None:
         return
     if settings.model == embedded.RANDOM_MODEL_ID:
         raise _refuse("model", "serves checkpoints, not the built-in random model")
-    if settings.speculative != "off":
+    if settings.speculative in ("ngram", "mtp"):  # "auto" decodes plainly under tensor parallel
         raise _refuse("speculative", "does not run speculative decoding yet")
     if settings.quantization != "none":
         raise _refuse("quantization", "serves bf16 checkpoints only for now")

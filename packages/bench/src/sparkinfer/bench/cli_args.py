@@ -20,6 +20,18 @@ def int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of numbers"
+        ) from e
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more numbers")
+    return values
+
+
 def output_flags(p: argparse.ArgumentParser) -> None:
     """--out, --record and --git-rev, which every mode takes."""
     p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")

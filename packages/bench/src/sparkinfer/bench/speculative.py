@@ -4,7 +4,10 @@ For each drafter (prompt lookup, the MTP head, or an oracle) and draft count it 
 (AR) and speculative decode rates, the speedup, the mean accepted length (tokens a verify
 emits: accepted drafts + 1) and whether every output equals the AR run's. The oracle drafts
 the target's own greedy continuation, recorded in the AR run, right on the first j of k drafts
-and wrong after: it prices the engine's gain at a given acceptance, whatever the drafter.
+and wrong after: it prices the engine's gain at a given acceptance, whatever the drafter. With
+`--priced-acceptance` each real drafter also runs priced (`spec_drafters.PricedDrafter`): it
+drafts at its full cost, and its drafts are then made right by the given per-position schedule
+(seeded, `--seed`); those rows are labelled "priced", not real acceptance.
 
 Models: a checkpoint (`--model`, with its mtp.* tensors for the MTP drafter and its tokenizer
 for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and a random MTP
@@ -16,13 +19,14 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from sparkinfer.bench.cli_args import int_list
+from sparkinfer.bench.cli_args import float_list, int_list
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
+from sparkinfer.bench.spec_drafters import OracleDrafter, PricedDrafter, check_schedule
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=(3, 2, 0),
         help="the oracle's right drafts j of each verify (capped at k)",
     )
+    p.add_argument(
+        "--priced-acceptance",
+        type=float_list,
+        help="also run each real drafter (ngram, mtp) priced: its drafts made right by this "
+        "per-position share of verifies accepting draft j (e.g. 0.92,0.84,0.65); rows "
+        "labelled priced",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the priced acceptance draws")
     p.add_argument("--concurrency", type=int_list, default=(1,))
     p.add_argument("--context", type=int, default=4096, help="prompt tokens")
     p.add_argument("--new-tokens", type=int, default=128)
@@ -80,40 +92,23 @@ class SpecRow:
     accepted_per_position: tuple[float, ...]  # share of verifies accepting draft j
     draft_ms: float | None  # the drafter's own time per draft token (MTP)
     is_identical: bool
+    priced: tuple[float, ...] | None = None  # the acceptance schedule its drafts were made to
+
+    @property
+    def label(self) -> str:
+        return f"{self.drafter} priced" if self.priced is not None else self.drafter
 
     @property
     def speedup(self) -> float:
         return self.spec_tok_s / self.ar_tok_s
 
 
-class OracleDrafter:
-    """Drafts the AR run's continuation of each prompt: right on the first `num_right` of each
-    verify's drafts, each one after wrong (the target's token with its lowest bit flipped)."""
-
-    needs_hidden = False
-
-    def __init__(self, continuations: dict[tuple[int, ...], list[int]], num_right: int) -> None:
-        self.continuations = continuations
-        self.num_right = num_right
-
-    def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
-        out: list[list[int]] = []
-        for seq, k in zip(seqs, num_drafts, strict=True):
-            req = seq.req
-            known = self.continuations.get(tuple(req.token_ids[: req.num_prompt_tokens]), [])
-            done = req.num_output_tokens
-            drafts = list(known[done : done + k])
-            out.append([t if j < self.num_right else t ^ 1 for j, t in enumerate(drafts)])
-        return out
-
-    def observe(self, step: object) -> None:
-        pass
-
-
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     import torch
 
     device = torch.device("cpu") if args.tiny else _require_cuda()
+    if args.priced_acceptance is not None:
+        check_schedule(args.priced_acceptance)
     model, tokenizer = _model(args, device)
     base = _base_config(args)
     rows: list[SpecRow] = []
@@ -124,10 +119,12 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         log(f"spec: batch {batch}: AR {ar:.1f} tok/s")
         continuations = {tuple(p): t for p, t in zip(prompts, ar_tokens, strict=True)}
         for k in args.num_speculative_tokens:
-            for drafter, accept in _variants(args.drafters, args.oracle_accept, k):
+            variants = _variants(args.drafters, args.oracle_accept, k, args.priced_acceptance)
+            for drafter, accept, priced in variants:
                 rows.append(
                     _measure(model, base, device, prompts, args, continuations,
-                             drafter=drafter, k=k, accept=accept, ar=ar, ar_tokens=ar_tokens)
+                             drafter=drafter, k=k, accept=accept, priced=priced, ar=ar,
+                             ar_tokens=ar_tokens)
                 )  # fmt: skip
                 log(f"spec: {rows[-1]}")
     gates = []
@@ -145,16 +142,22 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
 
 
 def _variants(
-    drafters: Sequence[str], accepts: Sequence[int], k: int
-) -> list[tuple[str, int | None]]:
-    out: list[tuple[str, int | None]] = []
+    drafters: Sequence[str],
+    accepts: Sequence[int],
+    k: int,
+    priced: Sequence[float] | None,
+) -> list[tuple[str, int | None, tuple[float, ...] | None]]:
+    """(drafter, the oracle's right drafts, the priced schedule) of each row to measure."""
+    out: list[tuple[str, int | None, tuple[float, ...] | None]] = []
     for name in drafters:
         if name not in DRAFTERS:
             raise ValueError(f"--drafters has {name!r}; choose from {', '.join(DRAFTERS)}")
         if name == "oracle":
-            out += [(name, j) for j in dict.fromkeys(min(a, k) for a in accepts)]
-        else:
-            out.append((name, None))
+            out += [(name, j, None) for j in dict.fromkeys(min(a, k) for a in accepts)]
+            continue
+        out.append((name, None, None))
+        if priced is not None:
+            out.append((name, None, tuple(priced[:k])))
     return out
 
 
@@ -169,6 +172,7 @@ def _measure(
     drafter: str,
     k: int,
     accept: int | None,
+    priced: tuple[float, ...] | None,
     ar: float,
     ar_tokens: list[list[int]],
 ) -> SpecRow:
@@ -179,10 +183,16 @@ def _measure(
         speculative_max_seqs=max(len(prompts), 1),
     )
     oracle = OracleDrafter(continuations, accept or 0) if drafter == "oracle" else None
+
+    def pricing(inner: Any) -> Any:
+        assert priced is not None
+        return PricedDrafter(inner, continuations, priced, seed=args.seed)
+
     timer: list[float] = []
     seconds, tokens, stats = _decode(
-        model, cfg, device, prompts, args.new_tokens, drafter=oracle, timer=timer, with_stats=True
-    )
+        model, cfg, device, prompts, args.new_tokens, drafter=oracle, timer=timer,
+        with_stats=True, wrap=pricing if priced is not None else None,
+    )  # fmt: skip
     spec = stats.spec
     verifies = max(1, spec.num_drafts)
     return SpecRow(
@@ -197,6 +207,7 @@ def _measure(
         tuple(n / verifies for n in spec.accepted_per_position),
         1e3 * sum(timer) / spec.num_draft_tokens if timer and spec.num_draft_tokens else None,
         tokens == ar_tokens,
+        priced,
     )
 
 
@@ -210,9 +221,11 @@ def _decode(
     drafter: object | None = None,
     timer: list[float] | None = None,
     with_stats: bool = False,
+    wrap: Callable[[Any], Any] | None = None,
 ) -> Any:
     """Warm the engine up, then decode every prompt at once -> (seconds from the last first
-    token to the last token, each prompt's tokens[, the engine's stats])."""
+    token to the last token, each prompt's tokens[, the engine's stats]). `wrap`: wraps the
+    engine's drafter (after its calls are timed)."""
     from sparkinfer.scheduler.engine import Engine
     from sparkinfer.scheduler.request import SamplingParams
 
@@ -220,9 +233,11 @@ def _decode(
     try:
         runner = engine.runner
         if drafter is not None:
-            runner.spec_step.drafter = drafter  # type: ignore[attr-defined]
+            runner.speculative.drafter = drafter  # type: ignore[attr-defined]
         if timer is not None and cfg.speculative == "mtp":
-            _time_drafter(runner.spec_step.drafter, timer)  # type: ignore[attr-defined]
+            _time_drafter(runner.speculative.drafter, timer)  # type: ignore[attr-defined]
+        if wrap is not None:
+            runner.speculative.drafter = wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
         warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
         engine.generate(prompts[0][:64], warm)
         if timer is not None:
@@ -293,7 +308,7 @@ def _table(rows: list[SpecRow]) -> Table:
         ["drafter", "k", "right", "batch", "context", "AR tok/s", "spec tok/s", "speedup",
          "accepted len", "accepted at 1..k", "draft ms", "identical"],
         [
-            [r.drafter, r.num_drafts, "-" if r.oracle_accept is None else r.oracle_accept,
+            [r.label, r.num_drafts, _right(r),
              r.batch, r.context, r.ar_tok_s, r.spec_tok_s, r.speedup, r.mean_accepted_len,
              " ".join(f"{x:.2f}" for x in r.accepted_per_position),
              "-" if r.draft_ms is None else r.draft_ms, "yes" if r.is_identical else "NO"]
@@ -301,9 +316,17 @@ def _table(rows: list[SpecRow]) -> Table:
         ],
         notes=[
             "accepted len: tokens a verify emits (accepted drafts + 1); right: the oracle's "
-            "correct drafts of k; draft ms: the MTP drafter's time per draft token"
+            "correct drafts of k, or a priced row's schedule (the share of verifies whose draft "
+            "j is made right: priced, not the drafter's real acceptance); draft ms: the MTP "
+            "drafter's time per draft token"
         ],
     )  # fmt: skip
+
+
+def _right(row: SpecRow) -> str | int:
+    if row.priced is not None:
+        return ",".join(f"{p:g}" for p in row.priced)
+    return "-" if row.oracle_accept is None else row.oracle_accept
 
 
 def _require_cuda() -> torch.device:
@@ -322,6 +345,7 @@ def _base_config(args: argparse.Namespace) -> SchedulerConfig:
         max_num_batched_tokens=max(2048, max(args.concurrency) * 32),
         deterministic=args.deterministic,
         enforce_eager=args.enforce_eager,
+        speculative="off",  # the AR run; each speculative row sets its drafter
         speculative_adaptive=args.adaptive,
         block_size=16 if args.tiny else 64,
         cpu_cache_bytes=1 << 28,

@@ -27,7 +27,7 @@ from sparkinfer.model import vision as vision_model
 from sparkinfer.model.config import VisionConfig
 from sparkinfer.model.vision import VisionModel, segment_attention_ref
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.vision_graphs import TowerGraphs
+from sparkinfer.scheduler.vision.graphs import TowerGraphs
 
 # docs/model.md §1 vision_config of Qwen3.8-27B (patch 16, temporal 2, merge 2 are the defaults)
 VISION_27B = VisionConfig(

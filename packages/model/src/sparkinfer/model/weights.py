@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors import safe_open
@@ -422,7 +422,7 @@ def load_model(
     dtype: torch.dtype,
     progress: bool = True,
     num_real_tokens: int | None = None,
-    use_mtp: bool = False,
+    use_mtp: bool | Literal["auto"] = False,
     quantization: str | None = None,
 ) -> Qwen3_8ForCausalLM:
     """Load the model of a local checkpoint directory or hub repo id.
@@ -432,7 +432,8 @@ def load_model(
     text-only model (logged).
     num_real_tokens: the tokenizer's length when known; ids at or above it get -inf logits.
     use_mtp: also build the MTP head (`model.mtp`, speculative decoding's drafter) from the
-        checkpoint's `mtp.*` tensors; raises CheckpointError when it has none.
+        checkpoint's `mtp.*` tensors; raises CheckpointError when it has none. "auto": build it
+        when the checkpoint has them (speculative "auto").
     quantization: "fp8" quantizes a bf16 checkpoint's decoder projections on load (the layout
         of Qwen's FP8 releases, fp8_weights.py); None serves the checkpoint as stored (an FP8
         checkpoint runs in FP8 either way).
@@ -457,6 +458,8 @@ def load_model(
     if model.visual is not None:
         vision = fp8_weights.dequantize_group(dict(ckpt.read(ckpt.vision, progress=progress)))
         model.visual.load_weights(iter(vision.items()))
+    if use_mtp == "auto":
+        use_mtp = bool(ckpt.mtp)
     if use_mtp:
         if not ckpt.mtp:
             raise CheckpointError(

@@ -7,7 +7,7 @@ field's `help`, from these fields (`sparkinfer.api.settings`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from sparkinfer.kernels.tuning import KernelTuning
@@ -27,7 +27,7 @@ _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # compute-bound, padding a step to the next bucket costs device time: steps of 64 keep the
 # padding under 64 rows.
 _PREFILL_GRAPH_MIN_TOKENS, _PREFILL_GRAPH_DOUBLING_UNTIL, _PREFILL_GRAPH_STEP = 16, 128, 64
-SpeculativeMethod = Literal["off", "ngram", "mtp"]
+SpeculativeMethod = Literal["auto", "off", "ngram", "mtp"]
 SPECULATIVE_METHODS: tuple[SpeculativeMethod, ...] = get_args(SpeculativeMethod)
 MAX_SPECULATIVE_TOKENS = 16
 # The paged-attention kernels tile a KV block in powers of two, from 16 rows (CUDA; the CPU
@@ -180,14 +180,15 @@ class SchedulerConfig:
         ),
     )
     speculative: SpeculativeMethod = field(
-        default="off",
+        default="auto",
         metadata=_help(
-            "Speculative decoding's drafter: ngram (drafts copied from the request's own prompt "
-            "and output: no weights, strong on code, JSON and edits) or mtp (the checkpoint's MTP "
-            "head, loaded from its mtp.* tensors). Greedy and seeded output are unchanged (bit for "
-            "bit with deterministic); requests with penalties or a grammar decode without drafts. "
-            "Off by default: steps that draft are read at once (no host and device overlap) and "
-            "the gain depends on acceptance: measure it on your GPU first (sparkinfer-bench spec)"
+            "Speculative decoding's drafter: auto (the checkpoint's MTP head where it has one, "
+            "plain decoding where not; the engine says which in one start-up line), mtp (the "
+            "checkpoint's MTP head, loaded from its mtp.* tensors), ngram (drafts copied from the "
+            "request's own prompt and output: no weights, strong on code, JSON and edits) or off. "
+            "Each request drafts as deep as its own acceptance pays for, and not at all where "
+            "drafts do not pay (speculative_adaptive). Greedy and seeded output are unchanged "
+            "(bit for bit with deterministic)"
         ),
     )
     num_speculative_tokens: int = field(
@@ -215,9 +216,10 @@ class SchedulerConfig:
     speculative_adaptive: bool = field(
         default=True,
         metadata=_help(
-            "Stop drafting for a request whose drafts are rarely accepted, and in steps where the "
-            "measured step times say verifying costs more than it brings; off: every eligible "
-            "request drafts every step (tests, benchmarks)"
+            "Draft each request only as deep as its own acceptance pays for, stop drafting for a "
+            "request whose drafts are rarely accepted, and in steps where the measured step times "
+            "say verifying costs more than it brings; off: every request drafts "
+            "num_speculative_tokens every step (tests, benchmarks)"
         ),
     )
 
@@ -295,7 +297,15 @@ class SchedulerConfig:
 
     @property
     def is_speculative(self) -> bool:
-        return self.speculative != "off"
+        """Whether a drafter runs: "auto" counts once resolved (`resolve_speculative`)."""
+        return self.speculative in ("ngram", "mtp")
+
+    def resolve_speculative(self, *, has_mtp_head: bool) -> SchedulerConfig:
+        """This config with "auto" made concrete for a model: its MTP head where it has one,
+        plain decoding where not (any other choice stays as it is)."""
+        if self.speculative != "auto":
+            return self
+        return replace(self, speculative="mtp" if has_mtp_head else "off")
 
     @property
     def num_spec_state_rows(self) -> int:

@@ -99,8 +99,10 @@ class Engine:
         *,
         device: torch.device | str | None = None,
     ) -> Engine:
-        """Build the runner for `model` (caches sized from memory, graphs captured), then start."""
-        return cls(Runner(model, config, device=device), config)
+        """Build the runner for `model` (caches sized from memory, graphs captured), then start
+        with the runner's config ("auto" speculation made concrete for this model)."""
+        runner = Runner(model, config, device=device)
+        return cls(runner, runner.config)
 
     def add_request(
         self,

@@ -170,7 +170,7 @@ PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a draft's acceptance is 0.5 before 
 
 @dataclass
 class RequestSpec:
-    """One request's speculation: its verify counts and acceptance (`spec_policy`)."""
+    """One request's speculation: its verify counts and acceptance (`speculative.policy`)."""
 
     num_verifies: int = 0
     num_draft_tokens: int = 0

@@ -11,7 +11,7 @@ with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invaria
 it, each forward takes the fastest kernel per shape. Every forward and device step runs under
 the config's `KernelTuning` (`on_stream`, `numerics`): dependent launch and the shape table.
 
-Images and videos (`vision_inputs`): the vision tower runs at a request's first prefill chunk,
+Images and videos (`vision.inputs`): the vision tower runs at a request's first prefill chunk,
 outside the batch-invariant mode (its rows depend only on the request's own media); each chunk
 merges its share into the token embeddings and gets [3, T] MRoPE positions.
 
@@ -43,13 +43,17 @@ from sparkinfer.scheduler._inflight import (
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.cache_plan import plan_cache
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
-from sparkinfer.scheduler.prefill_graphs import PrefillGraphs
+from sparkinfer.scheduler.graphs.decode import DecodeGraphs
+from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
+from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
-from sparkinfer.scheduler.spec_step import SpecStep, make_drafter
-from sparkinfer.scheduler.verify_graphs import VerifyGraphs
-from sparkinfer.scheduler.vision_inputs import VisionInputs, step_positions
+from sparkinfer.scheduler.speculative.step import (
+    SpeculativeStep,
+    describe_speculation,
+    make_drafter,
+)
+from sparkinfer.scheduler.vision.inputs import VisionInputs, step_positions
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +72,10 @@ class Runner:
         device: torch.device | str | None = None,
     ) -> None:
         self.model = model
-        self.config = config
+        asked = config.speculative
+        config = config.resolve_speculative(has_mtp_head=getattr(model, "mtp", None) is not None)
+        self.config = config  # "auto" made concrete: the engine's scheduler takes this one
+        logger.info("%s", describe_speculation(asked, config))
         self.device = torch.device(device) if device else next(model.parameters()).device
         self._is_cuda = self.device.type == "cuda"
         if self._is_cuda:
@@ -108,16 +115,18 @@ class Runner:
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.verify_graphs: VerifyGraphs | None = None
-        self.spec_step = SpecStep(self, make_drafter(config, model, self.caches, self.device))
+        self.speculative = SpeculativeStep(
+            self, make_drafter(config, model, self.caches, self.device)
+        )
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
             if config.is_speculative:
                 self.verify_graphs = self._capture_verify_graphs()
-                self.spec_step.capture_graphs()
+                self.speculative.capture_graphs()
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
         if self._is_cuda and config.is_speculative:
-            self.spec_step.warm_up()
+            self.speculative.warm_up()
 
     @property
     def num_blocks(self) -> int:
@@ -150,20 +159,19 @@ class Runner:
         if self._is_closed:
             raise RuntimeError("the runner is closed (its engine shut down): start a new engine")
         inflight, self._inflight = self._inflight, None  # a failed step drops it too
-        if batch.is_read_at_once:
-            return self.spec_step.run(batch, inflight)
+        if batch.is_read_at_once or self.speculative.must_read(batch):
+            return self.speculative.run(batch, inflight)  # draft, verify, accept: read at once
         logits: list[torch.Tensor] = []
         sampled: list[ScheduledSeq] = []
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
         with self.on_stream():
-            self.copy_states(batch.state_copies)
-            self.vision.prepare(batch.seqs)  # the tower, for requests starting their prompt
+            self.prepare_step(batch)
         with self.on_stream():
             for group in self._groups(batch.seqs):
                 with self.numerics(is_decode=all(s.is_decode for s in group)):
-                    logits.append(self._forward(group, prompt_logprobs, inflight))
+                    logits.append(self.forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
-            hidden = self.spec_step.decode_hidden(batch.seqs)  # MTP: read before a replay
+            hidden = self.speculative.decode_hidden(batch.seqs)  # MTP: read before a replay
             before: list[tuple[ScheduledSeq, SampledToken]] | None = None
             if inflight is not None and any(Sampler.needs_host_history(s.req) for s in sampled):
                 # A logits processor reads every earlier token, so the step before comes to the
@@ -171,7 +179,7 @@ class Runner:
                 before = inflight.resolve()
             now = self._sample(sampled, logits, inflight, before) if sampled else []
             if hidden is not None and self._inflight is not None:
-                self.spec_step.observe_in_flight(batch.seqs, hidden, self._inflight.token_ids)
+                self.speculative.observe_in_flight(batch.seqs, hidden, self._inflight.token_ids)
             if before is None:
                 # Read after this step is queued: the wait ends with the step before, not this.
                 before = inflight.resolve() if inflight is not None else []
@@ -203,6 +211,12 @@ class Runner:
             return []
         return list(zip(sampled, self.sampler.sample(rows, reqs, idxs, late), strict=True))
 
+    def prepare_step(self, batch: ScheduledBatch) -> None:
+        """A step's work ahead of its forwards: the scheduler's state copies, and the vision
+        tower for requests starting their prompt (call on the runner's stream)."""
+        self.copy_states(batch.state_copies)
+        self.vision.prepare(batch.seqs)
+
     def copy_states(self, copies: Sequence[tuple[int, int]]) -> None:
         """Copy GDN state rows (conv and recurrent, every layer), one pair after the other:
         a row a prefix-cache snapshot was just taken into may be restored from in the same step.
@@ -226,7 +240,7 @@ class Runner:
         self.graphs = None
         self.prefill_graphs = None
         self.verify_graphs = None
-        self.spec_step.drop_graphs()
+        self.speculative.drop_graphs()
         self._inflight = None
         self.vision.clear()
         self.caches = ModelCaches(attention={}, linear={})  # graphs above held views of them
@@ -240,7 +254,7 @@ class Runner:
         prefills = [s for s in seqs if not s.is_decode]
         return [g for g in (decodes, prefills) if g]
 
-    def _forward(
+    def forward(
         self,
         seqs: list[ScheduledSeq],
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],

@@ -2,9 +2,11 @@
 
 Order per row: logit_bias, repetition / presence / frequency penalties, min_tokens (stop ids
 masked), the request's logits_processor (e.g. a grammar mask), then greedy argmax or temperature
--> min_p -> top_k -> top_p -> draw. Logprobs are those of the raw model distribution (before any
-of the above), as the OpenAI API reports them; `token_logprobs` gives the same for given tokens
-(prompt logprobs).
+-> min_p -> top_k -> top_p -> draw. A verify row of a speculating request draws as if the drafts
+before it were outputs already (`draft_prefixes`): penalties count them and the logits processor
+reads them, so each row gets the token a step without speculation would draw there. Logprobs
+are those of the raw model distribution (before any of the above), as the OpenAI API reports
+them; `token_logprobs` gives the same for given tokens (prompt logprobs).
 
 A seeded request draws its noise from a generator seeded with (seed, output position), so its
 tokens depend on nothing else in the batch and survive preemption; unseeded rows share the
@@ -61,14 +63,19 @@ class Sampler:
         output_idxs: Sequence[int],
         inflight_outputs: Sequence[torch.Tensor | None] = (),
         pending_outputs: Sequence[int | None] = (),
+        *,
+        draft_prefixes: Sequence[Sequence[int]] = (),
     ) -> DrawnTokens:
         """The drawn tokens and the logprobs asked for, left on the device (no host sync but a
         logits processor's own).
 
         pending_outputs[i]: reqs[i]'s last output token when the host has read it but the request
         does not hold it yet (empty or None: none); its logits processor reads it.
+        draft_prefixes[i]: the drafts before row i's position in a verify (empty: none), taken
+        as outputs for this draw.
         """
-        token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs, pending_outputs)
+        after = _Following(pending_outputs, draft_prefixes)
+        token_ids = self._draw_ids(logits, reqs, output_idxs, inflight_outputs, after)
         rows = [i for i, r in enumerate(reqs) if r.params.logprobs is not None]
         if not rows:
             return DrawnTokens(token_ids)
@@ -85,15 +92,15 @@ class Sampler:
         reqs: Sequence[Request],
         output_idxs: Sequence[int],
         inflight_outputs: Sequence[torch.Tensor | None],
-        pending_outputs: Sequence[int | None],
+        after: _Following,
     ) -> torch.Tensor:
         """The drawn token ids [N] int64 on the device."""
         if any(self._changes_logits(r, i) for r, i in zip(reqs, output_idxs, strict=True)):
             logits = logits.clone()  # the caller's logits stay the model's (logprobs read them)
         self._apply_bias(logits, reqs)
-        self._apply_penalties(logits, reqs, inflight_outputs)
+        self._apply_penalties(logits, reqs, inflight_outputs, after)
         self._mask_early_stops(logits, reqs, output_idxs)
-        self._apply_processors(logits, reqs, pending_outputs)
+        self._apply_processors(logits, reqs, after)
         token_ids = logits.argmax(dim=-1)
         random_rows = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
         if random_rows:
@@ -141,6 +148,7 @@ class Sampler:
         logits: torch.Tensor,
         reqs: Sequence[Request],
         inflight_outputs: Sequence[torch.Tensor | None],
+        after: _Following,
     ) -> None:
         rows = [i for i, r in enumerate(reqs) if _has_penalty(r)]
         if not rows:
@@ -153,6 +161,9 @@ class Sampler:
             late = inflight_outputs[i] if inflight_outputs else None
             if late is not None:  # the last output, still on the device, counts too
                 out = torch.cat([out, late])
+            drafts = after.drafts(i)
+            if drafts:  # a verify row: the drafts before it count as outputs
+                out = torch.cat([out, _ints(drafts, logits.device)])
             counts = torch.zeros(vocab, device=logits.device).index_add_(
                 0, out, torch.ones(len(out), device=logits.device)
             )
@@ -174,15 +185,12 @@ class Sampler:
                 logits[i, _ints(stops, logits.device)] = float("-inf")
 
     def _apply_processors(
-        self, logits: torch.Tensor, reqs: Sequence[Request], pending: Sequence[int | None]
+        self, logits: torch.Tensor, reqs: Sequence[Request], after: _Following
     ) -> None:
         for i, req in enumerate(reqs):
             if req.params.logits_processor is None:
                 continue
-            history = req.output_token_ids
-            late = pending[i] if pending else None
-            if late is not None:
-                history = [*history, late]
+            history = after.history(i, req.output_token_ids)
             req.params.logits_processor(history, logits[i])
 
     def _draw(
@@ -229,6 +237,25 @@ def _top_k_top_p(logits: torch.Tensor, top_ks: list[int], top_ps: list[float]) -
     p = _floats(top_ps, logits.device).unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(mass_before > p, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+
+
+@dataclass(frozen=True)
+class _Following:
+    """Tokens a draw takes as outputs beyond those its request holds: the one read on the host
+    but not appended yet (`pending`), then a verify row's drafts before it (`prefixes`)."""
+
+    pending: Sequence[int | None]
+    prefixes: Sequence[Sequence[int]]
+
+    def drafts(self, row: int) -> Sequence[int]:
+        return self.prefixes[row] if self.prefixes else ()
+
+    def history(self, row: int, outputs: Sequence[int]) -> Sequence[int]:
+        late = self.pending[row] if self.pending else None
+        drafts = self.drafts(row)
+        if late is None and not drafts:
+            return outputs
+        return [*outputs, *([] if late is None else [late]), *drafts]
 
 
 def _has_penalty(req: Request) -> bool:

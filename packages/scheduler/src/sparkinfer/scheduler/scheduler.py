@@ -55,7 +55,7 @@ from sparkinfer.scheduler.request import (
     SamplingParams,
     TokenLogprob,
 )
-from sparkinfer.scheduler.spec_policy import SpecCounters, SpecPolicy
+from sparkinfer.scheduler.speculative.policy import SpecCounters, SpecPolicy
 from sparkinfer.scheduler.state_slots import StateSlots
 
 logger = logging.getLogger(__name__)
@@ -255,13 +255,8 @@ class Scheduler:
     def _is_read_at_once(self, seqs: Sequence[ScheduledSeq]) -> bool:
         """Whether the step's samples must reach the host in the same call: it verifies drafts,
         or a request that samples in it may draft at its next step (the drafts and the verify's
-        layout are built on the host). With "mtp" a step with prompt chunks is read at once
-        too (the head runs over a prompt at once, so its KV is written before the prefix cache
-        can share the blocks), and every step without step overlap; the head takes a plain
-        decode step's rows on the device."""
-        is_mtp = self.config.speculative == "mtp"
-        if is_mtp and not (self.config.overlap_steps and all(s.is_decode for s in seqs)):
-            return True
+        layout are built on the host). The drafter may ask for more (the runner's side,
+        `Drafter.must_read`)."""
         if any(s.num_lookahead_tokens for s in seqs):
             return True
         return self.spec.is_on and any(s.is_sampled and self.spec.may_draft(s.req) for s in seqs)

@@ -208,7 +208,8 @@ class TensorParallelRanks:
             self._runner.fail(reason)
 
     def engine(self, config: SchedulerConfig) -> Engine:
-        """The engine over these ranks (CUDA graphs off; speculative decoding refused)."""
+        """The engine over these ranks (CUDA graphs off; speculative decoding refused, "auto"
+        decodes plainly)."""
         if config.is_speculative:
             self.stop()
             raise ValueError(
@@ -221,6 +222,7 @@ class TensorParallelRanks:
                 "the ranks were started with another deterministic or kernel tuning than the "
                 "engine's config: start them from the same config"
             )
+        config = config.resolve_speculative(has_mtp_head=False)
         config = dataclasses.replace(config, enforce_eager=True)
         model = MirroredModel(self.shard, self.channel)
         try:

@@ -18,8 +18,8 @@ from scheduler_testing import (
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.cuda_graphs import DecodeGraphs
 from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.graphs.decode import DecodeGraphs
 from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.runner import Runner
 
@@ -134,7 +134,7 @@ def test_capture_waits_for_the_stream_that_filled_the_buffers(monkeypatch, tiny_
     assert len(model.waits_at_forward) == 2 * len(graphs.batch_sizes)  # warm-up and capture
     assert all(caller in waits for waits in model.waits_at_forward)
     for size in graphs.batch_sizes:
-        assert torch.isfinite(graphs._graphs[size].output[:, :250]).all()
+        assert torch.isfinite(graphs.buckets.captured[size].output[:, :250]).all()
 
 
 @pytest.mark.cpu_only

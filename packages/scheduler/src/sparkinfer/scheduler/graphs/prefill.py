@@ -12,7 +12,7 @@ The graph always runs `max_seqs + 1` sequences over the bucket's tokens: the ste
 padding sequence that takes the rest of the tokens, then empty ones. Padding writes no KV (KV
 slot -1), touches no state (state slot -1, zero length or zero output) and is never read (its
 rows are only ever followed by row-wise ops, and no logits row points at them). Every per-step
-index lives in a static device buffer filled from pinned host buffers, as `cuda_graphs` does for
+index lives in a static device buffer filled from pinned host buffers, as `graphs.decode` does for
 decode. Steps with media or MRoPE positions, prompt logprobs, or more tokens or sequences than
 the graphs hold run eagerly.
 """
@@ -26,13 +26,13 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 
 
 class PrefillGraphs:
@@ -83,20 +83,15 @@ class PrefillGraphs:
         # 65 sequences and max_model_len 262,144).
         self._table_rows = 0
         self._table_rows_to_copy = 0
-        # Recorded after the copies out of the staging buffers; a run waits on it before
-        # refilling them (see DecodeGraphs: a copy still queued must not read the next rows).
-        self._staging_read = torch.cuda.Event()
-        # hidden [min(max_seqs, bucket), hidden] of the rows to sample, per bucket
-        self._graphs: dict[int, Captured] = {}
+        # hidden [min(max_seqs, bucket), hidden] of the rows to sample, per bucket; the guard
+        # of the staging buffers, recorded after the copies out of them
+        self.buckets = GraphBuckets(self.token_sizes, stream, what="prefill graph for tokens")
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool; each is
         captured over an all-padding step (one sequence of all its tokens, no state)."""
-        self._graphs = capture_buckets(
-            self.token_sizes,
-            self.stream,
+        self.buckets.capture(
             lambda size: self._forward(self._forward_batch(size)),
-            what="prefill graph for tokens",
             prepare=lambda size: self._load([], size, None),
         )
 
@@ -105,7 +100,7 @@ class PrefillGraphs:
         if len(seqs) > self.max_seqs or any(s.req.multimodal is not None for s in seqs):
             return None
         num_tokens = sum(s.num_new_tokens for s in seqs)
-        return next((b for b in self.token_sizes if b >= num_tokens), None)
+        return self.buckets.bucket_for(num_tokens)
 
     def run(
         self,
@@ -121,8 +116,8 @@ class PrefillGraphs:
         """
         num_sampled = self._load(seqs, bucket, inflight, sources)
         with torch.cuda.stream(self.stream):
-            captured = self._graphs[bucket]
-            captured.graph.replay()
+            captured = self.buckets.captured[bucket]
+            captured.graph.replay()  # its staging guard was recorded behind the copies (_load)
             return self.model.compute_logits(captured.output[:num_sampled])
 
     def _load(
@@ -134,7 +129,7 @@ class PrefillGraphs:
     ) -> int:
         """Fill the static buffers for this step on the graph stream; returns the number of
         sampled sequences."""
-        self._staging_read.synchronize()  # unrecorded: returns at once
+        self.buckets.wait_for_staging()
         num_sampled = self._fill(seqs, bucket, device_source_rows(sources))
         s = self.max_seqs + 1
         with torch.cuda.stream(self.stream):
@@ -150,7 +145,7 @@ class PrefillGraphs:
             rows = self._table_rows_to_copy
             self.block_tables[:rows].copy_(self._tables_cpu[:rows], non_blocking=True)
             self.logits_indices.copy_(self._logits_cpu, non_blocking=True)
-            self._staging_read.record(self.stream)
+            self.buckets.mark_staging_read()
         return num_sampled
 
     def _fill(self, seqs: Sequence[ScheduledSeq], bucket: int, sources: list[int]) -> int:

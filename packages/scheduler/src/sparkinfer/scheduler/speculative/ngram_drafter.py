@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 
 NGRAM_MAX_LEN = 4
 NGRAM_MIN_LEN = 2
@@ -46,7 +46,7 @@ def propose_ngram(
 
 
 class NgramDrafter:
-    """The n-gram drafter (`spec_decode.Drafter`): drafts from host tokens, keeps no state."""
+    """The n-gram drafter (`drafter.Drafter`): drafts from host tokens, keeps no state."""
 
     needs_hidden = False
 
@@ -56,6 +56,10 @@ class NgramDrafter:
             propose_ngram(s.req.token_ids, k) if k else []
             for s, k in zip(seqs, num_drafts, strict=True)
         ]
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        """Never: it drafts from host tokens, which the scheduler has before it drafts."""
+        return False
 
     def observe(self, step: object) -> None:
         """Nothing to learn from the target's step."""

@@ -8,7 +8,7 @@ layer, as a verify's rows do). The graph then takes each request's tail (its las
 row, `last`), argmaxes its first draft on the device, and runs k - 1 draft steps, each one row
 per request one position on (`_advance`); rows with fewer drafts (`num_drafts`) stop and write
 no KV. It returns the drafts [b, k] and leaves the tails' head outputs in a buffer of its pool.
-Padding rows write no KV and read no context. Buffers are filled as in `cuda_graphs`.
+Padding rows write no KV and read no context. Buffers are filled as in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
+from sparkinfer.scheduler.graphs.buckets import GraphBuckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class HeadGraphs(DecodeRowBuffers):
@@ -66,20 +66,15 @@ class HeadGraphs(DecodeRowBuffers):
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._rows_np, self._seqs_np = self._rows_cpu.numpy(), self._seqs_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
-        self._staging_read = torch.cuda.Event()  # as in `cuda_graphs`
-        self._graphs: dict[int, Captured] = {}  # drafts [bucket, k] int64 per bucket
+        # drafts [bucket, k] int64 per bucket; the staging guard
+        self.buckets = GraphBuckets(self.batch_sizes, stream, what="MTP head graph for batch size")
         self._tails: dict[int, torch.Tensor] = {}  # [bucket, hidden], rewritten by each replay
 
     def capture(self) -> None:
-        self._graphs = capture_buckets(
-            self.batch_sizes,
-            self.stream,
-            self._forward,
-            what="MTP head graph for batch size",
-        )
+        self.buckets.capture(self._forward)
 
     def bucket_for(self, num_seqs: int) -> int | None:
-        return next((b for b in self.batch_sizes if b >= num_seqs), None)
+        return self.buckets.bucket_for(num_seqs)
 
     def run(
         self,
@@ -99,7 +94,7 @@ class HeadGraphs(DecodeRowBuffers):
         order.
         """
         w, bs = self.rows_per_seq, self.block_size
-        self._staging_read.synchronize()
+        self.buckets.wait_for_staging()
         r, s, t = self._rows_np, self._seqs_np, self._tables_np
         num_rows = bucket * w
         r[:, :num_rows] = 0
@@ -136,10 +131,8 @@ class HeadGraphs(DecodeRowBuffers):
             index = torch.tensor(dst, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
             self.hidden.index_copy_(0, index, hidden)
             self.input_ids.index_copy_(0, index, next_ids)
-            self._staging_read.record(self.stream)
-            captured = self._graphs[bucket]
-            captured.graph.replay()
-            return captured.output[:n_seqs], self._tails[bucket][:n_seqs]
+            drafts = self.buckets.replay(bucket)
+            return drafts[:n_seqs], self._tails[bucket][:n_seqs]
 
     def _forward(self, size: int) -> torch.Tensor:
         """The graph's work for `size` requests (the buffers' addresses are the graph's)."""

@@ -9,9 +9,9 @@ import pytest
 from scheduler_testing import FakeRunner, next_token
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, SpecOutcome
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.request import SamplingParams
+from sparkinfer.scheduler.request import Request, SamplingParams
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.spec_policy import PROBE_INTERVAL, SpecPolicy
+from sparkinfer.scheduler.speculative.policy import PROBE_INTERVAL, SpecPolicy
 
 
 class FakeSpecRunner(FakeRunner):
@@ -116,7 +116,7 @@ def test_lookahead_stays_within_the_budget_the_blocks_and_max_len():
     assert sched.blocks.num_free_blocks == 64
 
 
-def test_a_request_with_penalties_or_a_processor_decodes_one_token_a_step():
+def test_requests_with_penalties_or_a_processor_draft_too():
     sched = Scheduler(config(), num_blocks=64, num_slots=8, vocab_size=100)
     runner = FakeSpecRunner()
     sched.add_request("p", [1, 2, 3], SamplingParams(max_tokens=6, presence_penalty=0.5))
@@ -124,8 +124,8 @@ def test_a_request_with_penalties_or_a_processor_decodes_one_token_a_step():
         "g", [1, 2, 3], SamplingParams(max_tokens=6, logits_processor=lambda h, r: None)
     )
     drain(sched, runner)
-    assert not any(s.num_lookahead_tokens for b in runner.batches for s in b.seqs)
-    assert not any(b.is_read_at_once for b in runner.batches)
+    drafted = {s.req.request_id for b in runner.batches for s in b.seqs if s.num_lookahead_tokens}
+    assert drafted == {"p", "g"}
 
 
 def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_off():
@@ -215,3 +215,33 @@ def test_a_request_without_drafts_cools_down_and_its_steps_overlap_again():
     assert req.num_output_tokens == 60 and req.spec.num_verifies == 0
     late = runner.batches[-20:]
     assert sum(b.is_read_at_once for b in late) < 10  # mostly cooling down, overlapped
+
+
+def test_each_request_drafts_as_deep_as_its_own_acceptance_pays_for():
+    policy = SpecPolicy(config(speculative_adaptive=True, num_speculative_tokens=4))
+    sure, unsure = (Request(i, [1, 2, 3], SamplingParams(), max_len=64) for i in ("s", "u"))
+    sure.spec.accepted_weight, sure.spec.rejected_weight = 9.0, 1.0  # a = 0.9
+    unsure.spec.accepted_weight, unsure.spec.rejected_weight = 1.0, 1.0  # a = 0.5
+    assert (policy.depth(sure), policy.depth(unsure)) == (4, 2)  # 0.5^3 < MIN_ACCEPTANCE
+    fixed = SpecPolicy(config(speculative_adaptive=False, num_speculative_tokens=4))
+    assert fixed.depth(unsure) == 4
+
+
+def _measured_policy() -> SpecPolicy:
+    """A policy whose step-time fits price one more verify row at 0.4 of a plain token's time
+    with 8 decode rows (plain steps take 1 s, each verify row 0.05 s more)."""
+    policy = SpecPolicy(config(speculative_adaptive=True))
+    for n in (4, 8, 4, 8):
+        policy.record_step(num_rows=n, is_verify=False, seconds=1.0)
+    for rows in (8, 16, 24, 32):
+        policy.record_step(num_rows=rows, is_verify=True, seconds=1.0 + 0.05 * (rows - 8))
+    return policy
+
+
+def test_a_request_whose_first_draft_is_not_worth_a_verify_row_stops_drafting():
+    reqs = [Request(str(i), [1, 2, 3], SamplingParams(), max_len=64) for i in range(8)]
+    priced, unpriced = _measured_policy(), SpecPolicy(config(speculative_adaptive=True))
+    priced.plan_step(reqs)
+    priced.record(reqs[0], SpecOutcome(3, 0))  # acceptance 0.32: above MIN_ACCEPTANCE
+    unpriced.record(reqs[1], SpecOutcome(3, 0))
+    assert reqs[0].spec.cooldown_steps > 0 and reqs[1].spec.cooldown_steps == 0

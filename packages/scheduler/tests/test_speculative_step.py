@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps
-from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.spec_decode import TargetStep
+from sparkinfer.scheduler.speculative.drafter import TargetStep
 
 NUM_NEW = 12
 RNG = random.Random(0)
@@ -46,6 +46,7 @@ class ScriptedDrafter:
     def __init__(self, continuations: dict[tuple[int, ...], list[int]]) -> None:
         self.continuations = continuations
         self.num_proposed = 0
+        self.drafted_ids: set[str] = set()  # requests that got drafts
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         out: list[list[int]] = []
@@ -58,8 +59,13 @@ class ScriptedDrafter:
             if wrong < len(drafts):
                 drafts[wrong] = (drafts[wrong] + 1) % 250
             self.num_proposed += len(drafts)
+            if drafts:
+                self.drafted_ids.add(req.request_id)
             out.append(drafts)
         return out
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        return False
 
     def observe(self, step: TargetStep) -> None:
         pass
@@ -74,7 +80,7 @@ def generate(
 ) -> MixedRun:
     runner = Runner(model, cfg)  # type: ignore[arg-type]
     if drafter is not None:
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
     return run_mixed_steps(runner, cfg, prompts, params)
 
 
@@ -129,7 +135,7 @@ def test_seeded_sampling_gives_the_tokens_it_gives_without_speculation(tiny_mode
         SamplingParams(temperature=0.8, top_k=40, seed=11, max_tokens=NUM_NEW, logprobs=1),
         SamplingParams(temperature=1.0, top_p=0.9, seed=3, max_tokens=NUM_NEW, min_tokens=5),
         SamplingParams(temperature=0.7, seed=5, max_tokens=NUM_NEW, logit_bias=((7, 3.0),)),
-        replace(GREEDY, frequency_penalty=1.0),  # not drafted: decodes beside the others
+        replace(GREEDY, frequency_penalty=1.0),
     ]
     prompts = PROMPTS[:4]
     off = generate(tiny_model, config(speculative="off"), prompts, params)
@@ -168,7 +174,7 @@ def test_roll_back_leaves_the_state_and_kv_of_a_run_without_rejected_drafts(tiny
     for speculative in ("off", "ngram"):
         cfg = config(speculative=speculative)
         runner = Runner(tiny_model, cfg)
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
         sched.add_request("r", prompt, params)
         while sched.has_work():
@@ -201,7 +207,7 @@ def test_a_prefix_cache_hit_under_speculation_gives_the_output_without_either(ti
     for snapshots in (2, 0):
         cfg = config(**base, prefix_cache_snapshots=snapshots)
         runner = Runner(tiny_model, cfg)
-        runner.spec_step.drafter = drafter  # type: ignore[assignment]
+        runner.speculative.drafter = drafter  # type: ignore[assignment]
         sched = Scheduler(
             cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
             snapshot_rows=runner.snapshot_rows,
@@ -236,7 +242,7 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     rng = random.Random(7)
     cfg = config(max_num_seqs=6, num_kv_blocks=24, prefix_cache_snapshots=0)
     runner = Runner(tiny_model, cfg)
-    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
+    runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     for i in range(24):
         sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))
@@ -275,11 +281,11 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     drafts, padding sequences on spare roll-back rows; tokens and logprobs stay plain decoding's,
     among requests that finish and join (buckets 1 to 4)."""
     from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.verify_graphs import VerifyGraphs
+    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 
     cfg = config(max_num_seqs=4, speculative_max_seqs=4)
     runner = Runner(tiny_model, cfg)
-    runner.spec_step.drafter = _scripted(plain)  # type: ignore[assignment]
+    runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     use_cpu_graph_standins(monkeypatch, CpuStream())
     graphs = VerifyGraphs(
         runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
@@ -289,7 +295,7 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     with torch.inference_mode(), runner.numerics(is_decode=True):
         graphs.capture()
     replays: list[int] = []
-    for size, captured in graphs._graphs.items():
+    for size, captured in graphs.buckets.captured.items():
 
         def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
             replays.append(size)
@@ -328,7 +334,7 @@ def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
     drafter = ScriptedDrafter(
         {tuple(p): [t for t, _ in w] for p, w in zip(prompts, want, strict=True)}
     )
-    engine.runner.spec_step.drafter = drafter  # type: ignore[attr-defined]
+    engine.runner.speculative.drafter = drafter  # type: ignore[attr-defined]
     try:
         got = run_together(engine, prompts, params)
         spec = engine.stats().spec
@@ -352,6 +358,9 @@ class TableDrafter:
         out = [self.table.get(tuple(s.req.output_token_ids), [])[:k] for s, k in pairs]
         self.num_proposed += sum(map(len, out))
         return out
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        return False
 
     def observe(self, step: TargetStep) -> None:
         pass
@@ -406,3 +415,107 @@ def test_unseeded_sampled_speculation_keeps_the_target_distribution(tiny_model):
                  32.91, 34.53, 36.12, 37.70, 39.25, 40.79, 42.31, 43.82, 45.31, 46.80, 48.27,
                  49.73, 51.18, 52.62, 54.05]  # fmt: skip
     assert chi2 < quantiles[len(cells) - 2], (chi2, len(cells))
+
+
+def _one_in_three(history: Sequence[int], row: torch.Tensor) -> None:
+    """A grammar's stand-in: the ids it allows next depend on every token before (a draft
+    one off from an allowed token is always refused)."""
+    allowed = (sum(history) + torch.arange(row.shape[-1])) % 3 == 0
+    row.masked_fill_(~allowed, float("-inf"))
+
+
+KINDS = [  # every kind of request, each drafting (ScriptedDrafter) beside the others
+    replace(GREEDY, presence_penalty=1.5),
+    SamplingParams(temperature=0.9, seed=4, max_tokens=NUM_NEW, frequency_penalty=0.7, logprobs=1),
+    replace(GREEDY, repetition_penalty=1.3),
+    replace(GREEDY, logit_bias=((5, 4.0), (9, 2.5))),
+    SamplingParams(temperature=0.8, seed=2, max_tokens=NUM_NEW, logprobs=3),
+    replace(GREEDY, logits_processor=_one_in_three),
+    SamplingParams(temperature=0.7, seed=8, max_tokens=NUM_NEW, logits_processor=_one_in_three),
+]
+
+
+@pytest.fixture(scope="module")
+def kinds_off(tiny_model) -> MixedRun:
+    return generate(tiny_model, config(speculative="off"), PROMPTS[: len(KINDS)], KINDS)
+
+
+def test_every_request_kind_speculates_and_keeps_its_output_as_requests_join(tiny_model, kinds_off):
+    """Penalties, logit bias, logprobs and a grammar's mask: each verify row draws as a
+    one-token step would (the drafts before it counted and masked as outputs), so tokens and
+    logprobs are those without speculation, bit for bit; three at a time, so requests join
+    mid-speculation."""
+    prompts = PROMPTS[: len(KINDS)]
+    lengths = [NUM_NEW - (i % 3) * 3 for i in range(len(KINDS))]
+    params = [replace(sp, max_tokens=n) for sp, n in zip(KINDS, lengths, strict=True)]
+    drafter = _scripted(kinds_off, prompts)
+    on = generate(tiny_model, config(max_num_seqs=3), prompts, params, drafter)
+    assert drafter.drafted_ids == {str(i) for i in range(len(KINDS))}
+    assert on.tokens == [t[:n] for t, n in zip(kinds_off.tokens, lengths, strict=True)]
+    assert on.logprobs == [lp[:n] for lp, n in zip(kinds_off.logprobs, lengths, strict=True)]
+    for tokens in (on.tokens[5], on.tokens[6]):  # the mask held at every accepted draft
+        assert all((sum(tokens[:i]) + t) % 3 == 0 for i, t in enumerate(tokens) if i)
+
+
+def test_every_request_kind_keeps_its_output_across_aborts(tiny_model, kinds_off):
+    """Requests of every kind arrive and are aborted at random between steps: each one that
+    finishes got the output it gets without speculation, and nothing leaks."""
+    rng = random.Random(11)
+    cfg = config(max_num_seqs=4, num_kv_blocks=24, prefix_cache_snapshots=0)
+    runner = Runner(tiny_model, cfg)
+    runner.speculative.drafter = _scripted(kinds_off, PROMPTS[: len(KINDS)])  # type: ignore[assignment]
+    sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
+    reqs = []
+    for i in range(21):
+        kind, n = i % len(KINDS), rng.randint(1, NUM_NEW)
+        reqs.append(
+            (kind, sched.add_request(str(i), PROMPTS[kind], replace(KINDS[kind], max_tokens=n)))
+        )
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.3 and sched._requests:
+            sched.abort(rng.choice(sorted(sched._requests)))
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+    for kind, req in reqs:  # an aborted request's tokens are a prefix of the plain output too
+        assert req.output_token_ids == kinds_off.tokens[kind][: len(req.output_token_ids)]
+    stats = sched.stats()
+    assert stats.num_aborted > 0 and stats.spec.num_accepted_tokens > 0
+    assert sched.blocks.num_free_blocks == cfg.num_kv_blocks
+    assert sched.slots.num_free_slots == runner.num_slots
+
+
+def test_every_request_kind_keeps_its_output_after_a_prefix_cache_hit(tiny_model):
+    """Requests of several kinds share a cached prompt prefix and speculate after resuming from
+    its snapshot: each gets the output of plain decoding without a prefix cache."""
+    rng = random.Random(2)
+    stem = [rng.randrange(250) for _ in range(300)]
+    prompts = [
+        stem,
+        *([*stem[:270], *(rng.randrange(250) for _ in range(20 + i))] for i in range(2)),
+    ]
+    params = [replace(KINDS[5], max_tokens=10), replace(KINDS[2], max_tokens=10), KINDS[1]]
+    base = {"max_model_len": 512, "max_num_batched_tokens": 512, "prefix_cache_min_tokens": 128}
+    off = generate(
+        tiny_model, config(**base, speculative="off", prefix_cache_snapshots=0), prompts, params
+    )
+    cfg = config(**base, prefix_cache_snapshots=2)
+    runner = Runner(tiny_model, cfg)
+    runner.speculative.drafter = _scripted(off, prompts)  # type: ignore[assignment]
+    sched = Scheduler(
+        cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
+        snapshot_rows=runner.snapshot_rows,
+    )  # fmt: skip
+    tokens = []
+    for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
+        req = sched.add_request(str(i), prompt, sp)
+        while sched.has_work():
+            batch = sched.schedule()
+            sched.update(batch, runner.run(batch))
+        tokens.append(req.output_token_ids)
+    assert tokens == off.tokens
+    assert sched.stats().num_prefix_cached_tokens == 2 * 256
+    assert sched.stats().spec.num_draft_tokens > sched.stats().spec.num_accepted_tokens > 0

@@ -1,21 +1,22 @@
 """Which decode rows draft, and how many drafts: per-request support, acceptance and a cost
 model of measured step times (plain Python, no torch).
 
-Support: a request drafts unless it has a logits processor (a grammar masks each token given
-the ones before it, and must never see a draft it would have masked; run per position it would
-also cost a host round trip per draft) or repetition / presence / frequency penalties (each
-row's counts would have to include the drafts before it). Those requests decode one token per
-step beside the speculating ones, in the same verify forward.
+Support: every request may draft. A verify row draws as a one-token step would draw there, the
+drafts before it taken as outputs (`sampler`): penalties count them and a logits processor (a
+grammar) masks the row given them, so a grammar never accepts a draft it would have masked.
 
 Acceptance: each request keeps counts of drafts accepted and rejected, from which a per-draft
 acceptance rate a (a geometric model: draft j is accepted with probability a^j) and the tokens a
-step with k drafts is expected to give, 1 + a + ... + a^k. A request under `MIN_ACCEPTANCE`
-stops drafting for a cool-down that doubles each time (up to `MAX_COOLDOWN_STEPS`) and then
-tries again: prompt lookup and MTP both go through stretches where drafts do not match. The
-first verify after a cool-down is a probe: if it accepts nothing, the request cools down again
-at once (a drafter that is never right so costs one verify per cool-down, not the several that
-take a fresh estimate under the threshold). A step where prompt lookup finds no match counts as
-a rejected draft.
+step with k drafts is expected to give, 1 + a + ... + a^k. Depth per request: draft j is worth
+one more verify row while a^j is at least that row's measured price (in plain tokens' time, from
+the fits below) and `MIN_ACCEPTANCE`, so a request whose drafts are often right drafts
+`num_speculative_tokens` deep and one whose later drafts rarely land drafts fewer. A request
+under that floor (its first draft not worth a row) stops drafting for a cool-down that doubles
+each time (up to `MAX_COOLDOWN_STEPS`) and then tries again: prompt lookup and MTP both go
+through stretches where drafts do not match. The first verify after a cool-down is a probe: if
+it accepts nothing, the request cools down again at once (a drafter that is never right so
+costs one verify per cool-down, not the several that take a fresh estimate under the
+threshold). A step where prompt lookup finds no match counts as a rejected draft.
 
 Cost: two straight-line fits of step time against rows, one for plain decode steps and one for
 verify steps (steps with prompt chunks are left out), measured from the scheduler's side
@@ -60,11 +61,17 @@ class _LineFit:
         self.sxx, self.sxy = d * self.sxx + x * x, d * self.sxy + x * y
         self.num_points += 1
 
-    def predict(self, x: float) -> float | None:
+    def slope(self) -> float | None:
+        """dy/dx (never below 0), once the fit has enough points."""
         if self.num_points < _MIN_FIT_POINTS:
             return None
         var = self.n * self.sxx - self.sx * self.sx
-        slope = 0.0 if var <= 1e-12 else max(0.0, (self.n * self.sxy - self.sx * self.sy) / var)
+        return 0.0 if var <= 1e-12 else max(0.0, (self.n * self.sxy - self.sx * self.sy) / var)
+
+    def predict(self, x: float) -> float | None:
+        slope = self.slope()
+        if slope is None:
+            return None
         return (self.sy - slope * self.sx) / self.n + slope * x
 
 
@@ -88,21 +95,12 @@ class SpecPolicy:
         self._verify_fit = _LineFit()
         self._steps_since_probe = 0
         self._is_on = True
-
-    @staticmethod
-    def is_supported(req: Request) -> bool:
-        p = req.params
-        has_penalty = (
-            p.repetition_penalty != 1.0 or p.presence_penalty != 0 or p.frequency_penalty != 0
-        )
-        return p.logits_processor is None and not has_penalty
+        self._row_price = 0.0  # a verify row's time in plain decode tokens' time (0: unmeasured)
 
     def may_draft(self, req: Request) -> bool:
         """Whether req drafts when it decodes next (its tokens then have to be on the host)."""
-        return (
-            self.config.is_speculative
-            and self.is_supported(req)
-            and (req.spec.cooldown_steps <= 1 or not self.config.speculative_adaptive)
+        return self.config.is_speculative and (
+            req.spec.cooldown_steps <= 1 or not self.config.speculative_adaptive
         )
 
     def plan_step(self, decodes: list[Request]) -> None:
@@ -113,6 +111,7 @@ class SpecPolicy:
         for req in decodes:
             req.spec.cooldown_steps = max(0, req.spec.cooldown_steps - 1)
         self._steps_since_probe += 1
+        self._row_price = self._measured_row_price(len(decodes))
         candidates = [r for r in decodes if self.may_draft(r) and r.spec.cooldown_steps == 0]
         self._is_on = self._pays(decodes, candidates)
         if not self._is_on and self._steps_since_probe >= PROBE_INTERVAL:
@@ -133,7 +132,21 @@ class SpecPolicy:
         if self.config.speculative_adaptive and req.spec.cooldown_steps:
             return 0
         room = req.max_len - req.num_tokens - 1  # every emitted token must fit
-        return max(0, min(self.config.num_speculative_tokens, max_tokens, room))
+        return max(0, min(self.depth(req), max_tokens, room))
+
+    def depth(self, req: Request) -> int:
+        """Drafts req's own acceptance pays for: draft j (accepted with probability a^j) while
+        a^j is worth a verify row (its measured price, at least `MIN_ACCEPTANCE`); always the
+        first, whose worth the cool-down and the step's cost model judge. Without
+        `speculative_adaptive`: num_speculative_tokens."""
+        k = self.config.num_speculative_tokens
+        if not self.config.speculative_adaptive:
+            return k
+        a, floor = req.spec.acceptance, self._floor
+        depth = 1
+        while depth < k and a ** (depth + 1) >= floor:
+            depth += 1
+        return depth
 
     def record(self, req: Request, outcome: SpecOutcome) -> None:
         """Count one verify of req's drafts and update its acceptance."""
@@ -154,8 +167,15 @@ class SpecPolicy:
         self._cool_down_if_low(spec)
 
     def _cool_down_if_low(self, spec: RequestSpec) -> None:
-        if self.config.speculative_adaptive and spec.acceptance < MIN_ACCEPTANCE:
+        """Cool a request down when even its first draft is not worth a verify row."""
+        if self.config.speculative_adaptive and spec.acceptance < self._floor:
             self._cool_down(spec)
+
+    @property
+    def _floor(self) -> float:
+        """The least acceptance a draft needs: `MIN_ACCEPTANCE`, or a verify row's measured
+        price in plain tokens where that is higher."""
+        return max(MIN_ACCEPTANCE, self._row_price)
 
     def _failed_probe(self, spec: RequestSpec, *, is_rejected: bool) -> bool:
         """End a probe (the first verify after a cool-down); True when it accepted nothing and
@@ -188,15 +208,24 @@ class SpecPolicy:
         """One decode-only step's time: num_rows forward rows (drafts included)."""
         (self._verify_fit if is_verify else self._decode_fit).add(num_rows, seconds)
 
+    def _measured_row_price(self, num_decodes: int) -> float:
+        """One more verify row's time over a plain step's time per token (0: not measured)."""
+        row_s = self._verify_fit.slope()
+        plain_s = self._decode_fit.predict(num_decodes)
+        if row_s is None or plain_s is None or plain_s <= 0 or num_decodes == 0:
+            return 0.0
+        return row_s * num_decodes / plain_s
+
     def _pays(self, decodes: list[Request], candidates: list[Request]) -> bool:
         if not candidates:
             return False
-        k = self.config.num_speculative_tokens
-        num_rows = len(decodes) + k * min(len(candidates), self.config.speculative_max_seqs)
+        drafting = candidates[: self.config.speculative_max_seqs]
+        depths = [self.depth(r) for r in drafting]
+        num_rows = len(decodes) + sum(depths)
         plain_s = self._decode_fit.predict(len(decodes))
         verify_s = self._verify_fit.predict(num_rows)
         if plain_s is None or verify_s is None or plain_s <= 0 or verify_s <= 0:
             return True  # not measured yet: find out
-        spec_tokens = len(decodes) - len(candidates)
-        spec_tokens += sum(r.spec.expected_tokens(k) for r in candidates)
+        spec_tokens = len(decodes) - len(drafting)
+        spec_tokens += sum(r.spec.expected_tokens(d) for r, d in zip(drafting, depths, strict=True))
         return spec_tokens / verify_s > len(decodes) / plain_s

@@ -26,8 +26,8 @@ from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.errors import InvalidRequest
 from sparkinfer.scheduler.request import MultimodalInputs, Request, RequestStatus
 from sparkinfer.scheduler.sampler import host_list
-from sparkinfer.scheduler.vision_cache import VisionCache
-from sparkinfer.scheduler.vision_graphs import TowerGraphs
+from sparkinfer.scheduler.vision.cache import VisionCache
+from sparkinfer.scheduler.vision.graphs import TowerGraphs
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
     merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.buckets import GraphBuckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class DecodeGraphs(DecodeRowBuffers):
@@ -61,25 +61,17 @@ class DecodeGraphs(DecodeRowBuffers):
         # Filled through numpy views: a torch op per element costs microseconds of host time.
         self._rows_np = self._rows_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
-        # Recorded after the copies out of the staging buffers. They are non-blocking, so a run
-        # refilling the buffers first waits on it: else a copy still queued behind a failed step
-        # reads the next step's rows and replays them twice (state updated twice).
-        self._staging_read = torch.cuda.Event()
-        self._graphs: dict[int, Captured] = {}  # logits [bucket, vocab] fp32 per bucket
+        # logits [bucket, vocab] fp32 per bucket; the staging guard (`buckets`)
+        self.buckets = GraphBuckets(self.batch_sizes, stream, what="decode graph for batch size")
         self._hidden: dict[int, torch.Tensor] = {}  # [bucket, hidden], rewritten by each replay
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
-        self._graphs = capture_buckets(
-            self.batch_sizes,
-            self.stream,
-            lambda size: self._forward(self._forward_batch(size)),
-            what="decode graph for batch size",
-        )
+        self.buckets.capture(lambda size: self._forward(self._forward_batch(size)))
 
     def bucket_for(self, num_seqs: int) -> int | None:
         """The smallest captured batch size holding `num_seqs` rows (None: run eagerly)."""
-        return next((b for b in self.batch_sizes if b >= num_seqs), None)
+        return self.buckets.bucket_for(num_seqs)
 
     def run(
         self,
@@ -95,7 +87,7 @@ class DecodeGraphs(DecodeRowBuffers):
         """
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
-        self._staging_read.synchronize()  # unrecorded: returns at once
+        self.buckets.wait_for_staging()
         rows, tables = self._rows_np, self._tables_np
         rows[:, :bucket] = 0
         rows[2, :bucket] = -1  # padding rows write no KV
@@ -122,10 +114,7 @@ class DecodeGraphs(DecodeRowBuffers):
             self.context_lens[:bucket].copy_(dev[4])
             self.state_slots[:bucket].copy_(dev[5])
             self.block_tables[:bucket].copy_(self._tables_cpu[:bucket], non_blocking=True)
-            self._staging_read.record(self.stream)
-            captured = self._graphs[bucket]
-            captured.graph.replay()
-            return captured.output[: len(seqs)]
+            return self.buckets.replay(bucket)[: len(seqs)]
 
     def hidden(self, bucket: int, num_rows: int) -> torch.Tensor:
         """The final hidden states [num_rows, hidden] of the bucket's last replay (valid until

@@ -5,7 +5,7 @@ Draft j is accepted with probability min(1, p_j(d_j) / q_j(d_j)); at the first r
 token comes from the residual max(0, p_j - q_j), renormalised; after n accepted drafts the next
 one comes from p_n. A deterministic drafter (prompt lookup, greedy MTP) has q one-hot, so draft
 j is accepted with probability p_j(d_j) and a rejection draws from p_j without d_j: the same
-acceptance as drawing from p_j and comparing (`spec_decode.accept`, which also keeps seeded
+acceptance as drawing from p_j and comparing (`speculative.verify.accept`, which also keeps seeded
 requests' tokens), so the verify step uses that; this module serves drafters that sample their
 drafts (a block drafter at temperature > 0) and is the reference the statistical tests check.
 """

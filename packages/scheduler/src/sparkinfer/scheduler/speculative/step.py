@@ -1,13 +1,19 @@
-"""A step read at once (`ScheduledBatch.is_read_at_once`): drafts, the verify forward, the
-draws, acceptance and roll-back, and what the drafter learns from the step (`spec_decode`).
+"""Speculation's phases of an engine step, behind `Runner.run`: draft, the verify forward, the
+draws, acceptance and roll-back, and what the drafter learns (`speculative.verify`).
 
-The runner hands such a step here. The step before is read first (a drafter drafts from every
-token); the prompt chunks run as in any step; the decode rows run as one verify forward when
-any of them has drafts (replaying a `verify_graphs` graph when a bucket holds the rows), else as
-a plain decode forward (the decode graphs then still apply). With a drafter that reads hidden
-states (MTP) a plain decode forward replays a decode graph too (each graph keeps its rows'
-hidden states, `DecodeGraphs.hidden`); prompt chunks, and decode rows no bucket holds, run
-eagerly over every row.
+The runner hands a step here when its samples must reach the host within the step: the
+scheduler gave a decode row lookahead rows (or a request that samples in it may draft next), or
+the drafter says it must see the step's results before the next (`Drafter.must_read`: MTP for a
+step with prompt chunks, whose head KV is written at once). The step before is read first (a
+drafter drafts from every token); the prompt chunks run as in any step; the decode rows run as
+one verify forward when any of them has drafts (replaying a `graphs.verify` graph when a bucket
+holds the rows), else as a plain decode forward (the decode graphs then still apply). With a
+drafter that reads hidden states (MTP) a plain decode forward replays a decode graph too (each
+graph keeps its rows' hidden states, `DecodeGraphs.hidden`); prompt chunks, and decode rows no
+bucket holds, run eagerly over every row. Steps that overlap the next stay with the runner; the
+drafter still gets their rows on the device (`observe_in_flight`).
+
+The step drives the runner through its public face only (`speculative.target.Target`).
 """
 
 from __future__ import annotations
@@ -15,23 +21,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
+from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import host_to_device
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
-from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.config import SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import GraphCaptureError
-from sparkinfer.scheduler.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
-from sparkinfer.scheduler.ngram_drafter import NgramDrafter
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
-from sparkinfer.scheduler.spec_decode import (
+from sparkinfer.scheduler.speculative.drafter import Drafter, TargetStep
+from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
+from sparkinfer.scheduler.speculative.ngram_drafter import NgramDrafter
+from sparkinfer.scheduler.speculative.target import Target
+from sparkinfer.scheduler.speculative.verify import (
     Accepted,
-    Drafter,
-    TargetStep,
     VerifyRows,
     accept,
     layout_verify,
@@ -39,11 +45,21 @@ from sparkinfer.scheduler.spec_decode import (
     verify_input_ids,
 )
 
-if TYPE_CHECKING:  # the runner owns this step; a cycle only for annotations
-    from sparkinfer.model.cache_spec import ModelCaches
-    from sparkinfer.scheduler.runner import Runner
-
 logger = logging.getLogger(__name__)
+
+
+def describe_speculation(asked: SpeculativeMethod, config: SchedulerConfig) -> str:
+    """One line for the start-up log: what was asked, which drafter runs, and how deep."""
+    k = config.num_speculative_tokens
+    if config.speculative == "mtp":
+        chosen = f"the checkpoint's MTP head drafts up to {k} tokens a request and step"
+    elif config.speculative == "ngram":
+        chosen = f"prompt lookup drafts up to {k} tokens a request and step"
+    elif asked == "auto":
+        chosen = "plain decoding (the checkpoint has no MTP head)"
+    else:
+        chosen = "plain decoding"
+    return f"speculative {asked}: {chosen}"
 
 
 def make_drafter(
@@ -70,25 +86,25 @@ def make_drafter(
     )
 
 
-class SpecStep:
-    """Runs the steps read at once for a runner; owns its drafter."""
+class SpeculativeStep:
+    """Runs a runner's steps read at once; owns its drafter."""
 
-    def __init__(self, runner: Runner, drafter: Drafter | None) -> None:
-        self.runner = runner
+    def __init__(self, target: Target, drafter: Drafter | None) -> None:
+        self.target = target
         self.drafter = drafter
 
     def capture_graphs(self) -> None:
         """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
         head runs eagerly (slower drafts, the same tokens)."""
-        r, verify = self.runner, self.runner.verify_graphs
+        t, verify = self.target, self.target.verify_graphs
         if not isinstance(self.drafter, MTPDrafter) or verify is None:
             return
         try:
-            with r.on_stream(), r.numerics(is_decode=True):
+            with t.on_stream(), t.numerics(is_decode=True):
                 self.drafter.capture_graphs(
                     batch_sizes=verify.batch_sizes,
                     num_drafts=verify.num_drafts,
-                    max_blocks_per_seq=r.config.max_blocks_per_seq,
+                    max_blocks_per_seq=t.config.max_blocks_per_seq,
                     stream=verify.stream,
                 )
         except (GraphCaptureError, RuntimeError, ValueError, AssertionError):
@@ -103,14 +119,14 @@ class SpecStep:
         it runs after the replay, on the rows that count), the MTP head at every catch-up row
         count (1 to MAX_PENDING_ROWS + k + 1) and the drafts' logits at every eager draft row
         count. Else each would be built while serving, in a request's step."""
-        r, cfg = self.runner, self.runner.config
+        t, cfg = self.target, self.target.config
         k = cfg.num_speculative_tokens
         max_rows = cfg.speculative_max_seqs * (k + 1)
-        with torch.inference_mode(), r.on_stream(), r.numerics(is_decode=True):
-            ids = torch.zeros(max_rows, dtype=torch.int64, device=r.device)
-            hidden = r.model.embed_input_ids(ids)
+        with torch.inference_mode(), t.on_stream(), t.numerics(is_decode=True):
+            ids = torch.zeros(max_rows, dtype=torch.int64, device=t.device)
+            hidden = t.model.embed_input_ids(ids)
             for num_rows in range(1, max_rows + 1):
-                r.model.compute_logits(hidden[:num_rows])
+                t.model.compute_logits(hidden[:num_rows])
             if isinstance(self.drafter, MTPDrafter):
                 self.drafter.warm_up(MAX_PENDING_ROWS + k + 1)
                 for num_rows in range(1, cfg.speculative_max_seqs + 1):
@@ -124,47 +140,48 @@ class SpecStep:
     def needs_hidden(self) -> bool:
         return self.drafter is not None and self.drafter.needs_hidden
 
+    def must_read(self, batch: ScheduledBatch) -> bool:
+        """Whether the drafter has to see this step's results before the next step runs."""
+        is_overlapped = self.target.config.overlap_steps
+        return self.drafter is not None and self.drafter.must_read(
+            batch, is_overlapped=is_overlapped
+        )
+
     def run(self, batch: ScheduledBatch, inflight: StepInFlight | None) -> ModelOutput:
         """This step's samples (after the step before's), each verify's outcome."""
-        r = self.runner
+        t = self.target
         before = inflight.resolve() if inflight is not None else []
         known = {seq.req: sample.token_id for seq, sample in before}
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] = {}
         decodes = [s for s in batch.seqs if s.is_decode]
         prefills = [s for s in batch.seqs if not s.is_decode]
-        with r.on_stream():
-            r.copy_states(batch.state_copies)
-            r.vision.prepare(batch.seqs)
+        with t.on_stream():
+            t.prepare_step(batch)
             wanted = [s.num_lookahead_tokens for s in decodes]
             drafts: list[list[int]] = [[] for _ in decodes]
             if self.drafter is not None and any(wanted):
                 # The target's decode numerics: the kernels its graphs already built, so no
                 # head shape compiles a kernel of its own mid-serving.
-                with r.numerics(is_decode=True):
+                with t.numerics(is_decode=True):
                     drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
-            rows = layout_verify(decodes, drafts, r.spec_state_rows)[0]
+            rows = layout_verify(decodes, drafts, t.spec_state_rows)[0]
             if decodes:
-                with r.numerics(is_decode=True):
+                with t.numerics(is_decode=True):
                     rows = self._decode_rows(decodes, drafts, logits, hidden, inflight)
             sampled = [s for s in prefills if s.is_sampled]
             if prefills:
-                with r.numerics(is_decode=False):
+                with t.numerics(is_decode=False):
                     self._plain(prefills, logits, hidden, inflight, prompt_logprobs)
-            row_seqs = [*rows.row_seqs, *sampled]
-            row_idxs = [
-                s.output_idx + j for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
-            ]
-            row_idxs += [s.output_idx for s in sampled]
-            drawn = self._draw_now(row_seqs, row_idxs, logits, inflight, known)
+            drawn = self._draw_now(rows, sampled, logits, inflight, known)
             num_verify = len(rows.row_seqs)
             accepted = accept(rows, drawn[:num_verify])
-            r.copy_states(accepted.restores)
+            t.copy_states(accepted.restores)
             now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
             if self.drafter is not None and self.needs_hidden:
                 step = self._target_step(batch, rows, accepted, now, hidden)
-                with r.numerics(is_decode=not prefills):
+                with t.numerics(is_decode=not prefills):
                     self.drafter.observe(step)
         return ModelOutput(
             samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
@@ -174,7 +191,7 @@ class SpecStep:
         """With a drafter that reads hidden states: a copy of a plain decode step's final hidden
         rows, when the step replayed a decode graph over every row (None otherwise: the drafter
         then misses these rows, which makes its drafts worse, never wrong)."""
-        graphs = self.runner.graphs
+        graphs = self.target.graphs
         if not self.needs_hidden or graphs is None or not all(s.is_decode for s in seqs):
             return None
         bucket = graphs.bucket_for(len(seqs))
@@ -195,13 +212,13 @@ class SpecStep:
             hidden=hidden,
             next_token_ids=token_ids,  # the step's own draw: no later step writes it
         )
-        with self.runner.numerics(is_decode=True):
+        with self.target.numerics(is_decode=True):
             self.drafter.observe(step)
 
     def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
         """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
         (a drafter's bug must not fail the step)."""
-        vocab = self.runner.vocab_size
+        vocab = self.target.vocab_size
         out: list[list[int]] = []
         for row, k in zip(drafts, wanted, strict=True):
             row = row[:k]
@@ -219,13 +236,13 @@ class SpecStep:
     ) -> VerifyRows:
         """The decode rows' forward: a verify (graphed when a bucket holds it) when any row has
         drafts, else a plain decode; appends logits (and hidden states) in the rows' order."""
-        r = self.runner
-        rows, bounds = layout_verify(seqs, drafts, r.spec_state_rows)
+        t = self.target
+        rows, bounds = layout_verify(seqs, drafts, t.spec_state_rows)
         if len(rows.row_seqs) == len(seqs):  # no drafts: a plain decode step
             self._plain(seqs, logits, hidden, inflight)
             return rows
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
-        graphs = r.verify_graphs
+        graphs = t.verify_graphs
         bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
         if graphs is not None and bucket is not None:
             rank = {id(s): i for i, s in enumerate(seqs)}
@@ -234,7 +251,7 @@ class SpecStep:
                 graphs.graph_row(bucket, j, rank[id(s)])
                 for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
             ]
-            h = out[host_to_device(torch.tensor(picks, dtype=torch.int64), r.device)]
+            h = out[host_to_device(torch.tensor(picks, dtype=torch.int64), t.device)]
             k = graphs.num_drafts
             rows = replace(
                 rows,
@@ -245,13 +262,13 @@ class SpecStep:
             )
         else:
             batch = verify_batch(
-                rows, bounds, caches=r.caches, block_size=r.config.block_size, device=r.device
+                rows, bounds, caches=t.caches, block_size=t.config.block_size, device=t.device
             )
             feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
             ids, sources_row = verify_input_ids(rows, feeds)
-            dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), r.device)
-            h = r.model(merge_inflight_inputs(dev[0], dev[1], inflight), batch)
-        logits.append(r.model.compute_logits(h))
+            dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), t.device)
+            h = t.model(merge_inflight_inputs(dev[0], dev[1], inflight), batch)
+        logits.append(t.model.compute_logits(h))
         hidden.append(h)
         return rows
 
@@ -265,21 +282,21 @@ class SpecStep:
     ) -> None:
         """A forward as in a step not read at once (graphed where it can be), or eager over
         every row when the drafter needs their hidden states."""
-        r = self.runner
+        t = self.target
         scores = {} if prompt_logprobs is None else prompt_logprobs
         if self.needs_hidden:
             graphed = self._plain_graphed(seqs, inflight)
-            out, h = graphed or r.forward_eager(seqs, scores, inflight, all_rows=True)
+            out, h = graphed or t.forward_eager(seqs, scores, inflight, all_rows=True)
             logits.append(out)
             hidden.append(h)
         else:
-            logits.append(r._forward(seqs, scores, inflight))  # pyright: ignore[reportPrivateUsage]
+            logits.append(t.forward(seqs, scores, inflight))
 
     def _plain_graphed(
         self, seqs: list[ScheduledSeq], inflight: StepInFlight | None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Decode rows replayed on a decode graph -> (logits, hidden rows); None: run eagerly."""
-        graphs = self.runner.graphs
+        graphs = self.target.graphs
         if graphs is None or not all(s.is_decode for s in seqs):
             return None
         if any(s.num_prompt_logprobs for s in seqs):
@@ -293,23 +310,32 @@ class SpecStep:
 
     def _draw_now(
         self,
-        seqs: list[ScheduledSeq],
-        idxs: list[int],
+        rows: VerifyRows,
+        sampled: list[ScheduledSeq],
         logits: list[torch.Tensor],
         inflight: StepInFlight | None,
         known: dict[Request, int],
     ) -> list[SampledToken]:
-        """A token for every row (a request's verify rows at successive output indices), read
-        on the host."""
+        """A token for every verify row, then every sampled prompt chunk, read on the host: a
+        request's verify row j draws its output at index output_idx + j, taking its drafts
+        before j as outputs (penalties count them, a grammar reads them)."""
+        seqs = [*rows.row_seqs, *sampled]
         if not seqs:
             return []
-        rows = logits[0] if len(logits) == 1 else torch.cat(logits)
+        pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
+        idxs = [s.output_idx + j for s, j in pairs] + [s.output_idx for s in sampled]
+        prefixes: list[list[int]] = []
+        if any(j for j in rows.row_positions):
+            pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
+            prefixes = [rows.drafts[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
+        out = logits[0] if len(logits) == 1 else torch.cat(logits)
         reqs = [s.req for s in seqs]
         late: list[torch.Tensor | None] = []
         if inflight is not None and any(map(Sampler.counts_outputs, reqs)):
             late = inflight.outputs_of(seqs)
         pending = [known.get(req) for req in reqs] if known else []
-        drawn = self.runner.sampler.draw(rows, reqs, idxs, late, pending)
+        sampler = self.target.sampler
+        drawn = sampler.draw(out, reqs, idxs, late, pending, draft_prefixes=prefixes)
         return drawn.to_host(non_blocking=False).samples()
 
     def _target_step(
@@ -342,7 +368,7 @@ class SpecStep:
             counts.append(n)
             after = seq.req.token_ids[start + 1 : start + n + 1]
             next_ids += after + sampled.get(id(seq), [])[: n - len(after)]
-        device = self.runner.device
+        device = self.target.device
         dev = host_to_device(torch.tensor([picks, next_ids], dtype=torch.int64), device)
         return TargetStep(
             seqs=(*decodes, *prefills),

@@ -1,4 +1,5 @@
-"""Capture one CUDA graph per bucket size, the part `cuda_graphs` and `prefill_graphs` share."""
+"""Capture one CUDA graph per bucket size: the loop every graph family shares (decode, verify,
+MTP head, prefill)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ sequences fill the first rows; a sequence with fewer than k drafts runs its miss
 too, on its own state (input 0, no KV written, no context read), and always rolls back to its
 last accepted position; padding sequences run on roll-back rows no sequence of the step uses.
 The graph returns every row's final hidden state; the lm_head runs on the rows that count after
-the replay (so the MTP drafter gets them too). Buffers are filled as in `cuda_graphs`.
+the replay (so the MTP drafter gets them too). Buffers are filled as in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._decode_rows import DecodeRowBuffers
-from sparkinfer.scheduler._graph_capture import Captured, capture_buckets
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.scheduler.graphs.buckets import GraphBuckets
+from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
 
 
 class VerifyGraphs(DecodeRowBuffers):
@@ -55,7 +55,6 @@ class VerifyGraphs(DecodeRowBuffers):
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._rows_np = self._rows_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
-        self._staging_read = torch.cuda.Event()
         self._snapshots = {
             b: tuple(
                 torch.tensor(
@@ -65,23 +64,20 @@ class VerifyGraphs(DecodeRowBuffers):
             )
             for b in self.batch_sizes
         }
-        self._graphs: dict[int, Captured] = {}  # hidden [bucket * (k + 1), hidden] per bucket
+        # hidden [bucket * (k + 1), hidden] per bucket; the staging guard
+        self.buckets = GraphBuckets(self.batch_sizes, stream, what="verify graph for batch size")
 
     def spec_row(self, position: int, rank: int) -> int:
         """The roll-back row of the state after `position` of the bucket's sequence `rank`."""
         return self.spec_rows[position * self.max_seqs + rank]
 
     def capture(self) -> None:
-        self._graphs = capture_buckets(
-            self.batch_sizes,
-            self.stream,
-            lambda size: self._forward(self._forward_batch(size)),
-            what="verify graph for batch size",
-            prepare=self._prepare_padding,
+        self.buckets.capture(
+            lambda size: self._forward(self._forward_batch(size)), prepare=self._prepare_padding
         )
 
     def bucket_for(self, num_seqs: int) -> int | None:
-        return next((b for b in self.batch_sizes if b >= num_seqs), None)
+        return self.buckets.bucket_for(num_seqs)
 
     def graph_row(self, bucket: int, position: int, rank: int) -> int:
         return position * bucket + rank
@@ -96,7 +92,7 @@ class VerifyGraphs(DecodeRowBuffers):
     ) -> torch.Tensor:
         """Replay the bucket's graph for these decode rows and drafts -> hidden
         [bucket * (k + 1), hidden] (row `graph_row(bucket, j, i)`: position j of seqs[i])."""
-        self._staging_read.synchronize()
+        self.buckets.wait_for_staging()
         self._fill(seqs, drafts, bucket, sources)
         num_rows = bucket * (self.num_drafts + 1)
         with torch.cuda.stream(self.stream):
@@ -108,10 +104,7 @@ class VerifyGraphs(DecodeRowBuffers):
             self.context_lens[:num_rows].copy_(dev[4])
             self.state_slots[:num_rows].copy_(dev[5])
             self.block_tables[:num_rows].copy_(self._tables_cpu[:num_rows], non_blocking=True)
-            self._staging_read.record(self.stream)
-            captured = self._graphs[bucket]
-            captured.graph.replay()
-            return captured.output
+            return self.buckets.replay(bucket)
 
     def _fill(
         self,

@@ -1,5 +1,5 @@
 """Static row buffers of the graphs whose every row runs as a decode row of its own: the decode,
-verify and MTP-head graphs (`cuda_graphs`, `verify_graphs`, `head_graphs`)."""
+verify and MTP-head graphs (`graphs.decode`, `graphs.verify`, `graphs.head`)."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ and at once for prompt chunks (so a prompt's head KV is written before its block
 through the prefix cache). A request whose drafting is off (adaptive cool-down, or the cost
 model) so costs the head nothing per step: an MTP engine whose drafts are never accepted runs
 close to plain-decode speed, its plain steps replaying the decode graphs and overlapping the
-next step (`SpecStep.observe_in_flight` hands their rows over on the device, the tokens still
+next step (`SpeculativeStep.observe_in_flight` hands their rows over on the device, the tokens still
 in flight), and pays one catch-up forward over the rows of a stretch when it probes again.
 The head's work so lands in the steps that draft, whose times feed the cost model's verify fit
-(`spec_policy`). Positions decoded while drafting is off keep no head KV until then: a draft
+(`speculative.policy`). Positions decoded while drafting is off keep no head KV until then: a draft
 reading them through a shared prefix block may be worse, never wrong (every draft is
 verified).
 
@@ -27,7 +27,7 @@ Drafting keeps the device busy: d1 and every later draft are argmaxed on the dev
 device to device into the next head step, whose batch (positions, KV slots, context lengths) is
 the one before advanced by one on the device; the drafts come to the host in one copy at the
 end. In the steady state (every drafting request with 1 to k + 1 pending rows) the catch-up and
-the draft steps replay one CUDA graph (`head_graphs`); a request back from a stretch without
+the draft steps replay one CUDA graph (`graphs.head`); a request back from a stretch without
 drafts first runs the head eagerly over all but its last k + 1 rows, so the drafts still replay
 the graph. The head runs under the target's decode numerics, so it builds no kernel variant of
 its own while serving. The drafts are greedy, so the verify's acceptance equals rejection
@@ -47,11 +47,11 @@ from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.model.layers.embedding import LMHead
 from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler.batch import ScheduledSeq
-from sparkinfer.scheduler.head_graphs import HeadGraphs, advance_draft_batch
+from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.graphs.head import HeadGraphs, advance_draft_batch
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.sampler import host_list
-from sparkinfer.scheduler.spec_decode import TargetStep
+from sparkinfer.scheduler.speculative.drafter import TargetStep
 
 MAX_PENDING_ROWS = 64  # a request's rows kept before the head runs over them anyway
 
@@ -137,7 +137,7 @@ class MTPDrafter:
         max_blocks_per_seq: int,
         stream: torch.cuda.Stream,
     ) -> None:
-        """Capture the head's catch-up and draft steps for these buckets (`head_graphs`)."""
+        """Capture the head's catch-up and draft steps for these buckets (`graphs.head`)."""
         graphs = HeadGraphs(
             self.model,
             self.head,
@@ -169,6 +169,12 @@ class MTPDrafter:
             ids = torch.zeros(n, dtype=torch.int64, device=self.device)
             embeds = self.model.embed_input_ids(ids)
             self.head(embeds, torch.zeros_like(embeds), batch)
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        """A step with prompt chunks (the head runs over a prompt at once, so its KV is written
+        before the prefix cache can share the blocks), and every step where steps do not overlap
+        (the head takes a plain step's rows on the device only from a step in flight)."""
+        return not is_overlapped or not all(s.is_decode for s in batch.seqs)
 
     def observe(self, step: TargetStep) -> None:
         """Keep the step's accepted target rows; run the head over prompt chunks' at once."""

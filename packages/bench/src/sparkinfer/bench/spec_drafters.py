@@ -1,0 +1,104 @@
+"""The `spec` mode's stand-in drafters: acceptance set by the bench, not by the drafts' quality.
+
+`OracleDrafter` drafts the AR run's continuation, right on the first j drafts of each verify. A
+`PricedDrafter` runs the real drafter (its full cost paid: the MTP head catches up and drafts as
+when serving) and then makes its drafts right or wrong by a per-position acceptance schedule, so
+the engine's speed at a published acceptance (Qwen3.8-27B's MTP head: about 0.92, 0.84, 0.65)
+can be measured on random weights. The schedule gives, per position j, the share of verifies
+that accept draft j (as the report's "accepted at 1..k" column counts it), so it never rises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Any
+
+
+def _right_or_wrong(known: Sequence[int], num_right: int) -> list[int]:
+    """The known continuation, each token from position num_right on made wrong (lowest bit
+    flipped: never the target's greedy token)."""
+    return [t if j < num_right else t ^ 1 for j, t in enumerate(known)]
+
+
+def _continuation(seq: Any, continuations: dict[tuple[int, ...], list[int]], k: int) -> list[int]:
+    req = seq.req
+    known = continuations.get(tuple(req.token_ids[: req.num_prompt_tokens]), [])
+    done = req.num_output_tokens
+    return list(known[done : done + k])
+
+
+class OracleDrafter:
+    """Drafts the AR run's continuation of each prompt: right on the first `num_right` of each
+    verify's drafts, each one after wrong."""
+
+    needs_hidden = False
+
+    def __init__(self, continuations: dict[tuple[int, ...], list[int]], num_right: int) -> None:
+        self.continuations = continuations
+        self.num_right = num_right
+
+    def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
+        return [
+            _right_or_wrong(_continuation(seq, self.continuations, k), self.num_right)
+            for seq, k in zip(seqs, num_drafts, strict=True)
+        ]
+
+    def must_read(self, batch: Any, *, is_overlapped: bool) -> bool:
+        return False
+
+    def observe(self, step: object) -> None:
+        pass
+
+
+def check_schedule(schedule: Sequence[float]) -> None:
+    """Raise ValueError unless every share is in [0, 1] and none rises after the one before."""
+    if not schedule or any(not 0.0 <= p <= 1.0 for p in schedule):
+        raise ValueError(f"--priced-acceptance is {list(schedule)}; give shares in [0, 1]")
+    if any(b > a for a, b in itertools.pairwise(schedule)):
+        raise ValueError(
+            f"--priced-acceptance is {list(schedule)}; a later position's share cannot exceed "
+            "an earlier one's (draft j is accepted only after draft j - 1)"
+        )
+
+
+class PricedDrafter:
+    """Wraps a real drafter: its proposals are made (and paid for), then each verify's first n
+    drafts are made right and the rest wrong, n drawn so that draft j is right with probability
+    schedule[j - 1]. Seeded by the request's prompt and output position, so runs repeat."""
+
+    def __init__(
+        self,
+        inner: Any,
+        continuations: dict[tuple[int, ...], list[int]],
+        schedule: Sequence[float],
+        *,
+        seed: int,
+    ) -> None:
+        check_schedule(schedule)
+        self.inner = inner
+        self.needs_hidden: bool = inner.needs_hidden
+        self.continuations = continuations
+        self.schedule = tuple(schedule)
+        self.seed = seed
+
+    def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
+        proposed = self.inner.propose(seqs, num_drafts)  # the real drafter's full cost
+        out: list[list[int]] = []
+        for seq, drafts in zip(seqs, proposed, strict=True):
+            known = _continuation(seq, self.continuations, len(drafts))
+            out.append(_right_or_wrong(known, self._num_right(seq)))
+        return out
+
+    def _num_right(self, seq: Any) -> int:
+        req = seq.req
+        key = (self.seed, *req.token_ids[: min(16, req.num_prompt_tokens)], req.num_output_tokens)
+        u = random.Random(hash(key)).random()  # ints hash the same in every process
+        return sum(1 for p in self.schedule if u < p)
+
+    def must_read(self, batch: Any, *, is_overlapped: bool) -> bool:
+        return self.inner.must_read(batch, is_overlapped=is_overlapped)
+
+    def observe(self, step: Any) -> None:
+        self.inner.observe(step)
