@@ -50,7 +50,11 @@ def completion_logprobs(
         token = tokenizer.decode([entry.token_id])
         out.tokens.append(token)
         out.token_logprobs.append(entry.logprob)
-        out.top_logprobs.append({tokenizer.decode([t]): lp for t, lp in entry.top})
+        # The sampled token is always among the top ones (so logprobs=0 still has it), as in
+        # OpenAI's and vLLM's API: up to logprobs + 1 entries.
+        top = {tokenizer.decode([t]): lp for t, lp in entry.top}
+        top.setdefault(token, entry.logprob)
+        out.top_logprobs.append(top)
         out.text_offset.append(offset)
         offset += len(token)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
@@ -61,6 +61,16 @@ class SamplingFields(RequestBody):
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
         return stops
+
+    @field_validator("stream_options")
+    @classmethod
+    def _check_stream_options(
+        cls, v: StreamOptions | None, info: ValidationInfo
+    ) -> StreamOptions | None:
+        """Only a stream has stream options (OpenAI and vLLM refuse them otherwise)."""
+        if v is not None and not info.data.get("stream", False):
+            raise ValueError("is only allowed with stream true: leave it out or set stream")
+        return v
 
     @field_validator("logit_bias")
     @classmethod
