@@ -76,7 +76,26 @@ def test_chat_stream_with_usage(client: openai.OpenAI, model: str) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     usage = chunks[-1].usage
     assert chunks[-1].choices == [] and usage is not None and usage.completion_tokens == 5
-    assert usage.model_extra and usage.model_extra["ttft_ms"] is not None
+    # usage holds the standard keys only; the engine's telemetry is a field of its own.
+    assert not usage.model_extra
+    assert chunks[-1].model_extra and chunks[-1].model_extra["timings"]["ttft_ms"] is not None
+
+
+def test_stream_chunks_omit_absent_fields(server: RunningServer) -> None:
+    """OpenAI's chunks leave out what a delta does not carry (no `"content": null`)."""
+    body = {"messages": USER, "max_tokens": 4, "stream": True, "logprobs": True}
+    body |= {"stream_options": {"include_usage": True}, "enable_thinking": False}
+    with httpx.stream("POST", server.v1 + "/chat/completions", json=body, timeout=60) as resp:
+        lines = [line[6:] for line in resp.iter_lines() if line.startswith("data: {")]
+    chunks = [json.loads(line) for line in lines]
+    for chunk in chunks:
+        assert None not in chunk.values(), chunk
+        for choice in chunk["choices"]:
+            assert None not in choice["delta"].values(), chunk
+            assert set(choice) == {"index", "delta", "finish_reason", "logprobs"}
+    standard = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+    standard |= {"completion_tokens_details"}
+    assert "usage" not in chunks[0] and set(chunks[-1]["usage"]) <= standard
 
 
 def test_stop_string_is_trimmed(client: openai.OpenAI, model: str) -> None:

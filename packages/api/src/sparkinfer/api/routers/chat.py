@@ -33,7 +33,7 @@ from sparkinfer.api.schemas.chat import (
 from sparkinfer.api.schemas.common import ChatLogprobs
 from sparkinfer.api.streaming import sse_data, sse_response
 from sparkinfer.api.tools import check_response_format_stops
-from sparkinfer.api.usage import make_usage
+from sparkinfer.api.usage import make_timings, make_usage
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
@@ -96,7 +96,12 @@ async def create_chat_completion(
             choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
         )
         chunk = ChatCompletionChunk(
-            id=rid, created=created, model=state.model_id, choices=[], usage=usage
+            id=rid,
+            created=created,
+            model=state.model_id,
+            choices=[],
+            usage=usage,
+            timings=make_timings(choices.results),
         )
         return sse_data(chunk)
 
@@ -142,6 +147,7 @@ async def _whole(
         usage=make_usage(
             choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
         ),
+        timings=make_timings(choices.results),
     )
 
 

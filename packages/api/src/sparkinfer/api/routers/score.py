@@ -16,7 +16,7 @@ from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import check_context, check_prompt_ids
-from sparkinfer.api.schemas.common import Usage
+from sparkinfer.api.schemas.common import Timings, Usage
 from sparkinfer.api.schemas.score import ScoreRequest, ScoreResponse
 from sparkinfer.model.chat_template import ChatOptions
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams, TokenLogprob
@@ -125,6 +125,6 @@ async def score(body: ScoreRequest, request: Request, state: State) -> Response 
             prompt_tokens=len(ids),
             completion_tokens=0,
             total_tokens=len(ids),
-            ttft_ms=final.metrics.ttft_ms,
         ),
+        timings=Timings(ttft_ms=final.metrics.ttft_ms),
     )

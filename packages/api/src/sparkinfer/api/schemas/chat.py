@@ -13,7 +13,9 @@ from sparkinfer.api.schemas.common import (
     ChatLogprobs,
     RequestBody,
     SamplingFields,
+    Timings,
     Usage,
+    omitted_if_none,
 )
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -175,27 +177,31 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    system_fingerprint: str | None = None
+    system_fingerprint: str | None = omitted_if_none()
+    timings: Timings | None = omitted_if_none()
+
+
+# Stream deltas leave absent fields out, as OpenAI's chunks do (no `"content": null`).
 
 
 class DeltaToolCallFunction(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
+    name: str | None = omitted_if_none()
+    arguments: str | None = omitted_if_none()
 
 
 class DeltaToolCall(BaseModel):
     index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
+    id: str | None = omitted_if_none()
+    type: Literal["function"] | None = omitted_if_none()
     function: DeltaToolCallFunction
 
 
 class ChoiceDelta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[DeltaToolCall] | None = None
+    role: Literal["assistant"] | None = omitted_if_none()
+    content: str | None = omitted_if_none()
+    reasoning_content: str | None = omitted_if_none()
+    reasoning: str | None = omitted_if_none()
+    tool_calls: list[DeltaToolCall] | None = omitted_if_none()
 
 
 class ChunkChoice(BaseModel):
@@ -211,4 +217,5 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
+    usage: Usage | None = omitted_if_none()  # only on the include_usage chunk
+    timings: Timings | None = omitted_if_none()

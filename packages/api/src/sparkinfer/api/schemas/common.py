@@ -92,14 +92,30 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def omitted_if_none() -> Any:
+    """A field that defaults to None and is left out of the JSON while None (OpenAI's stream
+    chunks omit absent fields rather than send nulls)."""
+    return Field(None, exclude_if=_is_none)
+
+
 class Usage(BaseModel):
-    """Token counts (billing) plus engine telemetry of the request."""
+    """Token counts, as billed: only the standard keys (telemetry is in `Timings`)."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
-    completion_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = omitted_if_none()
+
+
+class Timings(BaseModel):
+    """Engine telemetry of a response (a field of its own, beside `usage`): that of its slowest
+    choice, so ttft_ms + generation_ms spans the whole response."""
+
     ttft_ms: float | None = None
     generation_ms: float | None = None
     decode_tps: float | None = None

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from sparkinfer.api.schemas.common import MAX_COUNT, MAX_TOP_LOGPROBS, SamplingFields, Usage
+from sparkinfer.api.schemas.common import (
+    MAX_COUNT,
+    MAX_TOP_LOGPROBS,
+    SamplingFields,
+    Timings,
+    Usage,
+    omitted_if_none,
+)
 
 MAX_CHOICES = 64  # prompts x n in one request: each is a sequence in the engine
 DEFAULT_MAX_TOKENS = 16  # an omitted max_tokens, as in OpenAI's and vLLM's completions
@@ -84,5 +91,6 @@ class CompletionResponse(BaseModel):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None
+    usage: Usage | None = omitted_if_none()  # stream chunks: only on the include_usage one
+    system_fingerprint: str | None = omitted_if_none()
+    timings: Timings | None = omitted_if_none()
