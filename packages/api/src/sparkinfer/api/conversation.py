@@ -179,7 +179,8 @@ async def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
                 if deltas:
                     yield TurnStep(deltas)
                 continue
-            deltas += turn.output.finish()
+            # The engine's reason: a call cut by the token limit is dropped, never raw markup.
+            deltas += turn.output.finish(ev.finish_reason)
             turn.stop_string = ev.stop_string
             turn.finish_reason = turn.output.finish_reason(ev.finish_reason)
             yield TurnStep(deltas, turn.finish_reason)
