@@ -401,3 +401,48 @@ def test_forced_call_with_bounded_strings_closes(client: openai.OpenAI, model: s
     assert choice.finish_reason == "tool_calls", choice.message
     args = json.loads((choice.message.tool_calls or [])[0].function.arguments)
     jsonschema.validate(args, params)
+
+
+def _spelled(entries: list) -> str:
+    """The text the logprob entries' tokens spell (their bytes joined)."""
+    return bytes(b for e in entries for b in e.bytes).decode()
+
+
+TURNS = {  # (server, extra fields): plain, reasoning, a forced call, auto tools
+    "plain": ("server", {"enable_thinking": False}),
+    "reasoning": ("random_server", {"reasoning": {"max_tokens": 4}}),
+    "tool_call": ("server", {"tools": [WEATHER], "tool_choice": "required"}),
+    "auto_tools": ("server", {"tools": [WEATHER, CLOCK], "enable_thinking": False}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("turn", list(TURNS))
+def test_logprob_tokens_spell_the_content(
+    request: pytest.FixtureRequest, turn: str, stream: bool
+) -> None:
+    """logprobs.content covers message.content exactly: no reasoning, `</think>`, newlines
+    around it or call markup."""
+    fixture, extra = TURNS[turn]
+    running: RunningServer = request.getfixturevalue(fixture)
+    client = openai.OpenAI(base_url=running.v1, api_key="unused")
+    kw = {"model": client.models.list().data[0].id, "messages": USER, "max_tokens": 24}
+    kw |= {"logprobs": True, "top_logprobs": 1, "seed": 5, "extra_body": extra}
+    if stream:
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+        choices = [c.choices[0] for c in chunks if c.choices]
+        content = "".join(c.delta.content or "" for c in choices)
+        reasoning = "".join(getattr(c.delta, "reasoning_content", None) or "" for c in choices)
+        entries = [e for c in choices if c.logprobs for e in c.logprobs.content or []]
+        assert all(c.delta.content for c in choices if c.logprobs)  # on the content's chunk
+    else:
+        choice = client.chat.completions.create(**kw).choices[0]
+        content = choice.message.content or ""
+        reasoning = getattr(choice.message, "reasoning_content", None) or ""
+        assert choice.logprobs is not None
+        entries = choice.logprobs.content or []
+    assert _spelled(entries) == content
+    if content.isascii():
+        assert "".join(e.token for e in entries) == content
+    if turn == "reasoning":
+        assert reasoning and content  # both were there, only the content has logprobs
