@@ -348,9 +348,11 @@ def test_call_cut_by_max_tokens_is_length_without_markup(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_usage_counts_reasoning_tokens(client: openai.OpenAI, model: str, stream: bool) -> None:
+def test_usage_counts_reasoning_tokens(
+    server: RunningServer, client: openai.OpenAI, model: str, stream: bool
+) -> None:
     """The tokens up to the model's `</think>` (all of them if it never closes)."""
-    kw = {"model": model, "messages": USER, "max_tokens": 12, "logprobs": True, "seed": 3}
+    kw = {"model": model, "messages": USER, "max_tokens": 12, "seed": 3}
     if stream:
         chunks = list(
             client.chat.completions.create(
@@ -358,18 +360,13 @@ def test_usage_counts_reasoning_tokens(client: openai.OpenAI, model: str, stream
             )
         )
         usage = chunks[-1].usage
-        entries = [
-            e
-            for c in chunks
-            if c.choices and c.choices[0].logprobs
-            for e in c.choices[0].logprobs.content or []
-        ]
     else:
-        r = client.chat.completions.create(**kw)
-        usage = r.usage
-        assert r.choices[0].logprobs is not None
-        entries = r.choices[0].logprobs.content or []
-    tokens = [e.token for e in entries]
+        usage = client.chat.completions.create(**kw).usage
+    # The same prompt and seed through /v1/completions shows every sampled token.
+    ids = httpx.post(server.v1 + "/tokenize", json={"messages": USER}).json()["tokens"]
+    raw = client.completions.create(model=model, prompt=ids, max_tokens=12, seed=3, logprobs=0)
+    assert raw.choices[0].logprobs is not None
+    tokens = raw.choices[0].logprobs.tokens or []
     want = tokens.index("</think>") + 1 if "</think>" in tokens else len(tokens)
     assert usage is not None and usage.completion_tokens_details is not None
     assert usage.completion_tokens_details.reasoning_tokens == want
@@ -446,3 +443,31 @@ def test_logprob_tokens_spell_the_content(
         assert "".join(e.token for e in entries) == content
     if turn == "reasoning":
         assert reasoning and content  # both were there, only the content has logprobs
+
+
+def test_legacy_functions_are_tools(client: openai.OpenAI, model: str) -> None:
+    """The deprecated `functions` / `function_call` fields and the `function` role."""
+    history = [
+        *USER,
+        {"role": "assistant", "content": None, "function_call": {
+            "name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'
+        }},
+        {"role": "function", "name": "get_weather", "content": "18 C"},
+        {"role": "user", "content": "And in Rome?"},
+    ]  # fmt: skip
+    r = client.chat.completions.create(
+        model=model,
+        messages=history,  # type: ignore[arg-type]
+        functions=[WEATHER["function"]],  # type: ignore[list-item]
+        function_call={"name": "get_weather"},
+        max_tokens=60,
+        extra_body={"enable_thinking": False},
+    )
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and calls
+    assert calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    none = client.chat.completions.create(
+        model=model, messages=USER, functions=[WEATHER["function"]],  # type: ignore[list-item]
+        function_call="none", max_tokens=4, extra_body={"enable_thinking": False},
+    )  # fmt: skip
+    assert not none.choices[0].message.tool_calls

@@ -148,3 +148,54 @@ def test_a_call_cut_by_the_token_limit_is_reported_as_cut(
     assert response.status == "incomplete" and "<" not in response.output_text
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
+
+
+@pytest.mark.parametrize("is_prefilled", [False, True])
+def test_the_three_protocols_answer_one_conversation_alike(
+    openai_client: openai.OpenAI, anthropic_client: anthropic.Anthropic, is_prefilled: bool
+) -> None:
+    """Two leading system messages, one after a user turn, optionally an assistant prefill:
+    one prompt and one greedy answer in chat completions, Messages and Responses."""
+    prefill = [{"role": "assistant", "content": "def add("}] if is_prefilled else []
+    chat = openai_client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "system", "content": "Write Python."},
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Add two numbers."},
+            {"role": "system", "content": "Name it add."},
+            *prefill,
+        ],  # type: ignore[list-item]
+        max_tokens=12, temperature=0, extra_body={
+            "enable_thinking": False, "continue_final_message": is_prefilled
+        },
+    )  # fmt: skip
+    message = anthropic_client.messages.create(
+        model=MODEL,
+        system="Write Python.",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Add two numbers."},
+            {"role": "system", "content": "Name it add."},
+            *prefill,
+        ],  # type: ignore[list-item]
+        max_tokens=12, extra_body={"temperature": 0},
+    )  # fmt: skip
+    response = openai_client.responses.create(
+        model=MODEL,
+        instructions="Write Python.",
+        input=[
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "Add two numbers."},
+            {"role": "system", "content": "Name it add."},
+        ],
+        max_output_tokens=12, temperature=0, reasoning={"effort": "none"}, store=False,
+    )  # fmt: skip
+    assert chat.usage is not None and response.usage is not None
+    cached = message.usage.cache_read_input_tokens or 0
+    assert chat.usage.prompt_tokens == message.usage.input_tokens + cached
+    text = "".join(b.text for b in message.content if b.type == "text")
+    assert chat.choices[0].message.content == text
+    if not is_prefilled:  # Responses has no prefill (OpenAI's neither)
+        assert response.usage.input_tokens == chat.usage.prompt_tokens
+        assert response.output_text == text

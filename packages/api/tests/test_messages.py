@@ -202,10 +202,6 @@ def test_count_tokens_matches_the_prompt(client: anthropic.Anthropic, model: str
             "messages[0].content[0].source",
         ),
         (
-            {"max_tokens": 4, "messages": [*USER, {"role": "assistant", "content": "Hi"}]},
-            "messages[1]",
-        ),
-        (
             {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "document"}]}]},
             "messages[0].content",
         ),

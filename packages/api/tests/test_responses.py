@@ -173,10 +173,6 @@ def test_json_schema_text_format(client: openai.OpenAI, model: str) -> None:
             {"input": "Hi", "text": {"format": {"type": "json_schema", "schema": {"type": 7}}}},
             "text.format.schema",
         ),
-        (
-            {"input": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]},
-            "input[1]",
-        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkinfer.api.chat_render import render_chat
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.grammar import (
@@ -109,8 +111,13 @@ async def prepare_chat(
     # Rendering and tokenizing a long conversation takes the CPU for up to seconds (a 1 MB
     # prompt); on a worker thread, the event loop keeps streaming everyone else's tokens.
     ids, multimodal = await run_in_threadpool(
-        chat_prompt_ids, state, req.messages, tool_dicts, options, media
-    )
+        functools.partial(
+            chat_prompt_ids, is_continued=req.continue_final_message
+        ),
+        state, req.messages, tool_dicts, options, media,
+    )  # fmt: skip
+    if req.continue_final_message:  # the prompt closed any reasoning: the answer goes on
+        thinking = ThinkingControls(is_enabled=False, is_excluded=thinking.is_excluded)
     check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
@@ -126,11 +133,18 @@ def chat_prompt_ids(
     tool_dicts: list[dict[str, Any]] | None,
     options: ChatOptions,
     media: Sequence[ProcessedMedia] | None,
+    *,
+    is_continued: bool = False,
 ) -> tuple[list[int], MultimodalInputs | None]:
     """The rendered conversation's token ids, media placeholders expanded, and its media (the
-    CPU work of a chat prompt: run it on a worker thread)."""
-    rendered = state.chat_template.render(
-        template_messages(messages), tools=tool_dicts, options=options
+    CPU work of a chat prompt: run it on a worker thread). `is_continued`: the final assistant
+    message is left open (prefill)."""
+    rendered = render_chat(
+        state.chat_template,
+        template_messages(messages),
+        tools=tool_dicts,
+        options=options,
+        is_continued=is_continued,
     )
     ids = state.tokenizer.encode_chat(rendered.segments)
     if not media:

@@ -14,6 +14,7 @@ sent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncGenerator, Sequence
@@ -205,8 +206,9 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
         options = ChatOptions(enable_thinking=thinking.is_enabled, reasoning_effort=thinking.effort)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         ids, _ = await run_in_threadpool(
-            chat_prompt_ids, state, req.messages, tools, options, media
-        )
+            functools.partial(chat_prompt_ids, is_continued=req.continue_final_message),
+            state, req.messages, tools, options, media,
+        )  # fmt: skip
     except Exception as exc:
         raise _mapped(conv, exc) from None
     return len(ids)

@@ -11,6 +11,7 @@ import logging
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from sparkinfer.api.chat_render import render_chat
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
@@ -47,9 +48,8 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
         template_kwargs=body.chat_template_kwargs or {},
     )
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    return state.tokenizer.encode_chat(
-        state.chat_template.render(messages, options=options).segments
-    )
+    rendered = render_chat(state.chat_template, messages, tools=None, options=options)
+    return state.tokenizer.encode_chat(rendered.segments)
 
 
 def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], list[int]]:
