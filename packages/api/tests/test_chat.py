@@ -471,3 +471,23 @@ def test_legacy_functions_are_tools(client: openai.OpenAI, model: str) -> None:
         function_call="none", max_tokens=4, extra_body={"enable_thinking": False},
     )  # fmt: skip
     assert not none.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_calls_are_declared_and_valid_never_markup(
+    client: openai.OpenAI, model: str, seed: int
+) -> None:
+    """The weather question with only the clock declared: the grammar holds any call the model
+    opens to get_time and its schema; nothing comes back as raw call markup."""
+    r = client.chat.completions.create(
+        model=model, messages=USER, tools=[CLOCK], tool_choice="auto",  # type: ignore[list-item]
+        max_tokens=60, seed=seed, extra_body={"enable_thinking": seed % 2 == 0},
+    )  # fmt: skip
+    message = r.choices[0].message
+    assert "<tool_call>" not in (message.content or "") and "<function" not in (
+        message.content or ""
+    )
+    for call in message.tool_calls or []:
+        assert call.function.name == "get_time"  # type: ignore[union-attr]
+        args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        assert set(args) <= {"utc"} and all(isinstance(v, bool) for v in args.values())

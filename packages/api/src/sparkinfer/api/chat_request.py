@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.grammar import (
     GrammarTimeout,
     UnsupportedSchema,
+    auto_tool_grammar,
     json_grammar,
     reasoning_grammar,
     tool_call_grammar,
@@ -28,6 +30,7 @@ from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
 from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import StructuralTag
 
+logger = logging.getLogger("sparkinfer.api")
 _THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
 
 
@@ -122,7 +125,7 @@ async def prepare_chat(
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar, budget = await _grammar(req, state, tools if forced else None, schema, thinking)
+    grammar, budget = await _grammar(req, state, tools, forced, schema, thinking)
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
@@ -156,13 +159,14 @@ def chat_prompt_ids(
 async def _grammar(
     req: ChatCompletionRequest,
     state: ServerState,
-    forced_tools: ToolSet | None,
+    tools: ToolSet | None,
+    is_forced: bool,
     schema: dict[str, Any] | bool | None,
     thinking: ThinkingControls,
 ) -> tuple[Any, int | None]:
     """The compiled grammar (None: free output) and the reasoning budget it enforces."""
-    if forced_tools is not None:
-        chosen = forced_tools.tools
+    if tools is not None and is_forced:
+        chosen = tools.tools
         is_named = isinstance(req.tool_choice, NamedToolChoice)
         if isinstance(req.tool_choice, NamedToolChoice):
             chosen = tuple(t for t in chosen if t.function.name == req.tool_choice.function.name)
@@ -180,10 +184,34 @@ async def _grammar(
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
         param = "response_format.json_schema.schema"
         return await _compile(state, tag, param, InvalidRequest), budget
+    if tools is not None and req.tool_choice in (None, "auto"):
+        grammar = await _auto_tools(req, state, tools, thinking)
+        if grammar is not None:
+            return grammar, thinking.budget
     if thinking.is_enabled and thinking.budget is not None:
         grammar = await state.grammars.compile_in_thread(reasoning_grammar(thinking.budget))
         return grammar, thinking.budget
     return None, thinking.budget
+
+
+async def _auto_tools(
+    req: ChatCompletionRequest, state: ServerState, tools: ToolSet, thinking: ThinkingControls
+) -> Any:
+    """The grammar that holds an opened call to the declared tools (tool_choice auto); None when
+    it cannot be built or not in time: the answer then runs free, and a block that is no valid
+    call is still dropped by the output parser."""
+    tag = auto_tool_grammar(
+        [(t.function.name, t.function.parameters) for t in tools.tools],
+        is_parallel=req.parallel_tool_calls,
+        is_thinking=thinking.is_enabled,
+        reasoning_budget=thinking.budget,
+    )
+    timeout_s = state.settings.grammar_compile_timeout_s
+    try:
+        return await state.grammars.compile_in_thread(tag, timeout_s=timeout_s)
+    except (UnsupportedSchema, GrammarTimeout) as exc:
+        logger.warning("tool calls under tool_choice auto run without a grammar: %s", exc)
+        return None
 
 
 async def _compile(
