@@ -21,7 +21,7 @@ class ContentLogprobs:
     """One choice's logprob entries, handed out as its content grows (`take`)."""
 
     def __init__(self, tokenizer: Tokenizer, *, is_thinking: bool) -> None:
-        self._tokenizer = tokenizer
+        self.tokenizer = tokenizer
         self._end_id = tokenizer.token_to_id(THINK_END) if is_thinking else None
         self._is_reasoning = self._end_id is not None  # before the model's `</think>`
         self._pending: deque[TokenLogprob] = deque()  # answer tokens not yet matched or skipped
@@ -41,7 +41,7 @@ class ContentLogprobs:
         data = content.encode()
         out: list[TokenLogprob] = []
         while self._pending and self._num_matched < len(data):
-            raw = self._tokenizer.token_bytes(self._pending[0].token_id)
+            raw = self.tokenizer.token_bytes(self._pending[0].token_id)
             rest = data[self._num_matched :]
             if raw and rest.startswith(raw):
                 out.append(self._pending.popleft())

@@ -17,6 +17,7 @@ from sparkinfer.api.schemas.responses import FunctionChoice, FunctionTool, Respo
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 _ROLES = ("user", "assistant", "system", "developer")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
@@ -269,6 +270,8 @@ def to_conversation(req: ResponsesRequest, history: list[dict[str, Any]]) -> Con
         "user": req.user,
         "response_format": _format(req),
         "reasoning": None if r is None else {"effort": r.effort, "max_tokens": r.max_tokens},
+        "logprobs": LOGPROBS_INCLUDE in (req.include or []),
+        "top_logprobs": req.top_logprobs if LOGPROBS_INCLUDE in (req.include or []) else None,
     }
     paths += [
         *tool_paths,
