@@ -46,3 +46,12 @@ def test_template_errors_name_the_client_index(template: ChatTemplate) -> None:
     with pytest.raises(ChatTemplateError, match=r"messages\[3\]\.content\[0\]") as err:
         render_chat(template, messages, tools=None, options=ChatOptions())
     assert err.value.param == "messages[3].content[0]"
+
+
+def test_a_message_without_content_is_placed_too() -> None:
+    """Found by the OpenAPI fuzz pass: a leading system message with no content."""
+    placed, origin = place_system_messages(
+        [{"role": "system"}, {"role": "system", "content": "B"}, {"role": "user"}]
+    )
+    assert [(m["role"], m.get("content")) for m in placed] == [("system", "B"), ("user", None)]
+    assert origin == [0, 2]

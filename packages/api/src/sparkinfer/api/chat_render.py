@@ -42,7 +42,7 @@ def place_system_messages(
             origin.append(i)
             continue
         is_leading = all(m["role"] == "system" for m in out)
-        text, first = _text(msg.get("content")), _text(out[0]["content"]) if out else None
+        text, first = _text(msg.get("content")), _text(out[0].get("content")) if out else None
         if is_leading and out and text is not None and first is not None:
             out[0] = {**out[0], "content": f"{first}\n\n{text}" if first else text}
             continue
