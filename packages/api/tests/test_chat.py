@@ -76,7 +76,26 @@ def test_chat_stream_with_usage(client: openai.OpenAI, model: str) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     usage = chunks[-1].usage
     assert chunks[-1].choices == [] and usage is not None and usage.completion_tokens == 5
-    assert usage.model_extra and usage.model_extra["ttft_ms"] is not None
+    # usage holds the standard keys only; the engine's telemetry is a field of its own.
+    assert not usage.model_extra
+    assert chunks[-1].model_extra and chunks[-1].model_extra["timings"]["ttft_ms"] is not None
+
+
+def test_stream_chunks_omit_absent_fields(server: RunningServer) -> None:
+    """OpenAI's chunks leave out what a delta does not carry (no `"content": null`)."""
+    body = {"messages": USER, "max_tokens": 4, "stream": True, "logprobs": True}
+    body |= {"stream_options": {"include_usage": True}, "enable_thinking": False}
+    with httpx.stream("POST", server.v1 + "/chat/completions", json=body, timeout=60) as resp:
+        lines = [line[6:] for line in resp.iter_lines() if line.startswith("data: {")]
+    chunks = [json.loads(line) for line in lines]
+    for chunk in chunks:
+        assert None not in chunk.values(), chunk
+        for choice in chunk["choices"]:
+            assert None not in choice["delta"].values(), chunk
+            assert set(choice) == {"index", "delta", "finish_reason", "logprobs"}
+    standard = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+    standard |= {"completion_tokens_details"}
+    assert "usage" not in chunks[0] and set(chunks[-1]["usage"]) <= standard
 
 
 def test_stop_string_is_trimmed(client: openai.OpenAI, model: str) -> None:
@@ -329,9 +348,11 @@ def test_call_cut_by_max_tokens_is_length_without_markup(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_usage_counts_reasoning_tokens(client: openai.OpenAI, model: str, stream: bool) -> None:
+def test_usage_counts_reasoning_tokens(
+    server: RunningServer, client: openai.OpenAI, model: str, stream: bool
+) -> None:
     """The tokens up to the model's `</think>` (all of them if it never closes)."""
-    kw = {"model": model, "messages": USER, "max_tokens": 12, "logprobs": True, "seed": 3}
+    kw = {"model": model, "messages": USER, "max_tokens": 12, "seed": 3}
     if stream:
         chunks = list(
             client.chat.completions.create(
@@ -339,18 +360,13 @@ def test_usage_counts_reasoning_tokens(client: openai.OpenAI, model: str, stream
             )
         )
         usage = chunks[-1].usage
-        entries = [
-            e
-            for c in chunks
-            if c.choices and c.choices[0].logprobs
-            for e in c.choices[0].logprobs.content or []
-        ]
     else:
-        r = client.chat.completions.create(**kw)
-        usage = r.usage
-        assert r.choices[0].logprobs is not None
-        entries = r.choices[0].logprobs.content or []
-    tokens = [e.token for e in entries]
+        usage = client.chat.completions.create(**kw).usage
+    # The same prompt and seed through /v1/completions shows every sampled token.
+    ids = httpx.post(server.v1 + "/tokenize", json={"messages": USER}).json()["tokens"]
+    raw = client.completions.create(model=model, prompt=ids, max_tokens=12, seed=3, logprobs=0)
+    assert raw.choices[0].logprobs is not None
+    tokens = raw.choices[0].logprobs.tokens or []
     want = tokens.index("</think>") + 1 if "</think>" in tokens else len(tokens)
     assert usage is not None and usage.completion_tokens_details is not None
     assert usage.completion_tokens_details.reasoning_tokens == want
@@ -382,3 +398,96 @@ def test_forced_call_with_bounded_strings_closes(client: openai.OpenAI, model: s
     assert choice.finish_reason == "tool_calls", choice.message
     args = json.loads((choice.message.tool_calls or [])[0].function.arguments)
     jsonschema.validate(args, params)
+
+
+def _spelled(entries: list) -> str:
+    """The text the logprob entries' tokens spell (their bytes joined)."""
+    return bytes(b for e in entries for b in e.bytes).decode()
+
+
+TURNS = {  # (server, extra fields): plain, reasoning, a forced call, auto tools
+    "plain": ("server", {"enable_thinking": False}),
+    "reasoning": ("random_server", {"reasoning": {"max_tokens": 4}}),
+    "tool_call": ("server", {"tools": [WEATHER], "tool_choice": "required"}),
+    "auto_tools": ("server", {"tools": [WEATHER, CLOCK], "enable_thinking": False}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("turn", list(TURNS))
+def test_logprob_tokens_spell_the_content(
+    request: pytest.FixtureRequest, turn: str, stream: bool
+) -> None:
+    """logprobs.content covers message.content exactly: no reasoning, `</think>`, newlines
+    around it or call markup."""
+    fixture, extra = TURNS[turn]
+    running: RunningServer = request.getfixturevalue(fixture)
+    client = openai.OpenAI(base_url=running.v1, api_key="unused")
+    kw = {"model": client.models.list().data[0].id, "messages": USER, "max_tokens": 24}
+    kw |= {"logprobs": True, "top_logprobs": 1, "seed": 5, "extra_body": extra}
+    if stream:
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+        choices = [c.choices[0] for c in chunks if c.choices]
+        content = "".join(c.delta.content or "" for c in choices)
+        reasoning = "".join(getattr(c.delta, "reasoning_content", None) or "" for c in choices)
+        entries = [e for c in choices if c.logprobs for e in c.logprobs.content or []]
+        assert all(c.delta.content for c in choices if c.logprobs)  # on the content's chunk
+    else:
+        choice = client.chat.completions.create(**kw).choices[0]
+        content = choice.message.content or ""
+        reasoning = getattr(choice.message, "reasoning_content", None) or ""
+        assert choice.logprobs is not None
+        entries = choice.logprobs.content or []
+    assert _spelled(entries) == content
+    if content.isascii():
+        assert "".join(e.token for e in entries) == content
+    if turn == "reasoning":
+        assert reasoning and content  # both were there, only the content has logprobs
+
+
+def test_legacy_functions_are_tools(client: openai.OpenAI, model: str) -> None:
+    """The deprecated `functions` / `function_call` fields and the `function` role."""
+    history = [
+        *USER,
+        {"role": "assistant", "content": None, "function_call": {
+            "name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'
+        }},
+        {"role": "function", "name": "get_weather", "content": "18 C"},
+        {"role": "user", "content": "And in Rome?"},
+    ]  # fmt: skip
+    r = client.chat.completions.create(
+        model=model,
+        messages=history,  # type: ignore[arg-type]
+        functions=[WEATHER["function"]],  # type: ignore[list-item]
+        function_call={"name": "get_weather"},
+        max_tokens=60,
+        extra_body={"enable_thinking": False},
+    )
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and calls
+    assert calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    none = client.chat.completions.create(
+        model=model, messages=USER, functions=[WEATHER["function"]],  # type: ignore[list-item]
+        function_call="none", max_tokens=4, extra_body={"enable_thinking": False},
+    )  # fmt: skip
+    assert not none.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_calls_are_declared_and_valid_never_markup(
+    client: openai.OpenAI, model: str, seed: int
+) -> None:
+    """The weather question with only the clock declared: the grammar holds any call the model
+    opens to get_time and its schema; nothing comes back as raw call markup."""
+    r = client.chat.completions.create(
+        model=model, messages=USER, tools=[CLOCK], tool_choice="auto",  # type: ignore[list-item]
+        max_tokens=60, seed=seed, extra_body={"enable_thinking": seed % 2 == 0},
+    )  # fmt: skip
+    message = r.choices[0].message
+    assert "<tool_call>" not in (message.content or "") and "<function" not in (
+        message.content or ""
+    )
+    for call in message.tool_calls or []:
+        assert call.function.name == "get_time"  # type: ignore[union-attr]
+        args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        assert set(args) <= {"utc"} and all(isinstance(v, bool) for v in args.values())

@@ -58,16 +58,18 @@ def test_auto_tool_call_that_matches_its_schema_is_a_call() -> None:
 
 
 @pytest.mark.parametrize("pieces", [1, 7])
-def test_auto_tool_call_failing_its_schema_is_returned_as_text(pieces: int) -> None:
+@pytest.mark.parametrize("call", [_call("Berlin"), _call("Paris").replace("get_weather", "rm")])
+def test_auto_tool_call_that_is_no_valid_call_is_dropped(pieces: int, call: str) -> None:
+    """Berlin is not in the enum; `rm` is no declared tool: neither a call nor raw markup."""
     out = _auto_output()
-    text = "Let me look. " + _call("Berlin")  # Berlin is not in the enum
+    text = "Let me look. " + call
     step = -(-len(text) // pieces)
     deltas = [d for i in range(0, len(text), step) for d in out.feed(text[i : i + step])]
     deltas += out.finish()
     assert not any(d.tool_calls for d in deltas)  # never streamed as a call
-    assert "".join(d.content or "" for d in deltas) == text
+    assert "".join(d.content or "" for d in deltas) == "Let me look."
     message, reason = out.final_message("stop")
-    assert (message.content, message.tool_calls, reason) == (text, None, "stop")
+    assert (message.content, message.tool_calls, reason) == ("Let me look.", None, "stop")
 
 
 def test_json_output_cut_by_the_token_limit_is_length() -> None:

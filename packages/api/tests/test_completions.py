@@ -116,3 +116,46 @@ def test_max_tokens_zero_needs_echo(server: RunningServer) -> None:
     body = {"prompt": "hi", "max_tokens": 0}
     resp = httpx.post(server.v1 + "/completions", json=body, timeout=60)
     assert resp.status_code == 400 and "max_tokens 0 needs echo" in resp.json()["error"]["message"]
+
+
+def test_omitted_max_tokens_is_16(client: openai.OpenAI, model: str) -> None:
+    """OpenAI's and vLLM's default on this endpoint, not the rest of the context window."""
+    r = client.completions.create(model=model, prompt="def f(", extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage is not None and r.usage.completion_tokens == 16
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_logprobs_zero_has_the_sampled_token(
+    client: openai.OpenAI, model: str, stream: bool
+) -> None:
+    kw = {"model": model, "prompt": "Hello", "max_tokens": 3, "logprobs": 0, "seed": 3}
+    if stream:
+        chunks = list(client.completions.create(**kw, stream=True))
+        lps = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs]
+    else:
+        lps = [client.completions.create(**kw).choices[0].logprobs]
+    tokens = [t for lp in lps for t in lp.tokens or []]
+    tops = [t for lp in lps for t in lp.top_logprobs or []]
+    logprobs = [x for lp in lps for x in lp.token_logprobs or []]
+    assert tokens and len(tops) == len(tokens)
+    for token, top, logprob in zip(tokens, tops, logprobs, strict=True):
+        assert top == {token: logprob}
+
+
+@pytest.mark.parametrize("path", ["/completions", "/chat/completions"])
+def test_stream_options_without_stream_is_400(server: RunningServer, path: str) -> None:
+    body = {"max_tokens": 1, "stream_options": {"include_usage": True}}
+    body |= (
+        {"prompt": "hi"}
+        if path == "/completions"
+        else {"messages": [{"role": "user", "content": "hi"}]}
+    )
+    resp = httpx.post(server.v1 + path, json=body, timeout=60)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "stream_options"
+    client = openai.OpenAI(base_url=server.v1, api_key="unused")
+    with pytest.raises(openai.BadRequestError, match="stream_options"):
+        client.completions.create(
+            model="x", prompt="hi", max_tokens=1, stream_options={"include_usage": True}
+        )

@@ -93,7 +93,9 @@ def test_the_model_sees_the_pixels(server: RunningServer) -> None:
     """Same prompt, same size, other pixels: the first token's distribution changes."""
 
     def first_logprobs(seed: int) -> list[float]:
-        resp = chat(server, user(image_part(png_url(40, 24, seed))), logprobs=True, top_logprobs=3)
+        # Thinking off: the first token is the answer's, which logprobs.content reports.
+        parts = user(image_part(png_url(40, 24, seed)))
+        resp = chat(server, parts, logprobs=True, top_logprobs=3, enable_thinking=False)
         assert resp.status_code == 200, resp.text
         return [
             t["logprob"]
@@ -109,7 +111,7 @@ def test_corrupt_image_is_a_400_and_leaves_the_cache_alone(server: RunningServer
     gives cold (its first run filled the tower cache, the second takes its rows from it)."""
 
     def first_logprobs(*parts: dict) -> list[float]:
-        resp = chat(server, user(*parts), logprobs=True, top_logprobs=3)
+        resp = chat(server, user(*parts), logprobs=True, top_logprobs=3, enable_thinking=False)
         assert resp.status_code == 200, resp.text
         return [
             t["logprob"]

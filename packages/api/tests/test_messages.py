@@ -202,10 +202,6 @@ def test_count_tokens_matches_the_prompt(client: anthropic.Anthropic, model: str
             "messages[0].content[0].source",
         ),
         (
-            {"max_tokens": 4, "messages": [*USER, {"role": "assistant", "content": "Hi"}]},
-            "messages[1]",
-        ),
-        (
             {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "document"}]}]},
             "messages[0].content",
         ),
@@ -339,3 +335,25 @@ def test_invalid_json_is_an_anthropic_error(server: RunningServer) -> None:
         server.v1 + "/messages", content=b"{nope", headers={"content-type": "application/json"}
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "thinking", [{"type": "enabled", "budget_tokens": 16}, {"type": "adaptive"}]
+)
+def test_thinking_on_always_returns_a_thinking_block(
+    client: anthropic.Anthropic, model: str, stream: bool, thinking: dict
+) -> None:
+    """The trained model often closes its reasoning at once; the block is still there (empty),
+    first, as Anthropic's API returns it; thinking off, there is none."""
+    kw = {"model": model, "max_tokens": 24, "messages": USER, "thinking": thinking}
+    if stream:
+        with client.messages.stream(**kw) as events:  # type: ignore[arg-type]
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**kw)  # type: ignore[arg-type]
+    assert message.content[0].type == "thinking"
+    assert message.content[0].signature  # type: ignore[union-attr]
+    assert [b.type for b in message.content].count("thinking") == 1
+    plain = client.messages.create(model=model, max_tokens=4, messages=USER)  # type: ignore[arg-type]
+    assert all(b.type != "thinking" for b in plain.content)

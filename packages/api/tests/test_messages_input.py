@@ -76,9 +76,10 @@ def test_images_become_data_urls_and_url_sources_are_refused() -> None:
     assert err.value.param == "messages[0].content[0].source"
 
 
-def test_server_tools_and_prefill_are_refused() -> None:
+def test_server_tools_are_refused_and_a_final_assistant_turn_is_a_prefill() -> None:
     user = [{"role": "user", "content": "Hi"}]
     with pytest.raises(InvalidRequest, match=r"tools\[0\]\.type"):
         to_conversation(_req(messages=user, tools=[{"type": "web_search_20250305", "name": "s"}]))
-    with pytest.raises(InvalidRequest, match=r"messages\[1\]"):
-        to_conversation(_req(messages=[*user, {"role": "assistant", "content": "Sure"}]))
+    prefilled = to_conversation(_req(messages=[*user, {"role": "assistant", "content": "Sure"}]))
+    assert prefilled.request.continue_final_message
+    assert not to_conversation(_req(messages=user)).request.continue_final_message

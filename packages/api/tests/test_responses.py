@@ -173,10 +173,6 @@ def test_json_schema_text_format(client: openai.OpenAI, model: str) -> None:
             {"input": "Hi", "text": {"format": {"type": "json_schema", "schema": {"type": 7}}}},
             "text.format.schema",
         ),
-        (
-            {"input": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]},
-            "input[1]",
-        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(
@@ -259,3 +255,30 @@ def test_odd_bodies_are_client_errors(server: RunningServer, model: str, body: o
     assert r.status_code in (400, 404), r.text
     err = r.json()["error"]
     assert err["type"] in ("invalid_request_error", "not_found_error") and err["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_output_text_logprobs_when_included(
+    client: openai.OpenAI, model: str, stream: bool
+) -> None:
+    """include message.output_text.logprobs (with top_logprobs): the answer's tokens only,
+    spelling its text exactly; without it, none."""
+    kw = {"model": model, "input": "Write a function that adds two numbers.", "store": False}
+    kw |= {"max_output_tokens": 16, "reasoning": {"effort": "none"}, "temperature": 0}
+    included = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    if stream:
+        events = list(client.responses.create(**kw, **included, stream=True))
+        deltas = [e for e in events if e.type == "response.output_text.delta"]
+        entries = [lp for e in deltas for lp in e.logprobs or []]
+        response = events[-1].response  # type: ignore[union-attr]
+        done = next(e for e in events if e.type == "response.output_text.done")
+        assert [lp.token for lp in done.logprobs or []] == [lp.token for lp in entries]
+    else:
+        response = client.responses.create(**kw, **included)
+        part = response.output[-1].content[0]  # type: ignore[union-attr]
+        entries = part.logprobs or []  # type: ignore[union-attr]
+    text = response.output_text
+    assert text and bytes(b for e in entries for b in e.bytes or []).decode() == text
+    assert all(len(e.top_logprobs) == 2 for e in entries)
+    plain = client.responses.create(**kw)
+    assert not plain.output[-1].content[0].logprobs  # type: ignore[union-attr]

@@ -44,13 +44,16 @@ def test_items_map_to_chat_messages() -> None:
     assert ("messages[4]", "input[1]") in conv.paths
 
 
-def test_leading_system_items_join_the_instructions() -> None:
+def test_system_items_stay_in_place_after_the_instructions() -> None:
+    """The core's one rule (chat_render) merges the leading ones, as for every protocol."""
     req = _req(
         instructions="A",
         input=[{"role": "developer", "content": "B"}, {"role": "user", "content": "Hi"}],
     )
     msgs = to_conversation(req, []).request.messages
-    assert msgs[0].content == "A\n\nB" and len(msgs) == 2
+    assert [(m.role, m.content) for m in msgs] == [
+        ("system", "A"), ("system", "B"), ("user", "Hi")
+    ]  # fmt: skip
 
 
 def test_string_input_is_one_user_message() -> None:

@@ -1,9 +1,9 @@
-"""Usage over several prompts and choices: each prompt once, telemetry of the slowest choice."""
+"""Usage over several prompts and choices (each prompt once); timings of the slowest choice."""
 
 from __future__ import annotations
 
 from sparkinfer.api.generation import ChoiceResult
-from sparkinfer.api.usage import make_usage
+from sparkinfer.api.usage import make_timings, make_usage
 from sparkinfer.scheduler.request import RequestMetrics
 
 
@@ -22,9 +22,11 @@ def test_prompts_count_once_and_the_slowest_choice_reports() -> None:
     usage = make_usage(results, [5, 7])
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (12, 10, 22)
     assert usage.prompt_tokens_details.cached_tokens == 0 + 6
-    assert (usage.ttft_ms, usage.generation_ms, usage.decode_tps) == (12.0, 40.0, 0.1)
+    timings = make_timings(results)
+    assert timings is not None
+    assert (timings.ttft_ms, timings.generation_ms, timings.decode_tps) == (12.0, 40.0, 0.1)
 
 
 def test_no_results_no_telemetry() -> None:
     usage = make_usage([], [3])
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.ttft_ms) == (3, 0, None)
+    assert (usage.prompt_tokens, usage.completion_tokens, make_timings([])) == (3, 0, None)

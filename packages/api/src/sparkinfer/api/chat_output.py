@@ -4,10 +4,11 @@
 the answer. When the call is forced (tool_choice required or named) the whole answer is held to
 the end and every call is checked against its schema: if any fails, the text is returned as
 content and no call is reported, so prose is never passed off as a tool call. Under
-tool_choice auto each call is checked as it completes; one that fails stays in the content as
-text. JSON output (response_format) is checked against its schema at the end: content that
-fails is reported as `length` when the token limit cut it, and is an error otherwise (the
-grammar should have made that impossible), never a plain `stop`.
+tool_choice auto each call is checked as it completes; a block that is no valid call of a
+declared tool is dropped (call markup never comes back as text). JSON output (response_format)
+is checked against its schema at the end: content that fails is reported as `length` when the
+token limit cut it, and is an error otherwise (the grammar should have made that impossible),
+never a plain `stop`.
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ class ChatOutput:
         self._reasoning_parser = StreamingReasoningParser(thinking=is_thinking)
         self._tools = tools
         self._call_parser = ToolCallParser(tools) if tools is not None else None
+        # Under auto the grammar holds an opened call to the declared tools; a block that still
+        # is no valid call (the grammar could not be applied) is dropped, never raw markup.
         self._call_stream = (
-            ToolCallParser(tools, check_arguments=tools.check_arguments).stream()
+            ToolCallParser(
+                tools, check_arguments=tools.check_arguments, is_invalid_dropped=True
+            ).stream()
             if tools is not None
             else None
         )

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkinfer.api.chat_render import render_chat
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.grammar import (
     GrammarTimeout,
     UnsupportedSchema,
+    auto_tool_grammar,
     json_grammar,
     reasoning_grammar,
     tool_call_grammar,
@@ -26,6 +30,7 @@ from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
 from starlette.concurrency import run_in_threadpool
 from xgrammar.structural_tag import StructuralTag
 
+logger = logging.getLogger("sparkinfer.api")
 _THINKING_KWARGS = ("enable_thinking", "reasoning_effort")
 
 
@@ -109,13 +114,18 @@ async def prepare_chat(
     # Rendering and tokenizing a long conversation takes the CPU for up to seconds (a 1 MB
     # prompt); on a worker thread, the event loop keeps streaming everyone else's tokens.
     ids, multimodal = await run_in_threadpool(
-        chat_prompt_ids, state, req.messages, tool_dicts, options, media
-    )
+        functools.partial(
+            chat_prompt_ids, is_continued=req.continue_final_message
+        ),
+        state, req.messages, tool_dicts, options, media,
+    )  # fmt: skip
+    if req.continue_final_message:  # the prompt closed any reasoning: the answer goes on
+        thinking = ThinkingControls(is_enabled=False, is_excluded=thinking.is_excluded)
     check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar, budget = await _grammar(req, state, tools if forced else None, schema, thinking)
+    grammar, budget = await _grammar(req, state, tools, forced, schema, thinking)
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
@@ -126,11 +136,18 @@ def chat_prompt_ids(
     tool_dicts: list[dict[str, Any]] | None,
     options: ChatOptions,
     media: Sequence[ProcessedMedia] | None,
+    *,
+    is_continued: bool = False,
 ) -> tuple[list[int], MultimodalInputs | None]:
     """The rendered conversation's token ids, media placeholders expanded, and its media (the
-    CPU work of a chat prompt: run it on a worker thread)."""
-    rendered = state.chat_template.render(
-        template_messages(messages), tools=tool_dicts, options=options
+    CPU work of a chat prompt: run it on a worker thread). `is_continued`: the final assistant
+    message is left open (prefill)."""
+    rendered = render_chat(
+        state.chat_template,
+        template_messages(messages),
+        tools=tool_dicts,
+        options=options,
+        is_continued=is_continued,
     )
     ids = state.tokenizer.encode_chat(rendered.segments)
     if not media:
@@ -142,13 +159,14 @@ def chat_prompt_ids(
 async def _grammar(
     req: ChatCompletionRequest,
     state: ServerState,
-    forced_tools: ToolSet | None,
+    tools: ToolSet | None,
+    is_forced: bool,
     schema: dict[str, Any] | bool | None,
     thinking: ThinkingControls,
 ) -> tuple[Any, int | None]:
     """The compiled grammar (None: free output) and the reasoning budget it enforces."""
-    if forced_tools is not None:
-        chosen = forced_tools.tools
+    if tools is not None and is_forced:
+        chosen = tools.tools
         is_named = isinstance(req.tool_choice, NamedToolChoice)
         if isinstance(req.tool_choice, NamedToolChoice):
             chosen = tuple(t for t in chosen if t.function.name == req.tool_choice.function.name)
@@ -166,10 +184,34 @@ async def _grammar(
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
         param = "response_format.json_schema.schema"
         return await _compile(state, tag, param, InvalidRequest), budget
+    if tools is not None and req.tool_choice in (None, "auto"):
+        grammar = await _auto_tools(req, state, tools, thinking)
+        if grammar is not None:
+            return grammar, thinking.budget
     if thinking.is_enabled and thinking.budget is not None:
         grammar = await state.grammars.compile_in_thread(reasoning_grammar(thinking.budget))
         return grammar, thinking.budget
     return None, thinking.budget
+
+
+async def _auto_tools(
+    req: ChatCompletionRequest, state: ServerState, tools: ToolSet, thinking: ThinkingControls
+) -> Any:
+    """The grammar that holds an opened call to the declared tools (tool_choice auto); None when
+    it cannot be built or not in time: the answer then runs free, and a block that is no valid
+    call is still dropped by the output parser."""
+    tag = auto_tool_grammar(
+        [(t.function.name, t.function.parameters) for t in tools.tools],
+        is_parallel=req.parallel_tool_calls,
+        is_thinking=thinking.is_enabled,
+        reasoning_budget=thinking.budget,
+    )
+    timeout_s = state.settings.grammar_compile_timeout_s
+    try:
+        return await state.grammars.compile_in_thread(tag, timeout_s=timeout_s)
+    except (UnsupportedSchema, GrammarTimeout) as exc:
+        logger.warning("tool calls under tool_choice auto run without a grammar: %s", exc)
+        return None
 
 
 async def _compile(

@@ -14,15 +14,16 @@ sent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pydantic
 from fastapi import Request
-from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter
+from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import (
     PreparedChat,
     chat_prompt_ids,
@@ -30,6 +31,7 @@ from sparkinfer.api.chat_request import (
     resolve_thinking,
     with_processor,
 )
+from sparkinfer.api.content_logprobs import ContentLogprobs
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import ApiError, InternalError, InvalidRequest, to_api_error
 from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
@@ -37,7 +39,7 @@ from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
-from sparkinfer.api.schemas.common import Usage
+from sparkinfer.api.schemas.common import TokenLogprobEntry, Usage
 from sparkinfer.api.tools import (
     check_response_format_schema,
     check_response_format_stops,
@@ -45,6 +47,7 @@ from sparkinfer.api.tools import (
 )
 from sparkinfer.api.usage import make_usage
 from sparkinfer.model.chat_template import ChatOptions
+from sparkinfer.scheduler.request import TokenLogprob
 from starlette.concurrency import run_in_threadpool
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -106,6 +109,8 @@ class Turn:
     finish_reason: str | None = None  # chat's reason (stop, length, tool_calls), once finished
     is_context_bound: bool = False  # the context window, not max_tokens, bounds the answer
     reasoning_tokens: ReasoningTokenCounter | None = None  # fed by turn_steps
+    content_logprobs: ContentLogprobs | None = None  # when logprobs were asked for
+    logprobs: list[TokenLogprobEntry] = field(default_factory=list[TokenLogprobEntry])
 
     @property
     def usage(self) -> Usage:
@@ -118,6 +123,9 @@ class TurnStep:
 
     deltas: list[ChoiceDelta]
     finish_reason: str | None = None
+    logprobs: list[TokenLogprobEntry] = field(
+        default_factory=list[TokenLogprobEntry]
+    )  # of the content it released
 
 
 async def start_turn(
@@ -144,7 +152,8 @@ async def start_turn(
     max_tokens = req.output_limit
     if is_fit_to_context and limit is not None:
         max_tokens = min(limit, state.max_model_len - num_prompt)
-    params = build_params(req, state, max_tokens=max_tokens, logprobs=None)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    params = build_params(req, state, max_tokens=max_tokens, logprobs=logprobs)
     params = with_processor(params, prep, state)
     job = ChoiceJob(
         0, engine_request_id(rid, 0), prep.prompt_token_ids, params, req.stop_strings,
@@ -155,6 +164,10 @@ async def start_turn(
     turn.reasoning_tokens = ReasoningTokenCounter(
         state.tokenizer, is_thinking=prep.thinking.is_enabled
     )
+    if req.logprobs:
+        turn.content_logprobs = ContentLogprobs(
+            state.tokenizer, is_thinking=prep.thinking.is_enabled
+        )
     turn.is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
     return turn
 
@@ -176,13 +189,31 @@ async def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
                 turn.reasoning_tokens.push(ev.token_ids)
             deltas = turn.output.feed(ev.text)
             if ev.finish_reason is None:
+                logprobs = _content_logprobs(turn, ev.logprobs, is_final=False)
                 if deltas:
-                    yield TurnStep(deltas)
+                    yield TurnStep(deltas, logprobs=logprobs)
                 continue
-            deltas += turn.output.finish()
+            # The engine's reason: a call cut by the token limit is dropped, never raw markup.
+            deltas += turn.output.finish(ev.finish_reason)
             turn.stop_string = ev.stop_string
             turn.finish_reason = turn.output.finish_reason(ev.finish_reason)
-            yield TurnStep(deltas, turn.finish_reason)
+            logprobs = _content_logprobs(turn, ev.logprobs, is_final=True)
+            yield TurnStep(deltas, turn.finish_reason, logprobs)
+
+
+def _content_logprobs(
+    turn: Turn, entries: Sequence[TokenLogprob], *, is_final: bool
+) -> list[TokenLogprobEntry]:
+    """The logprobs of the content this step released (kept on the turn too)."""
+    aligner = turn.content_logprobs
+    if aligner is None:
+        return []
+    aligner.push(entries)
+    content = turn.output.content
+    taken = aligner.finish(content) if is_final else aligner.take(content)
+    out = to_chat_logprobs(aligner.tokenizer, taken)
+    turn.logprobs += out
+    return out
 
 
 async def run_turn(turn: Turn) -> Turn:
@@ -204,8 +235,9 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
         options = ChatOptions(enable_thinking=thinking.is_enabled, reasoning_effort=thinking.effort)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         ids, _ = await run_in_threadpool(
-            chat_prompt_ids, state, req.messages, tools, options, media
-        )
+            functools.partial(chat_prompt_ids, is_continued=req.continue_final_message),
+            state, req.messages, tools, options, media,
+        )  # fmt: skip
     except Exception as exc:
         raise _mapped(conv, exc) from None
     return len(ids)

@@ -1,11 +1,12 @@
-"""Constrained decoding with xgrammar: forced tool calls and JSON output, as a logits processor.
+"""Constrained decoding with xgrammar: tool calls and JSON output, as a logits processor.
 
 The grammar follows Qwen's XML tool-call format exactly as the chat template shows it (one `\\n`
 where the template has one), so every sampled call parses and validates; a string parameter's
 `pattern` and `maxLength` hold inside the call, so a bounded schema closes within a bounded
 number of tokens whatever the weights. With thinking on, the output first runs free inside the
 reasoning block (bounded by `reasoning_budget` tokens, after which `</think>` is forced), then the
-constrained part starts.
+constrained part starts. Under tool_choice auto the answer is free text until it opens
+`<tool_call>`; from there the call is held to the declared tools and their schemas.
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ from xgrammar.structural_tag import (
     StructuralTag,
     TagFormat,
     TagsWithSeparatorFormat,
+    TriggeredTagsFormat,
 )
 
 logger = logging.getLogger("sparkinfer.api")
 _MAX_WS = 1  # JSON whitespace runs: bounded so that sampling cannot wander off in blanks
 _MAX_REGEX_MIN_LENGTH = 8  # a string's minLength up to this is enforced by the grammar
 _THINK_MARKERS = ["<think>", "</think>"]
+TOOL_CALL_TRIGGER = "<tool_call>"
 _SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:42: "
 
 
@@ -213,11 +216,11 @@ def _shared_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return next(i for i in range(n) if a[i] != b[i])
 
 
-def _reasoning_prefix(budget: int | None) -> list[Any]:
-    """The reasoning block that the prompt opened with `<think>\\n`, closed by `</think>\\n\\n`."""
-    think = TagFormat(
-        begin="", content=AnyTextFormat(excludes=_THINK_MARKERS, max_tokens=budget), end="</think>"
-    )
+def _reasoning_prefix(budget: int | None, excludes: Sequence[str] = ()) -> list[Any]:
+    """The reasoning block that the prompt opened with `<think>\\n`, closed by `</think>\\n\\n`
+    (`excludes`: more text it may not hold)."""
+    text = AnyTextFormat(excludes=[*_THINK_MARKERS, *excludes], max_tokens=budget)
+    think = TagFormat(begin="", content=text, end="</think>")
     return [think, ConstStringFormat(value="\n\n")]
 
 
@@ -328,6 +331,28 @@ def tool_call_grammar(
     return StructuralTag(
         format=SequenceFormat(elements=[*_reasoning_prefix(reasoning_budget), calls])
     )
+
+
+def auto_tool_grammar(
+    tools: Sequence[tuple[str, dict[str, Any] | None]],
+    *,
+    is_parallel: bool,
+    is_thinking: bool,
+    reasoning_budget: int | None,
+) -> StructuralTag:
+    """Free text, in which `<tool_call>` opens a call that must be one of the given tools with
+    valid arguments (tool_choice auto): a call is well formed or not written at all."""
+    calls = TriggeredTagsFormat(
+        triggers=[TOOL_CALL_TRIGGER],
+        tags=[_call(name, schema) for name, schema in tools],
+        at_least_one=False,
+        stop_after_first=not is_parallel,
+    )
+    if not is_thinking:
+        return StructuralTag(format=calls)
+    # `<tool_call>` inside the reasoning would end it (reasoning_parser): calls come after it.
+    prefix = _reasoning_prefix(reasoning_budget, excludes=[TOOL_CALL_TRIGGER])
+    return StructuralTag(format=SequenceFormat(elements=[*prefix, calls]))
 
 
 def json_grammar(

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from sparkinfer.api import tensor_parallel
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
+from sparkinfer.api.cors import cors_options
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
 from sparkinfer.api.draft_model import check_draft_model, load_draft_model
 from sparkinfer.api.edge import EdgeMiddleware, edge_config
@@ -283,7 +285,10 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     install_openapi(app)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(AnthropicErrorMiddleware)  # outermost: sees the edge's errors too
+    app.add_middleware(AnthropicErrorMiddleware)  # sees the edge's errors too
+    if (cors := cors_options(settings.cors_allow_origins)) is not None:
+        # Outermost: a preflight is answered before the API key or the body is looked at.
+        app.add_middleware(CORSMiddleware, **cors)
     app.include_router(health.router)
     guarded = [Depends(require_api_key)]
     for router in (models.router, chat.router, completions.router, score.router, tokenize.router):

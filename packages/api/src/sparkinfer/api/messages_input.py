@@ -137,9 +137,8 @@ def _assistant(b: _Builder, msg: InputMessage, i: int) -> None:
 
 
 def _system_message(b: _Builder, msg: InputMessage, i: int) -> None:
-    """A system message inside `messages`: joins the system prompt while nothing else came
-    before it; later, it is a user turn in its place (the chat template takes one system
-    message, first, and keeping it in place keeps the prompt's prefix, and its cache, stable)."""
+    """A system message inside `messages`, in its place (the core's one rule places it: see
+    `chat_render`)."""
     where = f"messages[{i}]"
     blocks = list(enumerate(msg.content)) if isinstance(msg.content, list) else []
     if any(not isinstance(block, TextBlock) for _, block in blocks):
@@ -149,13 +148,7 @@ def _system_message(b: _Builder, msg: InputMessage, i: int) -> None:
         if isinstance(msg.content, str)
         else "".join(block.text for _, block in blocks if isinstance(block, TextBlock))
     )
-    if b.messages and all(m["role"] == "system" for m in b.messages):
-        b.messages[0]["content"] += "\n\n" + text
-        return
-    if not b.messages:
-        b.add({"role": "system", "content": text}, where)
-        return
-    b.add({"role": "user", "content": text}, where)
+    b.add({"role": "system", "content": text}, where)
 
 
 def _system(req: CountTokensRequest) -> str | None:
@@ -235,13 +228,6 @@ def to_conversation(req: CountTokensRequest) -> Conversation:
             _system_message(b, msg, i)
         else:
             (_user if msg.role == "user" else _assistant)(b, msg, i)
-    if req.messages[-1].role == "assistant":
-        last = len(req.messages) - 1
-        raise InvalidRequest(
-            f"messages[{last}] is an assistant message: continuing a prefilled answer is not "
-            "supported; end the conversation with a user message",
-            param=f"messages[{last}]",
-        )
     tools, tool_paths = _tools(req)
     choice, is_parallel = _tool_choice(req)
     fields: dict[str, Any] = {
@@ -249,6 +235,8 @@ def to_conversation(req: CountTokensRequest) -> Conversation:
         "tools": tools,
         "tool_choice": choice,
         "parallel_tool_calls": is_parallel,
+        # A final assistant turn is a prefill: the answer continues it, as in Anthropic's API.
+        "continue_final_message": req.messages[-1].role == "assistant",
     }
     paths = [*b.paths, *tool_paths, ("tool_choice.function.name", "tool_choice.name")]
     max_tokens = None

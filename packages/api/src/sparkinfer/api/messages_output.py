@@ -53,10 +53,12 @@ def usage(turn: Turn) -> MessagesUsage:
     )
 
 
-def content_blocks(out: ChatOutput) -> list[OutBlock]:
-    """The finished answer's blocks: thinking, text, then one tool_use per call."""
+def content_blocks(out: ChatOutput, *, is_thinking: bool = False) -> list[OutBlock]:
+    """The finished answer's blocks: thinking, text, then one tool_use per call. With thinking
+    on there is always a thinking block, as in Anthropic's API (empty when the model closed its
+    reasoning at once)."""
     blocks: list[OutBlock] = []
-    if out.reasoning:
+    if out.reasoning or is_thinking:
         blocks.append(OutThinkingBlock(thinking=out.reasoning, signature=signature(out.reasoning)))
     if out.content:
         blocks.append(OutTextBlock(text=out.content))
@@ -70,7 +72,7 @@ def message_response(turn: Turn, message_id: str, model: str) -> MessageResponse
     reason, sequence = stop_reason(turn)
     return MessageResponse(
         id=message_id,
-        content=content_blocks(turn.output),
+        content=content_blocks(turn.output, is_thinking=turn.prepared.thinking.is_enabled),
         model=model,
         stop_reason=reason,
         stop_sequence=sequence,
@@ -92,10 +94,11 @@ _Kind = Literal["thinking", "text", "tool_use"]
 class MessageEvents:
     """Turns output deltas into block events; one instance per streamed message."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, is_thinking: bool = False) -> None:
         self._index = -1
         self._kind: _Kind | None = None
         self._thinking = ""
+        self._is_thinking_due = is_thinking  # thinking on and no thinking block sent yet
 
     def start(self, message_id: str, model: str, num_prompt_tokens: int) -> bytes:
         message = MessageResponse(
@@ -109,8 +112,9 @@ class MessageEvents:
     def feed(self, deltas: list[ChoiceDelta]) -> list[bytes]:
         out: list[bytes] = []
         for d in deltas:
+            if d.reasoning_content or (self._is_thinking_due and (d.content or d.tool_calls)):
+                self._open_thinking(out)
             if d.reasoning_content:
-                self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
                 self._thinking += d.reasoning_content
                 out.append(self._delta({"type": "thinking_delta", "thinking": d.reasoning_content}))
             if d.content:
@@ -129,6 +133,8 @@ class MessageEvents:
 
     def finish(self, turn: Turn) -> list[bytes]:
         out: list[bytes] = []
+        if self._is_thinking_due:
+            self._open_thinking(out)
         self._close(out)
         reason, sequence = stop_reason(turn)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
@@ -137,6 +143,10 @@ class MessageEvents:
         )
         out.append(sse_event({"type": "message_stop"}))
         return out
+
+    def _open_thinking(self, out: list[bytes]) -> None:
+        self._is_thinking_due = False
+        self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
 
     def _open(
         self, kind: _Kind, block: dict[str, Any], out: list[bytes], *, is_new: bool = False

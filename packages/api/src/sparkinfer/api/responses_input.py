@@ -1,10 +1,10 @@
 """An OpenAI Responses body (plus a stored conversation) → the internal conversation.
 
-Items map to chat messages: `message` items by role (`instructions` and leading system or
-developer messages become the one system message), `function_call` items become the tool calls
-of an assistant message, `function_call_output` items tool messages, and a `reasoning` item the
-reasoning of the assistant message that follows it. Items of a stored conversation
-(`previous_response_id`) come first; errors in them name `previous_response_id`.
+Items map to chat messages: `message` items by role (`instructions` first, as a system message;
+system and developer messages in their place, for the core's one rule), `function_call` items
+become the tool calls of an assistant message, `function_call_output` items tool messages, and
+a `reasoning` item the reasoning of the assistant message that follows it. Items of a stored
+conversation (`previous_response_id`) come first; errors in them name `previous_response_id`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sparkinfer.api.schemas.responses import FunctionChoice, FunctionTool, Respo
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 _ROLES = ("user", "assistant", "system", "developer")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
@@ -116,12 +117,8 @@ def _message(b: _Builder, item: dict[str, Any], where: str) -> None:
             f"{where}.role is {role!r}; accepted roles: {', '.join(_ROLES)}", param=f"{where}.role"
         )
     content, sources = _parts(item.get("content"), f"{where}.content")
-    if role in ("system", "developer"):
-        text = _joined(content, f"{where}.content")
-        if not b.messages:  # leading system turns join the instructions
-            b.system.append(text)
-            return
-        b.add({"role": "system", "content": text}, where)
+    if role in ("system", "developer"):  # in place: the core's one rule places it
+        b.add({"role": "system", "content": _joined(content, f"{where}.content")}, where)
         return
     if role == "assistant":
         b.add({"role": "assistant", "content": _joined(content, f"{where}.content")}, where)
@@ -273,6 +270,8 @@ def to_conversation(req: ResponsesRequest, history: list[dict[str, Any]]) -> Con
         "user": req.user,
         "response_format": _format(req),
         "reasoning": None if r is None else {"effort": r.effort, "max_tokens": r.max_tokens},
+        "logprobs": LOGPROBS_INCLUDE in (req.include or []),
+        "top_logprobs": req.top_logprobs if LOGPROBS_INCLUDE in (req.include or []) else None,
     }
     paths += [
         *tool_paths,

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from sparkinfer.api.conversation import Turn
 from sparkinfer.api.schemas.chat import ChoiceDelta
+from sparkinfer.api.schemas.common import TokenLogprobEntry
 from sparkinfer.api.schemas.responses import (
     IncompleteDetails,
     InputTokensDetails,
@@ -72,12 +73,19 @@ def _reasoning_item(rid: str, text: str, status: str) -> dict[str, Any]:
     return {"id": rid, "type": "reasoning", "summary": [], "content": content, "status": status}
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def _message_item(mid: str, text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [_text_part(text)]
+def _logprobs(entries: list[TokenLogprobEntry]) -> list[dict[str, Any]]:
+    """Logprob entries as the Responses API writes them (token, logprob, bytes, top_logprobs)."""
+    return [e.model_dump(mode="json") for e in entries]
+
+
+def _message_item(
+    mid: str, text: str | None, status: str, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    content = [] if text is None else [_text_part(text, logprobs)]
     return {"id": mid, "type": "message", "role": "assistant", "status": status, "content": content}
 
 
@@ -103,7 +111,7 @@ def output_items(turn: Turn, namespaces: frozenset[str] = frozenset()) -> list[d
     if out.reasoning:
         items.append(_reasoning_item(item_id("rs"), out.reasoning, status))
     if out.content:
-        items.append(_message_item(item_id("msg"), out.content, status))
+        items.append(_message_item(item_id("msg"), out.content, status, _logprobs(turn.logprobs)))
     for call in out.tool_calls:
         fn = call.function
         items.append(
@@ -127,6 +135,7 @@ class ResponseEvents:
         self._kind: _Kind | None = None
         self._item: dict[str, Any] = {}
         self._text = ""
+        self._logprobs: list[dict[str, Any]] = []  # the open message's, when asked for
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self._seq, **fields}
@@ -141,15 +150,22 @@ class ResponseEvents:
     def lifecycle(self, kind: str, response: ResponseObject) -> bytes:
         return self._event(kind, response=response.model_dump(mode="json"))
 
-    def feed(self, deltas: list[ChoiceDelta]) -> list[bytes]:
+    def feed(
+        self, deltas: list[ChoiceDelta], logprobs: list[TokenLogprobEntry] | None = None
+    ) -> list[bytes]:
+        """Events of one step's deltas; `logprobs` (of the content the step released) ride on
+        its first text delta."""
         out: list[bytes] = []
+        pending = _logprobs(logprobs or [])
         for d in deltas:
             if d.reasoning_content:
                 self._open("reasoning", _reasoning_item(item_id("rs"), "", "in_progress"), out)
                 out.append(self._text_delta("response.reasoning_text.delta", d.reasoning_content))
             if d.content:
                 self._open("message", _message_item(item_id("msg"), None, "in_progress"), out)
-                out.append(self._text_delta("response.output_text.delta", d.content))
+                self._logprobs += pending
+                out.append(self._text_delta("response.output_text.delta", d.content, pending))
+                pending = []
             for call in d.tool_calls or []:
                 fn = call.function
                 if call.id is not None:
@@ -173,7 +189,9 @@ class ResponseEvents:
         self._close(out, "incomplete" if turn.finish_reason == "length" else "completed")
         return out
 
-    def _text_delta(self, kind: str, delta: str) -> bytes:
+    def _text_delta(
+        self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None
+    ) -> bytes:
         self._text += delta
         return self._event(
             kind,
@@ -181,7 +199,7 @@ class ResponseEvents:
             output_index=len(self.items),
             content_index=0,
             delta=delta,
-            **({"logprobs": []} if kind == "response.output_text.delta" else {}),
+            **({"logprobs": logprobs or []} if kind == "response.output_text.delta" else {}),
         )
 
     def _open(
@@ -190,7 +208,7 @@ class ResponseEvents:
         if self._kind == kind and not is_new:
             return
         self._close(out, "completed")
-        self._kind, self._item, self._text = kind, item, ""
+        self._kind, self._item, self._text, self._logprobs = kind, item, "", []
         index = len(self.items)
         out.append(self._event("response.output_item.added", output_index=index, item=item))
         if kind == "message":
@@ -215,15 +233,23 @@ class ResponseEvents:
                 self._event("response.reasoning_text.done", **where, content_index=0, text=text)
             )
         elif self._kind == "message":
-            done = _message_item(item["id"], text, status)
+            logprobs = self._logprobs
+            done = _message_item(item["id"], text, status, logprobs)
             out.append(
                 self._event(
-                    "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+                    "response.output_text.done",
+                    **where,
+                    content_index=0,
+                    text=text,
+                    logprobs=logprobs,
                 )
             )
             out.append(
                 self._event(
-                    "response.content_part.done", **where, content_index=0, part=_text_part(text)
+                    "response.content_part.done",
+                    **where,
+                    content_index=0,
+                    part=_text_part(text, logprobs),
                 )
             )
         else:

@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         description="With an API key, /metrics, /docs, /redoc and /openapi.json need it too "
         "(/health never does); off, only /v1 routes need it",
     )
+    cors_allow_origins: str = Field(
+        "http://localhost:*,http://127.0.0.1:*",
+        description="Origins whose browser pages may call the API (CORS), comma-separated: `*` "
+        "any origin, `scheme://host:*` any port of that host, empty none; preflights never need "
+        "the API key",
+    )
     max_body_bytes: int = Field(
         32 * 1024 * 1024,
         ge=1,

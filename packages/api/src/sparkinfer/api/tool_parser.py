@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import math
 import re
 import secrets
@@ -35,6 +36,7 @@ from typing import Any, Protocol, cast
 
 from sparkinfer.api.stops import partial_tag_len
 
+logger = logging.getLogger("sparkinfer.api")
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 _PARAM_OPEN = re.compile(r"\s*<parameter=([^>\n]+)>")
@@ -115,7 +117,10 @@ class ToolCallParser:
     """Parses Qwen XML tool calls against a request's OpenAI `tools` list.
 
     `check_arguments(name, arguments_json)` returns why a parsed call is not valid (None: it is);
-    a call it refuses stays in the content as text, like a malformed one.
+    a call it refuses stays in the content as text, like a malformed one, unless
+    `is_invalid_dropped`: then a block that opened `<tool_call>` but is no valid call of a declared
+    tool (unknown name, malformed, refused) is left out of the content altogether, so
+    call markup never comes back as text.
     """
 
     def __init__(
@@ -124,10 +129,12 @@ class ToolCallParser:
         *,
         make_call_id: Callable[[], str] = new_call_id,
         check_arguments: Callable[[str, str], str | None] | None = None,
+        is_invalid_dropped: bool = False,
     ) -> None:
         self._schemas = _schemas_by_name(tools)
         self._make_call_id = make_call_id
         self._check_arguments = check_arguments
+        self.is_invalid_dropped = is_invalid_dropped
 
     def parse(self, text: str) -> ParsedToolCalls:
         """Split a whole output into content and tool calls."""
@@ -207,7 +214,7 @@ class StreamingToolCallParser:
             restart = self._buffer.find(TOOL_CALL_START)
             if restart >= 0 and (end < 0 or restart < end):
                 # A second <tool_call> before any close: the first one was stray text.
-                content.append(self._text(TOOL_CALL_START + self._buffer[:restart]))
+                content.append(self._refused(TOOL_CALL_START + self._buffer[:restart]))
                 self._buffer = self._buffer[restart + len(TOOL_CALL_START) :]
                 continue
             if end < 0:
@@ -222,7 +229,7 @@ class StreamingToolCallParser:
             self._in_call = False
             call = self._parser.parse_block(body)
             if call is None:
-                content.append(self._text(TOOL_CALL_START + body + TOOL_CALL_END))
+                content.append(self._refused(TOOL_CALL_START + body + TOOL_CALL_END))
                 continue
             self._pending_ws, self._is_after_call = "", True
             index = len(self._calls)
@@ -230,6 +237,14 @@ class StreamingToolCallParser:
             deltas.append(ToolCallDelta(index, call.id, call.name, ""))
             deltas.append(ToolCallDelta(index, None, None, call.arguments))
         return ToolStreamDelta("".join(content), deltas)
+
+    def _refused(self, markup: str) -> str:
+        """A block that is no valid call: text, or nothing when invalid calls are dropped."""
+        if self._parser.is_invalid_dropped:
+            logger.info("a tool call block that is no valid call was dropped: %.200r", markup)
+            self._pending_ws, self._is_after_call = "", True  # its whitespace goes as a call's
+            return ""
+        return self._text(markup)
 
     def _text(self, text: str) -> str:
         """Emit content, holding back trailing whitespace that a following call would drop."""

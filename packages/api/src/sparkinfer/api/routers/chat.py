@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
+from sparkinfer.api.content_logprobs import ContentLogprobs
 from sparkinfer.api.conversation import output_parser
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
+    ChoiceEvent,
     ChoiceJob,
     Choices,
     start_choices,
@@ -33,7 +36,7 @@ from sparkinfer.api.schemas.chat import (
 from sparkinfer.api.schemas.common import ChatLogprobs
 from sparkinfer.api.streaming import sse_data, sse_response
 from sparkinfer.api.tools import check_response_format_stops
-from sparkinfer.api.usage import make_usage
+from sparkinfer.api.usage import make_timings, make_usage
 
 logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
@@ -56,9 +59,23 @@ def _jobs(
     return jobs
 
 
-def _output(body: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
-    """A fresh output parser for one choice (the one the other protocols use too)."""
-    return output_parser(body, prep)
+@dataclass(frozen=True)
+class _ChoiceParsers:
+    """One choice's output parser, reasoning-token counter and content logprobs."""
+
+    output: ChatOutput
+    counter: ReasoningTokenCounter
+    logprobs: ContentLogprobs | None  # None: not asked for
+
+
+def _parsers(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat) -> _ChoiceParsers:
+    """Fresh parsers for one choice (the output parser is the one the other protocols use)."""
+    thinking = prep.thinking.is_enabled
+    return _ChoiceParsers(
+        output_parser(body, prep),
+        ReasoningTokenCounter(state.tokenizer, is_thinking=thinking),
+        ContentLogprobs(state.tokenizer, is_thinking=thinking) if body.logprobs else None,
+    )
 
 
 @router.post("/v1/chat/completions", response_model=None)
@@ -73,9 +90,7 @@ async def create_chat_completion(
     media = await load_media(parts, state.media) if parts and state.media else []
     prep = await prepare_chat(body, state, media)
     jobs = _jobs(body, state, prep, rid)
-    outputs = [_output(body, prep) for _ in jobs]
-    thinking = prep.thinking.is_enabled
-    counters = [ReasoningTokenCounter(state.tokenizer, is_thinking=thinking) for _ in jobs]
+    parsers = [_parsers(body, state, prep) for _ in jobs]
     choices = await start_choices(state.engine, state.tokenizer, jobs)
     num_prompt = len(prep.prompt_token_ids)
     logger.info(
@@ -86,23 +101,28 @@ async def create_chat_completion(
         async with contextlib.aclosing(choices):
             whole = await unless_disconnected(
                 request,
-                _whole(body, state, choices, (outputs, counters), rid=rid, num_prompt=num_prompt),
+                _whole(state, choices, parsers, rid=rid, num_prompt=num_prompt),
             )
         return whole or Response(status_code=CLIENT_CLOSED_REQUEST)
     created = now()
 
     def usage_chunk() -> bytes:
         usage = make_usage(
-            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
+            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(parsers)
         )
         chunk = ChatCompletionChunk(
-            id=rid, created=created, model=state.model_id, choices=[], usage=usage
+            id=rid,
+            created=created,
+            model=state.model_id,
+            choices=[],
+            usage=usage,
+            timings=make_timings(choices.results),
         )
         return sse_data(chunk)
 
     opts = body.stream_options
     return sse_response(
-        _chunks(body, state, choices, (outputs, counters), rid=rid, created=created),
+        _chunks(state, choices, parsers, rid=rid, created=created),
         rid,
         keep_alive_s=state.settings.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
@@ -110,29 +130,31 @@ async def create_chat_completion(
 
 
 async def _whole(
-    body: ChatCompletionRequest,
     state: ServerState,
     choices: Choices,
-    parsers: tuple[list[ChatOutput], list[ReasoningTokenCounter]],
+    parsers: list[_ChoiceParsers],
     *,
     rid: str,
     num_prompt: int,
 ) -> ChatCompletionResponse:
     """Read every choice to its end and answer with the whole messages (the caller closes)."""
-    outputs, counters = parsers
-    finish: list[str | None] = [None] * len(outputs)
-    logprobs = [ChatLogprobs(content=[]) if body.logprobs else None for _ in outputs]
+    finish: list[str | None] = [None] * len(parsers)
     async for ev in choices.events:
-        outputs[ev.index].feed(ev.text)
-        counters[ev.index].push(ev.token_ids)
+        p = parsers[ev.index]
+        p.output.feed(ev.text)
+        p.counter.push(ev.token_ids)
+        if p.logprobs is not None:
+            p.logprobs.push(ev.logprobs)
         finish[ev.index] = ev.finish_reason or finish[ev.index]
-        if (lp := logprobs[ev.index]) is not None and lp.content is not None:
-            lp.content.extend(to_chat_logprobs(state.tokenizer, ev.logprobs))
     messages: list[ChatChoice] = []
-    for i, out in enumerate(outputs):
-        message, reason = out.final_message(finish[i])
+    for i, p in enumerate(parsers):
+        message, reason = p.output.final_message(finish[i])
+        logprobs = None
+        if p.logprobs is not None:
+            entries = p.logprobs.finish(p.output.content)
+            logprobs = ChatLogprobs(content=to_chat_logprobs(state.tokenizer, entries))
         messages.append(
-            ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs[i])
+            ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs)
         )
     return ChatCompletionResponse(
         id=rid,
@@ -140,26 +162,36 @@ async def _whole(
         model=state.model_id,
         choices=messages,
         usage=make_usage(
-            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(outputs, counters)
+            choices.results, [num_prompt], reasoning_tokens=_reasoning_tokens(parsers)
         ),
+        timings=make_timings(choices.results),
     )
 
 
-def _reasoning_tokens(outputs: list[ChatOutput], counters: list[ReasoningTokenCounter]) -> int:
-    return sum(c.count(out.reasoning) for out, c in zip(outputs, counters, strict=True))
+def _reasoning_tokens(parsers: list[_ChoiceParsers]) -> int:
+    return sum(p.counter.count(p.output.reasoning) for p in parsers)
+
+
+def _step_logprobs(state: ServerState, p: _ChoiceParsers, ev: ChoiceEvent) -> ChatLogprobs | None:
+    """The logprobs of the content this event released (None: not asked for, or none)."""
+    if p.logprobs is None:
+        return None
+    p.logprobs.push(ev.logprobs)
+    content = p.output.content
+    entries = p.logprobs.take(content) if ev.finish_reason is None else p.logprobs.finish(content)
+    return ChatLogprobs(content=to_chat_logprobs(state.tokenizer, entries)) if entries else None
 
 
 async def _chunks(
-    body: ChatCompletionRequest,
     state: ServerState,
     choices: Choices,
-    parsers: tuple[list[ChatOutput], list[ReasoningTokenCounter]],
+    parsers: list[_ChoiceParsers],
     *,
     rid: str,
     created: int,
 ) -> AsyncGenerator[bytes, None]:
-    """The choices' chunks: the assistant role first, then reasoning, content and tool deltas."""
-    outputs, counters = parsers
+    """The choices' chunks: the assistant role first, then reasoning, content and tool deltas;
+    logprobs ride on the chunk with the content they spell."""
 
     def chunk(choice: ChunkChoice) -> bytes:
         return sse_data(
@@ -167,23 +199,22 @@ async def _chunks(
         )
 
     async with contextlib.aclosing(choices):
-        for i in range(len(outputs)):
+        for i in range(len(parsers)):
             yield chunk(ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content="")))
         async for ev in choices.events:
-            out = outputs[ev.index]
-            counters[ev.index].push(ev.token_ids)
-            deltas = out.feed(ev.text)
+            p = parsers[ev.index]
+            p.counter.push(ev.token_ids)
+            deltas = p.output.feed(ev.text)
             if ev.finish_reason is not None:
-                deltas += out.finish(ev.finish_reason)
-            lp = None
-            if body.logprobs and ev.logprobs:
-                lp = ChatLogprobs(content=to_chat_logprobs(state.tokenizer, ev.logprobs))
+                deltas += p.output.finish(ev.finish_reason)
+            lp = _step_logprobs(state, p, ev)
+            at = next((j for j, d in enumerate(deltas) if d.content), None)
             for j, delta in enumerate(deltas):
                 yield chunk(
-                    ChunkChoice(index=ev.index, delta=delta, logprobs=lp if j == 0 else None)
+                    ChunkChoice(index=ev.index, delta=delta, logprobs=lp if j == at else None)
                 )
-            if ev.finish_reason is not None:
-                reason = out.finish_reason(ev.finish_reason)
-                yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), finish_reason=reason))
-            elif not deltas and lp is not None:
+            if lp is not None and at is None:
                 yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), logprobs=lp))
+            if ev.finish_reason is not None:
+                reason = p.output.finish_reason(ev.finish_reason)
+                yield chunk(ChunkChoice(index=ev.index, delta=ChoiceDelta(), finish_reason=reason))

@@ -32,7 +32,7 @@ from sparkinfer.api.schemas.completions import (
     CompletionResponse,
 )
 from sparkinfer.api.streaming import sse_data, sse_response
-from sparkinfer.api.usage import make_usage
+from sparkinfer.api.usage import make_timings, make_usage
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.request import TokenLogprob
 from starlette.concurrency import run_in_threadpool
@@ -50,7 +50,11 @@ def completion_logprobs(
         token = tokenizer.decode([entry.token_id])
         out.tokens.append(token)
         out.token_logprobs.append(entry.logprob)
-        out.top_logprobs.append({tokenizer.decode([t]): lp for t, lp in entry.top})
+        # The sampled token is always among the top ones (so logprobs=0 still has it), as in
+        # OpenAI's and vLLM's API: up to logprobs + 1 entries.
+        top = {tokenizer.decode([t]): lp for t, lp in entry.top}
+        top.setdefault(token, entry.logprob)
+        out.top_logprobs.append(top)
         out.text_offset.append(offset)
         offset += len(token)
     return out
@@ -144,7 +148,12 @@ async def create_completion(
     def usage_chunk() -> bytes:
         usage = make_usage(choices.results, prompt_lens)
         chunk = CompletionResponse(
-            id=rid, created=created, model=state.model_id, choices=[], usage=usage
+            id=rid,
+            created=created,
+            model=state.model_id,
+            choices=[],
+            usage=usage,
+            timings=make_timings(choices.results),
         )
         return sse_data(chunk)
 
@@ -199,6 +208,7 @@ async def _whole(
             for i, text in enumerate(texts)
         ],
         usage=make_usage(choices.results, [len(p) for p in prompts]),
+        timings=make_timings(choices.results),
     )
 
 

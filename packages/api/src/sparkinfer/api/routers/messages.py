@@ -69,7 +69,7 @@ async def count_tokens(request: Request, state: State) -> CountTokensResponse:
 
 async def _events(turn: Turn, rid: str, model: str) -> AsyncGenerator[bytes, None]:
     """message_start, the blocks' events, message_delta and message_stop (or an error event)."""
-    builder = MessageEvents()
+    builder = MessageEvents(is_thinking=turn.prepared.thinking.is_enabled)
     steps = turn_steps(turn)
     try:
         yield builder.start(rid, model, turn.num_prompt_tokens)

@@ -148,7 +148,7 @@ async def _events(
         yield builder.lifecycle("response.created", base)
         yield builder.lifecycle("response.in_progress", base)
         async for step in steps:
-            for event in builder.feed(step.deltas):
+            for event in builder.feed(step.deltas, step.logprobs):
                 yield event
         for event in builder.finish(turn):
             yield event

@@ -11,12 +11,13 @@ import logging
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from sparkinfer.api.chat_render import render_chat
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import check_context, check_prompt_ids
-from sparkinfer.api.schemas.common import Usage
+from sparkinfer.api.schemas.common import Timings, Usage
 from sparkinfer.api.schemas.score import ScoreRequest, ScoreResponse
 from sparkinfer.model.chat_template import ChatOptions
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams, TokenLogprob
@@ -47,9 +48,8 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
         template_kwargs=body.chat_template_kwargs or {},
     )
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    return state.tokenizer.encode_chat(
-        state.chat_template.render(messages, options=options).segments
-    )
+    rendered = render_chat(state.chat_template, messages, tools=None, options=options)
+    return state.tokenizer.encode_chat(rendered.segments)
 
 
 def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], list[int]]:
@@ -125,6 +125,6 @@ async def score(body: ScoreRequest, request: Request, state: State) -> Response 
             prompt_tokens=len(ids),
             completion_tokens=0,
             total_tokens=len(ids),
-            ttft_ms=final.metrics.ttft_ms,
         ),
+        timings=Timings(ttft_ms=final.metrics.ttft_ms),
     )

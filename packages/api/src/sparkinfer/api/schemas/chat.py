@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from sparkinfer.api.json_body import MAX_JSON_DEPTH, JsonLimitError, check_json_value
 from sparkinfer.api.schemas.common import (
     MAX_COUNT,
@@ -13,7 +20,9 @@ from sparkinfer.api.schemas.common import (
     ChatLogprobs,
     RequestBody,
     SamplingFields,
+    Timings,
     Usage,
+    omitted_if_none,
 )
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -113,6 +122,20 @@ class ReasoningConfig(RequestBody):
     exclude: bool = False
 
 
+def _legacy_message(message: Any) -> Any:
+    """A legacy `function` message as a tool message, an assistant's `function_call` as its
+    one tool call."""
+    if not isinstance(message, dict):
+        return message
+    m = dict(cast("dict[str, Any]", message))
+    if m.get("role") == "function":
+        m["role"] = "tool"
+    call = m.pop("function_call", None)
+    if call is not None and m.get("tool_calls") is None:
+        m["tool_calls"] = [{"id": "call_0", "type": "function", "function": call}]
+    return m
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
@@ -126,6 +149,37 @@ class ChatCompletionRequest(SamplingFields):
     reasoning: ReasoningConfig | None = None
     enable_thinking: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's: the final assistant message is continued (prefill), not closed.
+    continue_final_message: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_functions(cls, data: Any) -> Any:
+        """OpenAI's deprecated `functions` / `function_call` fields and `function` role, as the
+        tools, tool_choice and tool messages they became."""
+        if not isinstance(data, dict):
+            return data
+        body = dict(cast("dict[str, Any]", data))
+        functions = body.pop("functions", None)
+        choice = body.pop("function_call", None)
+        if isinstance(functions, list) and body.get("tools") is None:
+            items = cast("list[Any]", functions)
+            body["tools"] = [{"type": "function", "function": f} for f in items]
+        if choice is not None and body.get("tool_choice") is None:
+            body["tool_choice"] = (
+                {"type": "function", "function": choice} if isinstance(choice, dict) else choice
+            )
+        if isinstance(body.get("messages"), list):
+            body["messages"] = [_legacy_message(m) for m in body["messages"]]
+        return body
+
+    @field_validator("continue_final_message")
+    @classmethod
+    def _check_continued(cls, v: bool, info: ValidationInfo) -> bool:
+        messages = info.data.get("messages")
+        if v and messages and messages[-1].role != "assistant":
+            raise ValueError("needs a final assistant message to continue")
+        return v
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ChatCompletionRequest:
@@ -175,27 +229,31 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    system_fingerprint: str | None = None
+    system_fingerprint: str | None = omitted_if_none()
+    timings: Timings | None = omitted_if_none()
+
+
+# Stream deltas leave absent fields out, as OpenAI's chunks do (no `"content": null`).
 
 
 class DeltaToolCallFunction(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
+    name: str | None = omitted_if_none()
+    arguments: str | None = omitted_if_none()
 
 
 class DeltaToolCall(BaseModel):
     index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
+    id: str | None = omitted_if_none()
+    type: Literal["function"] | None = omitted_if_none()
     function: DeltaToolCallFunction
 
 
 class ChoiceDelta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[DeltaToolCall] | None = None
+    role: Literal["assistant"] | None = omitted_if_none()
+    content: str | None = omitted_if_none()
+    reasoning_content: str | None = omitted_if_none()
+    reasoning: str | None = omitted_if_none()
+    tool_calls: list[DeltaToolCall] | None = omitted_if_none()
 
 
 class ChunkChoice(BaseModel):
@@ -211,4 +269,5 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
+    usage: Usage | None = omitted_if_none()  # only on the include_usage chunk
+    timings: Timings | None = omitted_if_none()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
@@ -62,6 +62,16 @@ class SamplingFields(RequestBody):
             raise ValueError("stop strings must not be empty")
         return stops
 
+    @field_validator("stream_options")
+    @classmethod
+    def _check_stream_options(
+        cls, v: StreamOptions | None, info: ValidationInfo
+    ) -> StreamOptions | None:
+        """Only a stream has stream options (OpenAI and vLLM refuse them otherwise)."""
+        if v is not None and not info.data.get("stream", False):
+            raise ValueError("is only allowed with stream true: leave it out or set stream")
+        return v
+
     @field_validator("logit_bias")
     @classmethod
     def _check_logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
@@ -82,14 +92,30 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def omitted_if_none() -> Any:
+    """A field that defaults to None and is left out of the JSON while None (OpenAI's stream
+    chunks omit absent fields rather than send nulls)."""
+    return Field(None, exclude_if=_is_none)
+
+
 class Usage(BaseModel):
-    """Token counts (billing) plus engine telemetry of the request."""
+    """Token counts, as billed: only the standard keys (telemetry is in `Timings`)."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
-    completion_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = omitted_if_none()
+
+
+class Timings(BaseModel):
+    """Engine telemetry of a response (a field of its own, beside `usage`): that of its slowest
+    choice, so ttft_ms + generation_ms spans the whole response."""
+
     ttft_ms: float | None = None
     generation_ms: float | None = None
     decode_tps: float | None = None

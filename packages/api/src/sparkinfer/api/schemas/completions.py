@@ -5,16 +5,24 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from sparkinfer.api.schemas.common import MAX_COUNT, MAX_TOP_LOGPROBS, SamplingFields, Usage
+from sparkinfer.api.schemas.common import (
+    MAX_COUNT,
+    MAX_TOP_LOGPROBS,
+    SamplingFields,
+    Timings,
+    Usage,
+    omitted_if_none,
+)
 
 MAX_CHOICES = 64  # prompts x n in one request: each is a sequence in the engine
+DEFAULT_MAX_TOKENS = 16  # an omitted max_tokens, as in OpenAI's and vLLM's completions
 
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     # 0 with echo: the prompt alone comes back (with its logprobs, if asked for), as scoring
-    # clients send it.
-    max_tokens: int | None = Field(None, ge=0, le=MAX_COUNT)
+    # clients send it. Omitted: 16 (OpenAI's default); null: up to the context limit (vLLM's).
+    max_tokens: int | None = Field(DEFAULT_MAX_TOKENS, ge=0, le=MAX_COUNT)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
@@ -83,5 +91,6 @@ class CompletionResponse(BaseModel):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None
+    usage: Usage | None = omitted_if_none()  # stream chunks: only on the include_usage one
+    system_fingerprint: str | None = omitted_if_none()
+    timings: Timings | None = omitted_if_none()

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sparkinfer.api.schemas.chat import ReasoningEffort
-from sparkinfer.api.schemas.common import MAX_COUNT, RequestBody
+from sparkinfer.api.schemas.common import MAX_COUNT, MAX_TOP_LOGPROBS, RequestBody
 
 
 class FunctionTool(RequestBody):
@@ -67,6 +67,8 @@ class ResponsesRequest(RequestBody):
     user: str | None = None
     background: bool = False
     conversation: Any = None
+    include: list[str] | None = None  # "message.output_text.logprobs": the answer's logprobs
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
 
 class InputTokensDetails(BaseModel):

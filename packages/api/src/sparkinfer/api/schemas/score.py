@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sparkinfer.api.schemas.chat import ChatMessage
-from sparkinfer.api.schemas.common import MAX_TOP_LOGPROBS, RequestBody, Usage
+from sparkinfer.api.schemas.common import MAX_TOP_LOGPROBS, RequestBody, Timings, Usage
 
 
 class ScoreRequest(RequestBody):
@@ -52,3 +52,4 @@ class ScoreResponse(BaseModel):
     logprob: float  # the sum of token_logprobs
     is_greedy: bool  # every completion token was the most likely one
     usage: Usage
+    timings: Timings | None = None
