@@ -17,9 +17,10 @@ from sparkinfer.api.grammar import (
     tool_call_grammar,
 )
 from sparkinfer.api.media import expand_media, template_messages
-from sparkinfer.api.sampling import check_context
+from sparkinfer.api.sampling import check_context, prompt_too_long
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_tools
+from sparkinfer.model.bounded_encode import TokenBudgetExceeded
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
 from sparkinfer.multimodal import ProcessedMedia
 from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
@@ -132,7 +133,10 @@ def chat_prompt_ids(
     rendered = state.chat_template.render(
         template_messages(messages), tools=tool_dicts, options=options
     )
-    ids = state.tokenizer.encode_chat(rendered.segments)
+    try:
+        ids = state.tokenizer.encode_chat(rendered.segments, max_tokens=state.max_model_len - 1)
+    except TokenBudgetExceeded:
+        raise prompt_too_long("messages", state.max_model_len) from None
     if not media:
         return ids, None
     assert state.media is not None, "media parts are refused without a vision tower"

@@ -24,7 +24,7 @@ from sparkinfer.api.generation import (
     unless_disconnected,
 )
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids
+from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids, encode_prompt
 from sparkinfer.api.schemas.completions import (
     CompletionChoice,
     CompletionLogprobs,
@@ -86,7 +86,7 @@ def _encode_prompts(
         param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
         # The raw prompt is the client's own text: control tokens in it are meant as such.
         ids = (
-            state.tokenizer.encode(prompt, allow_special=True)
+            encode_prompt(state.tokenizer, prompt, state.max_model_len, param=param)
             if isinstance(prompt, str)
             else prompt
         )

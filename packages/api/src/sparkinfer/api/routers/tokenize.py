@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from sparkinfer.api.chat_request import chat_prompt_ids
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.media import load_media, media_parts
-from sparkinfer.api.sampling import check_token_ids
+from sparkinfer.api.sampling import check_token_ids, encode_prompt
 from sparkinfer.api.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -36,7 +36,9 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
             chat_prompt_ids, state, body.messages, tools, options, media
         )
     else:  # a long prompt takes the CPU for up to seconds: off the event loop
-        ids = await run_in_threadpool(state.tokenizer.encode, body.prompt or "", allow_special=True)
+        ids = await run_in_threadpool(
+            encode_prompt, state.tokenizer, body.prompt or "", state.max_model_len, param="prompt"
+        )
     strs = [state.tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
     return TokenizeResponse(
         tokens=ids, count=len(ids), max_model_len=state.max_model_len, token_strs=strs
