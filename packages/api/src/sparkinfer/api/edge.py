@@ -34,7 +34,7 @@ from sparkinfer.api.errors import (
     map_exception,
 )
 from sparkinfer.api.json_body import parse_json_body
-from sparkinfer.api.settings import Settings
+from sparkinfer.api.settings import Settings, api_keys
 from sparkinfer.api.streaming import DONE, sse_error
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -42,14 +42,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger("sparkinfer.api")
 _BODY_METHODS = ("POST", "PUT", "PATCH")
+OWNER_STATE = "api_key_name"  # the scope state key of the request's API key name
 
 
 @dataclass(frozen=True)
 class EdgeConfig:
     """What the edge enforces (from the settings)."""
 
-    api_key: str | None
-    is_guarded: Callable[[str], bool]  # whether a path needs the key
+    api_keys: dict[str, str]  # name → key; empty: no auth
+    is_guarded: Callable[[str], bool]  # whether a path needs a key
     max_body_bytes: int
     body_timeout_s: float
     request_timeout_s: float | None = None  # None: no deadline
@@ -57,7 +58,6 @@ class EdgeConfig:
 
 def edge_config(settings: Settings) -> EdgeConfig:
     """The edge's limits from the settings; /health never needs the key."""
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
 
     def is_guarded(path: str) -> bool:
         if path.startswith("/v1/") or path == "/v1":
@@ -65,7 +65,7 @@ def edge_config(settings: Settings) -> EdgeConfig:
         return settings.api_key_all_routes and path != "/health"
 
     return EdgeConfig(
-        api_key=key,
+        api_keys=api_keys(settings),
         is_guarded=is_guarded,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_read_timeout_s,
@@ -73,13 +73,24 @@ def edge_config(settings: Settings) -> EdgeConfig:
     )
 
 
-def is_authorized(headers: Headers, key: str) -> bool:
-    """`Authorization: Bearer <key>` or `x-api-key: <key>`, compared in constant time."""
+def key_name(headers: Headers, keys: dict[str, str]) -> str | None:
+    """The name of the key sent as `Authorization: Bearer <key>` or `x-api-key: <key>` (every
+    key compared, each in constant time); None when it is none of them."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
-        return True
-    other = headers.get("x-api-key")
-    return other is not None and hmac.compare_digest(other.strip().encode(), key.encode())
+    sent = [token.strip()] if scheme.lower() == "bearer" else []
+    if (other := headers.get("x-api-key")) is not None:
+        sent.append(other.strip())
+    found = None
+    for name, key in keys.items():
+        for value in sent:
+            if hmac.compare_digest(value.encode(), key.encode()):
+                found = name
+    return found
+
+
+def key_owner(scope: Scope) -> str:
+    """Who a request is, for what it stores: its API key's name ("" on a server without keys)."""
+    return cast("str", cast("dict[str, Any]", scope.get("state", {})).get(OWNER_STATE, ""))
 
 
 class _Progress:
@@ -156,14 +167,16 @@ class EdgeMiddleware:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
-        key = self.config.api_key
-        is_guarded = key is not None and self.config.is_guarded(scope["path"])
-        if is_guarded and not is_authorized(headers, cast("str", key)):
+        keys = self.config.api_keys
+        name = key_name(headers, keys) if keys else None
+        if keys and name is None and self.config.is_guarded(scope["path"]):
             err = Unauthorized(
                 "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
             )
             await _send_error(send, err)
             return
+        if name is not None:
+            scope.setdefault("state", {})[OWNER_STATE] = name
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return

@@ -23,7 +23,7 @@ from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
-from sparkinfer.api.response_store import ResponseStore
+from sparkinfer.api.response_store import ResponseStore, StoreLimits
 from sparkinfer.api.routers import (
     chat,
     completions,
@@ -266,7 +266,12 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
         server = state or build_state(settings)
         app.state.server = server
         data_dir = None if settings.data_dir is None else Path(settings.data_dir)
-        app.state.responses = ResponseStore(data_dir, max_responses=settings.max_stored_responses)
+        limits = StoreLimits(
+            max_responses=settings.max_stored_responses,
+            max_response_bytes=settings.max_stored_response_bytes,
+            max_total_bytes=settings.max_stored_bytes,
+        )
+        app.state.responses = ResponseStore(data_dir, limits=limits)
         try:
             yield
         finally:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -73,6 +74,12 @@ class Settings(BaseSettings):
     )
     api_key_file: str | None = Field(
         None, description="File whose content (stripped) is the API key, instead of api_key"
+    )
+    api_keys_file: str | None = Field(
+        None,
+        description="File of named API keys, a JSON object {name: key}, beside or instead of "
+        "api_key (whose name is 'default'): each key's name owns the /v1/responses responses "
+        "stored with it, which only that key can read, continue or delete",
     )
     api_key_all_routes: bool = Field(
         False,
@@ -160,6 +167,18 @@ class Settings(BaseSettings):
         description="Most stored /v1/responses responses kept (the oldest are dropped first; "
         "0: none are stored)",
     )
+    max_stored_response_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest stored /v1/responses response in bytes, with the input items it "
+        "adds (a bigger request with store true is refused before it runs)",
+    )
+    max_stored_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Most bytes of stored /v1/responses responses in all (the oldest are "
+        "dropped first); at least max_stored_response_bytes",
+    )
     request_timeout_s: float = Field(
         3600.0,
         ge=0.0,
@@ -230,7 +249,14 @@ def load_settings(
         scheduler_config(settings)  # the engine's rules, checked before anything loads
     except InvalidConfig as err:
         raise SettingsError(f"invalid setting {_where(err.setting, overrides)}: {err}") from None
-    return _with_key_file(settings)
+    if settings.max_stored_bytes < settings.max_stored_response_bytes:
+        raise SettingsError(
+            f"max_stored_bytes ({settings.max_stored_bytes}) is below max_stored_response_bytes "
+            f"({settings.max_stored_response_bytes}): raise it or lower the other"
+        )
+    settings = _with_key_file(settings)
+    api_keys(settings)  # a bad keys file stops start-up
+    return settings
 
 
 def scheduler_config(
@@ -266,6 +292,37 @@ def _with_key_file(settings: Settings) -> Settings:
     if not key:
         raise SettingsError(f"api_key_file {path!r} is empty: write the key into it")
     return settings.model_copy(update={"api_key": SecretStr(key)})
+
+
+DEFAULT_KEY_NAME = "default"  # the name of api_key among the named keys
+
+
+def api_keys(settings: Settings) -> dict[str, str]:
+    """Every API key the server takes, by name: api_key as 'default', then api_keys_file's."""
+    keys: dict[str, str] = {}
+    if settings.api_key is not None:
+        keys[DEFAULT_KEY_NAME] = settings.api_key.get_secret_value()
+    path = settings.api_keys_file
+    if path is None:
+        return keys
+    where = f"api_keys_file {path!r}"
+    try:
+        named = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"{where} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise SettingsError(f"{where} is not JSON ({exc}): write {{name: key}}") from None
+    if not isinstance(named, dict) or not named:
+        raise SettingsError(f"{where} must be a JSON object {{name: key}} with at least one key")
+    for name, key in cast("dict[Any, Any]", named).items():
+        if not isinstance(key, str) or not key.strip() or not name:
+            raise SettingsError(f"{where}: key {name!r} must be a non-empty string")
+        if name in keys or key.strip() in keys.values():
+            raise SettingsError(
+                f"{where}: name {name!r} or its key is given twice: make both unique"
+            )
+        keys[str(name)] = key.strip()
+    return keys
 
 
 def build_parser() -> argparse.ArgumentParser:
