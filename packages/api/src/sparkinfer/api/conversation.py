@@ -28,6 +28,7 @@ from sparkinfer.api.chat_request import (
     chat_prompt_ids,
     prepare_chat,
     resolve_thinking,
+    schema_limits,
     with_processor,
 )
 from sparkinfer.api.dependencies import ServerState
@@ -121,7 +122,12 @@ class TurnStep:
 
 
 async def start_turn(
-    conv: Conversation, state: ServerState, rid: str, *, is_fit_to_context: bool = False
+    conv: Conversation,
+    state: ServerState,
+    rid: str,
+    *,
+    client: str = "",
+    is_fit_to_context: bool = False,
 ) -> Turn:
     """Check and render the conversation, then queue its one answer (errors name the protocol's
     fields; nothing is queued when one is raised).
@@ -137,7 +143,7 @@ async def start_turn(
         check_response_format_stops(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        prep = await prepare_chat(req, state, media)
+        prep = await prepare_chat(req, state, media, client=client)
     except Exception as exc:
         raise _mapped(conv, exc) from None
     num_prompt = len(prep.prompt_token_ids)
@@ -196,8 +202,8 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
     """The conversation's prompt length as it would be queued (media expanded), nothing queued."""
     req = conv.request
     try:
-        check_tools(req)
-        check_response_format_schema(req)
+        check_tools(req, limits=schema_limits(state))
+        check_response_format_schema(req, limits=schema_limits(state))
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
         thinking = resolve_thinking(req)

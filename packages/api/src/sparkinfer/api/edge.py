@@ -88,6 +88,15 @@ def key_name(headers: Headers, keys: dict[str, str]) -> str | None:
     return found
 
 
+def client_id(scope: Scope) -> str:
+    """Who sent a request, for fair shares: its API key's name, else its address."""
+    owner = key_owner(scope)
+    if owner:
+        return "key:" + owner
+    peer = scope.get("client")
+    return "address:" + (str(peer[0]) if peer else "")
+
+
 def key_owner(scope: Scope) -> str:
     """Who a request is, for what it stores: its API key's name ("" on a server without keys)."""
     return cast("str", cast("dict[str, Any]", scope.get("state", {})).get(OWNER_STATE, ""))

@@ -277,6 +277,7 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
         finally:
             server.engine.shutdown()
             app.state.responses.close()
+            server.grammars.close()
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
     install_error_handlers(app)

@@ -150,11 +150,19 @@ class Settings(BaseSettings):
         description="Most JSON values in one request's tool parameter schemas (in all) or "
         "response_format schema enforced as a grammar (bounds the grammar's compile time)",
     )
+    max_schema_bytes: int = Field(
+        262144,
+        ge=1,
+        description="Most bytes (as JSON) of one request's tool parameter schemas (in all) or "
+        "response_format schema enforced as a grammar; enums hold at most 1000 values in all "
+        "(OpenAI's limit)",
+    )
     grammar_compile_timeout_s: float = Field(
         10.0,
         gt=0.0,
-        description="Seconds a request waits for its grammar to compile before a 400 (the "
-        "compile finishes and is cached for the next request)",
+        description="Seconds a grammar from a request's schema may take to compile, waiting "
+        "for a free compile slot included, before a 400 (the compile is stopped: each runs in "
+        "a process of its own, at most 4 at once and 2 per client)",
     )
     data_dir: str | None = Field(
         None,

@@ -12,6 +12,7 @@ from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_cha
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.conversation import output_parser
 from sparkinfer.api.dependencies import ServerState, State, now
+from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
     ChoiceJob,
@@ -71,7 +72,7 @@ async def create_chat_completion(
     check_response_format_stops(body)
     parts = media_parts(body.messages, has_vision=state.media is not None)
     media = await load_media(parts, state.media) if parts and state.media else []
-    prep = await prepare_chat(body, state, media)
+    prep = await prepare_chat(body, state, media, client=client_id(request.scope))
     jobs = _jobs(body, state, prep, rid)
     outputs = [_output(body, prep) for _ in jobs]
     thinking = prep.thinking.is_enabled

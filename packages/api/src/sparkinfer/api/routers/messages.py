@@ -22,6 +22,7 @@ from sparkinfer.api.conversation import (
     turn_steps,
 )
 from sparkinfer.api.dependencies import State
+from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
 from sparkinfer.api.messages_input import to_conversation
 from sparkinfer.api.messages_output import PING, MessageEvents, message_response
@@ -44,7 +45,9 @@ async def create_message(request: Request, state: State) -> Response | MessageRe
     body = await read_body(request, MessagesRequest)
     state.check_model(body.model)
     rid = f"msg_{request_id(request)}"
-    turn = await start_turn(to_conversation(body), state, rid, is_fit_to_context=True)
+    turn = await start_turn(
+        to_conversation(body), state, rid, client=client_id(request.scope), is_fit_to_context=True
+    )
     logger.info("request %s: %d prompt tokens (messages)", rid, turn.num_prompt_tokens)
     if not body.stream:
         whole = await unless_disconnected(request, run_turn(turn))

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from sparkinfer.api.conversation import Turn, read_body, run_turn, start_turn, turn_steps
 from sparkinfer.api.dependencies import ServerState, State, now
-from sparkinfer.api.edge import key_owner
+from sparkinfer.api.edge import client_id, key_owner
 from sparkinfer.api.errors import ApiError, InvalidRequest, map_exception
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
 from sparkinfer.api.request_ids import request_id
@@ -154,7 +154,7 @@ async def create_response(
     new_items = stored_items(input_items(body)) if is_stored else []
     if is_stored:
         _check_storable(new_items, store)
-    turn = await start_turn(conversation, state, rid)
+    turn = await start_turn(conversation, state, rid, client=client_id(request.scope))
     logger.info(
         "request %s: %s, %d prompt tokens (responses)",
         request_id(request), rid, turn.num_prompt_tokens,
