@@ -23,3 +23,35 @@ def test_a_4mb_prompt_is_refused_for_length_without_pausing_streams(
     err = resp.json()["error"]
     assert err["code"] == "context_length_exceeded" and err["param"] == "prompt"
     assert gap < MAX_GAP_S
+
+
+def _post_raw(server: RunningServer, path: str, data: bytes) -> httpx.Response:
+    headers = {"Content-Type": "application/json"}
+    return httpx.post(server.v1 + path, content=data, headers=headers, timeout=120)
+
+
+def test_a_huge_logit_bias_is_refused_before_validation(server: RunningServer) -> None:
+    # 200,000 entries whose values are not even numbers: the size cap answers first.
+    bias = ",".join(f'"{i}": "x"' for i in range(200_000))
+    data = b'{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {%s}}' % bias.encode()
+    gap, resp = stream_gap_during(
+        server.base_url, lambda: _post_raw(server, "/chat/completions", data)
+    )
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["param"] == "logit_bias"
+    assert "200000 entries" in err["message"]
+    assert gap < MAX_GAP_S
+
+
+def test_a_body_of_millions_of_values_is_refused_before_parsing(server: RunningServer) -> None:
+    arrays = b",".join([b"[]"] * 10_000_000)  # 30 MB
+    data = b'{"prompt": "x", "ignored": [%s]}' % arrays
+    gap, resp = stream_gap_during(server.base_url, lambda: _post_raw(server, "/completions", data))
+    assert resp.status_code == 400 and "max_json_values" in resp.json()["error"]["message"]
+    assert gap < MAX_GAP_S
+
+
+def test_a_large_unknown_field_is_refused_naming_it(server: RunningServer) -> None:
+    data = b'{"prompt": "x", "ignored": [%s]}' % b",".join([b"[]"] * 20_000)
+    resp = _post_raw(server, "/completions", data)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "ignored"

@@ -14,14 +14,12 @@ sent.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pydantic
-from fastapi import Request
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter
 from sparkinfer.api.chat_request import (
     PreparedChat,
@@ -220,18 +218,6 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
 def is_forced(req: ChatCompletionRequest) -> bool:
     """tool_choice required or named: only calls may come out."""
     return req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
-
-
-async def read_body(request: Request, model: type[M]) -> M:
-    """The request's JSON body as `model` (the routes of the other protocols parse their own
-    bodies, so that every 400 names the field as the client wrote it)."""
-    try:
-        data = json.loads(await request.body())
-    except ValueError as exc:
-        raise InvalidRequest(
-            f"the request body is not valid JSON ({exc}): send a JSON object"
-        ) from None
-    return parse_body(model, data)
 
 
 def parse_body(model: type[M], data: Any) -> M:

@@ -7,9 +7,10 @@ with a 504, or with an `event: error` when its stream is under way.
 
 Order, cheapest refusal first: the API key from the headers (401 before a byte of the body is
 read), then `Content-Length` against the cap (413), then the body read within its deadline (408)
-and its running size (413, for chunked bodies), then the JSON parsed in a worker thread and
-checked for nesting depth, lone surrogates and NaN/Infinity (400 naming the field). The route
-then gets the same bytes.
+and its running size (413, for chunked bodies), then the JSON (when its commas and brackets
+allow at most `max_json_values` values) parsed once in a worker thread and checked for nesting
+depth, lone surrogates and NaN/Infinity (400 naming the field). The route gets the parsed body
+(`request_body.JsonBody`) and the same bytes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 logger = logging.getLogger("sparkinfer.api")
 _BODY_METHODS = ("POST", "PUT", "PATCH")
 OWNER_STATE = "api_key_name"  # the scope state key of the request's API key name
+BODY_STATE = "json_body"  # the scope state key of the request's parsed body (`ParsedBody`)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class EdgeConfig:
     max_body_bytes: int
     body_timeout_s: float
     request_timeout_s: float | None = None  # None: no deadline
+    max_json_values: int | None = None  # None: no cap
 
 
 def edge_config(settings: Settings) -> EdgeConfig:
@@ -70,6 +73,7 @@ def edge_config(settings: Settings) -> EdgeConfig:
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_read_timeout_s,
         request_timeout_s=settings.request_timeout_s or None,
+        max_json_values=settings.max_json_values,
     )
 
 
@@ -192,7 +196,10 @@ class EdgeMiddleware:
         try:
             body = await self._read_body(headers, receive)
             if body and _is_json(headers):
-                await run_in_threadpool(parse_json_body, body)
+                parsed = await run_in_threadpool(
+                    parse_json_body, body, max_values=self.config.max_json_values
+                )
+                scope.setdefault("state", {})[BODY_STATE] = parsed
         except ApiError as err:
             await _send_error(send, err)
             return

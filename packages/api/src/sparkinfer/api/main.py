@@ -280,17 +280,18 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
             server.grammars.close()
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
+    guarded_routers = (
+        models.router, chat.router, completions.router, score.router, tokenize.router,
+        messages.router, responses.router,
+    )  # fmt: skip
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(app, guarded_routers)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(AnthropicErrorMiddleware)  # outermost: sees the edge's errors too
     app.include_router(health.router)
-    guarded = [Depends(require_api_key)]
-    for router in (models.router, chat.router, completions.router, score.router, tokenize.router):
-        app.include_router(router, dependencies=guarded)
-    app.include_router(messages.router, dependencies=guarded)
-    app.include_router(responses.router, dependencies=guarded)
+    for router in guarded_routers:
+        app.include_router(router, dependencies=[Depends(require_api_key)])
     return app
 
 

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
         description="Largest request body in bytes (413 beyond it; checked before the body "
         "is read when Content-Length is given)",
     )
+    max_json_values: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most JSON values in a request body, counted from its commas and brackets "
+        "before it is parsed (400 beyond it): parsing holds the server's Python lock",
+    )
     body_read_timeout_s: float = Field(
         60.0, gt=0.0, description="Seconds a client may take to send a request body (408)"
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
@@ -21,6 +22,7 @@ from sparkinfer.api.generation import (
     unless_disconnected,
 )
 from sparkinfer.api.media import load_media, media_parts
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import (
@@ -62,9 +64,15 @@ def _output(body: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
     return output_parser(body, prep)
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post(
+    "/v1/chat/completions",
+    response_model=None,
+    responses={200: {"model": ChatCompletionResponse, "description": "The answer, or its chunks"}},
+)
 async def create_chat_completion(
-    body: ChatCompletionRequest, request: Request, state: State
+    body: Annotated[ChatCompletionRequest, Depends(JsonBody(ChatCompletionRequest))],
+    request: Request,
+    state: State,
 ) -> Response | ChatCompletionResponse:
     """Check and render the messages, queue the choices, then stream them or answer whole."""
     state.check_model(body.model)

@@ -17,11 +17,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
-from sparkinfer.api.conversation import Turn, read_body, run_turn, start_turn, turn_steps
+from sparkinfer.api.conversation import Turn, parse_body, run_turn, start_turn, turn_steps
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.edge import client_id, key_owner
 from sparkinfer.api.errors import ApiError, InvalidRequest, map_exception
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import request_id
 from sparkinfer.api.response_store import (
     BrokenConversation,
@@ -137,12 +138,18 @@ def _tool_choice(body: ResponsesRequest) -> Any:
     return choice.model_dump()
 
 
-@router.post("/v1/responses", response_model=None)
+@router.post(
+    "/v1/responses",
+    response_model=None,
+    responses={200: {"model": ResponseObject, "description": "The response, or its events"}},
+)
 async def create_response(
-    request: Request, state: State, store: Store
+    body: Annotated[ResponsesRequest, Depends(JsonBody(ResponsesRequest, validate=parse_body))],
+    request: Request,
+    state: State,
+    store: Store,
 ) -> Response | ResponseObject:
     """Check the body, queue the answer, then stream its events or answer whole (and store)."""
-    body = await read_body(request, ResponsesRequest)
     state.check_model(body.model)
     rid = f"resp_{secrets.token_hex(24)}"  # made here, never from the client
     owner = key_owner(request.scope)
@@ -234,7 +241,7 @@ async def _events(
         await steps.aclose()
 
 
-@router.get("/v1/responses/{response_id}")
+@router.get("/v1/responses/{response_id}", responses={200: {"model": ResponseObject}})
 async def get_response(request: Request, response_id: str, store: Store) -> dict[str, Any]:
     found = await run_in_threadpool(store.get, key_owner(request.scope), response_id)
     if found is None:

@@ -8,12 +8,14 @@ completion are tokenized separately and joined; the engine runs them as one prom
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import (
     check_context,
@@ -99,7 +101,9 @@ async def _prompt_logprobs(
 
 
 @router.post("/v1/score", response_model=ScoreResponse)
-async def score(body: ScoreRequest, request: Request, state: State) -> Response | ScoreResponse:
+async def score(
+    body: Annotated[ScoreRequest, Depends(JsonBody(ScoreRequest))], request: Request, state: State
+) -> Response | ScoreResponse:
     """Per-token logprobs of `completion`, their sum and whether each token was the top one.
 
     A client that disconnects first aborts the engine request (it answers nobody).

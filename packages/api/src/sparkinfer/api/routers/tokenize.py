@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
 from sparkinfer.api.chat_request import chat_prompt_ids
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.media import load_media, media_parts
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.sampling import check_token_ids, encode_prompt
 from sparkinfer.api.schemas.tokenize import (
     DetokenizeRequest,
@@ -20,7 +23,9 @@ router = APIRouter()
 
 
 @router.post("/v1/tokenize")
-async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
+async def tokenize(
+    body: Annotated[TokenizeRequest, Depends(JsonBody(TokenizeRequest))], state: State
+) -> TokenizeResponse:
     """Token ids of a raw prompt (control tokens allowed) or of chat messages after the template
     (image and video placeholders expanded, as the chat route sends them to the engine)."""
     state.check_model(body.model)
@@ -46,7 +51,9 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
 
 
 @router.post("/v1/detokenize")
-async def detokenize(body: DetokenizeRequest, state: State) -> DetokenizeResponse:
+async def detokenize(
+    body: Annotated[DetokenizeRequest, Depends(JsonBody(DetokenizeRequest))], state: State
+) -> DetokenizeResponse:
     state.check_model(body.model)
     check_token_ids(body.tokens, "tokens", state.tokenizer)
     return DetokenizeResponse(prompt=state.tokenizer.decode(body.tokens))
