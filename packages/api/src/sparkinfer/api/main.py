@@ -112,7 +112,9 @@ def _media_config(
         video_max_frames=settings.video_max_frames,
         use_mrope=settings.mrope,
         max_parts=settings.max_media_parts,
-        max_tokens=min(settings.max_media_tokens or context, context),
+        max_tokens=min(settings.max_media_tokens, context),
+        max_request_pixels=settings.media_max_request_pixels,
+        max_request_bytes=settings.media_max_request_bytes,
     )
 
 

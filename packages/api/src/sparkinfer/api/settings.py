@@ -134,11 +134,23 @@ class Settings(BaseSettings):
     max_media_parts: int = Field(
         32, ge=0, description="Most image and video parts in one request (counted before decoding)"
     )
-    max_media_tokens: int | None = Field(
-        None,
+    max_media_tokens: int = Field(
+        16384,
         ge=1,
         description="Most vision tokens of one request's images and videos in all (decoding "
-        "stops once they pass it); unset: max_model_len",
+        "stops once they pass it), at most max_model_len",
+    )
+    media_max_request_pixels: int = Field(
+        33_554_432,
+        ge=1,
+        description="Most image pixels of one request in all, read from the images' headers "
+        "before any is decoded",
+    )
+    media_max_request_bytes: int = Field(
+        33_554_432,
+        ge=1,
+        description="Most decoded data: URL bytes of one request's images and videos in all, "
+        "counted before any is decoded",
     )
     video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
     video_max_source_frames: int = Field(
