@@ -180,11 +180,10 @@ def test_stored_responses_survive_kill_9(tmp_path: Path) -> None:
         body = {**BASE, "input": "remember me"}
         rid = httpx.post(base + "/v1/responses", json=body, timeout=60).json()["id"]
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-        proc = _start(port, tmp_path)
-        _wait(base, proc)
-        items = httpx.get(f"{base}/v1/responses/{rid}/input_items", timeout=10).json()["data"]
-        assert items[0]["content"] == "remember me"
     finally:
         proc.kill()
         proc.wait(30)
+    with serve(data_dir=str(tmp_path)) as restarted:  # the same folder, a new server
+        url = f"{restarted.v1}/responses/{rid}/input_items"
+        items = httpx.get(url, timeout=10).json()["data"]
+    assert items[0]["content"] == "remember me"

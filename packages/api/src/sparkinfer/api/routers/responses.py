@@ -90,8 +90,10 @@ async def _history(store: ResponseStore, owner: str, previous_id: str) -> list[d
     return stored
 
 
-def _check_storable(items: list[dict[str, Any]], store: ResponseStore) -> None:
-    """400 before the answer runs when its input alone is over the stored response budget."""
+def _storable_items(body: ResponsesRequest, store: ResponseStore) -> list[dict[str, Any]]:
+    """The input items as stored; 400 before the answer runs when they alone are over the
+    stored response budget."""
+    items = stored_items(input_items(body))
     limit = store.limits.max_response_bytes
     num_bytes = len(json.dumps(items).encode())
     if num_bytes > limit:
@@ -100,6 +102,7 @@ def _check_storable(items: list[dict[str, Any]], store: ResponseStore) -> None:
             "send store false, or less input",
             param="input",
         )
+    return items
 
 
 def _base(body: ResponsesRequest, state: ServerState, rid: str) -> ResponseObject:
@@ -158,9 +161,9 @@ async def create_response(
         history = await _history(store, owner, body.previous_response_id)
     conversation = to_conversation(body, history)
     is_stored = body.store and store.limits.max_responses > 0
-    new_items = stored_items(input_items(body)) if is_stored else []
-    if is_stored:
-        _check_storable(new_items, store)
+    new_items: list[dict[str, Any]] = []
+    if is_stored:  # sizing megabytes of input is CPU work: off the event loop
+        new_items = await run_in_threadpool(_storable_items, body, store)
     turn = await start_turn(conversation, state, rid, client=client_id(request.scope))
     logger.info(
         "request %s: %s, %d prompt tokens (responses)",
