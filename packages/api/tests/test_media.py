@@ -284,6 +284,6 @@ def test_pixels_in_all_are_checked_from_the_headers_before_decoding(
 
 
 def test_the_default_media_token_cap_is_well_below_a_long_context() -> None:
-    from sparkinfer.api.settings import Settings
+    from sparkinfer.api.settings import load_settings
 
-    assert Settings().max_media_tokens <= 16384
+    assert load_settings({}, environ={}).max_media_tokens <= 16384
