@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
 from sparkinfer.api.main import create_app
 from sparkinfer.api.settings import load_settings
 from sparkinfer.model.embedded import RANDOM_MODEL_ID
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,3 +70,32 @@ def random_server() -> Iterator[RunningServer]:
     budget always yields both reasoning and an answer (the trained default may skip thinking)."""
     with serve(model=RANDOM_MODEL_ID, max_num_seqs=2) as running:
         yield running
+
+
+def stream_gap_during(base_url: str, hostile: Callable[[], T]) -> tuple[float, T]:
+    """The longest pause of another client's token stream while `hostile()` runs, and what it
+    returned: a request that holds the event loop or Python's global lock shows up here."""
+    times: list[float] = []
+    is_first = threading.Event()
+    is_done = threading.Event()
+
+    def read() -> None:
+        body = {"prompt": "def", "max_tokens": 900, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", base_url + "/v1/completions", json=body, timeout=60) as resp:
+            for _ in resp.iter_raw():
+                times.append(time.perf_counter())
+                is_first.set()
+                if is_done.is_set():
+                    break
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert is_first.wait(60), "the measuring stream did not start"
+    start = time.perf_counter()
+    result = hostile()
+    end = time.perf_counter()
+    is_done.set()
+    reader.join(60)
+    inside = [start, *(t for t in times if start < t < end), end]
+    assert any(t >= end for t in times), "the measuring stream ended before the request did"
+    return max(b - a for a, b in itertools.pairwise(inside)), result

@@ -1,10 +1,13 @@
-"""GrammarCompiler: compiled grammars are cached, and compiles run off the event loop."""
+"""GrammarCompiler: compiled grammars are cached; client schemas compile in processes that stop at
+their deadline, each client within its share."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,79 +97,50 @@ def test_cache_size_must_be_positive(tokenizer: Tokenizer) -> None:
         GrammarCompiler(tokenizer, model_vocab_size=tokenizer.vocab_size, cache_size=0)
 
 
-def test_health_answers_while_a_grammar_compiles(
-    server: RunningServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    grammars: GrammarCompiler = server.app.state.server.grammars  # type: ignore[attr-defined]
-    release = threading.Event()
-    held = CountingCompiler(grammars._compiler, release=release)
-    monkeypatch.setattr(grammars, "_compiler", held)
-    # A property name never seen before, so the server's cache cannot answer it.
-    schema = {"type": "object", "properties": {f"p{uuid.uuid4().hex}": {"type": "integer"}}}
+def _chat_with_schema(
+    server: RunningServer, schema: dict[str, Any], key: str = "unused"
+) -> httpx.Response:
     fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
     body = {"messages": [{"role": "user", "content": "hi"}], "response_format": fmt}
-    responses: list[httpx.Response] = []
-
-    def chat() -> None:
-        body_with_limit = {**body, "max_tokens": 1}
-        responses.append(
-            httpx.post(server.v1 + "/chat/completions", json=body_with_limit, timeout=60)
-        )
-
-    thread = threading.Thread(target=chat, daemon=True)
-    thread.start()
-    try:
-        assert held.started.wait(30), "the chat request never reached the grammar compile"
-        assert httpx.get(server.base_url + "/health", timeout=10).json() == {"status": "ok"}
-    finally:
-        release.set()
-        thread.join(60)
-    assert responses[0].status_code == 200
+    return httpx.post(
+        server.v1 + "/chat/completions",
+        json={**body, "max_tokens": 1},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
 
 
-class HoldingCompiler(CountingCompiler):
-    """Holds only the compiles of tags whose JSON holds `marker`."""
-
-    def __init__(self, inner: xgr.GrammarCompiler, marker: str, release: threading.Event):
-        super().__init__(inner, release=release)
-        self.marker = marker
-
-    def compile_structural_tag(self, tag: StructuralTag) -> xgr.CompiledGrammar:
-        if self.marker not in tag.model_dump_json():
-            return self.inner.compile_structural_tag(tag)
-        return super().compile_structural_tag(tag)
+def _slow_schema() -> dict[str, Any]:
+    """A small schema whose grammar takes xgrammar well over a minute (nested bounded repeats);
+    a fresh literal each call, so no cache answers it."""
+    pattern = f"{uuid.uuid4().hex}([a-z0-9]{{1,128}}-){{1,128}}"
+    return {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}
 
 
-def _chat_with_schema(server: RunningServer, schema: dict[str, Any]) -> httpx.Response:
-    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
-    body = {"messages": [{"role": "user", "content": "hi"}], "response_format": fmt}
-    return httpx.post(server.v1 + "/chat/completions", json={**body, "max_tokens": 1}, timeout=60)
-
-
-def test_a_small_grammar_compiles_while_a_large_one_runs_and_a_slow_one_times_out(
-    monkeypatch: pytest.MonkeyPatch,
+def test_slow_compiles_stop_at_their_deadline_and_leave_others_their_share(
+    tmp_path: Path,
 ) -> None:
-    with serve(grammar_compile_timeout_s=2.0) as s:
-        grammars: GrammarCompiler = s.app.state.server.grammars  # type: ignore[attr-defined]
-        release = threading.Event()
-        slow = f"slow{uuid.uuid4().hex}"
-        monkeypatch.setattr(
-            grammars, "_compiler", HoldingCompiler(grammars._compiler, slow, release)
-        )
-        try:
-            start = time.monotonic()
-            resp = _chat_with_schema(
-                s, {"type": "object", "properties": {slow: {"type": "integer"}}}
-            )
-            assert resp.status_code == 400 and time.monotonic() - start < 10
-            err = resp.json()["error"]
-            assert err["param"] == "response_format.json_schema.schema"
-            assert "grammar_compile_timeout_s" in err["message"]
-            # The held compile still occupies a thread: a new schema compiles beside it.
-            fresh = {"type": "object", "properties": {f"p{uuid.uuid4().hex}": {"type": "integer"}}}
-            assert _chat_with_schema(s, fresh).status_code == 200
-        finally:
-            release.set()
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"alice": "sk-alice", "bob": "sk-bob"}))
+    with serve(api_keys_file=str(keys), grammar_compile_timeout_s=3.0) as s:
+        slow: list[httpx.Response] = []
+
+        def attack() -> None:
+            slow.append(_chat_with_schema(s, _slow_schema(), key="sk-alice"))
+
+        attackers = [threading.Thread(target=attack, daemon=True) for _ in range(4)]
+        for thread in attackers:
+            thread.start()
+        time.sleep(0.5)  # the four compiles are running or queued
+        fresh = {"type": "object", "properties": {f"p{uuid.uuid4().hex}": {"type": "integer"}}}
+        assert _chat_with_schema(s, fresh, key="sk-bob").status_code == 200
+        for thread in attackers:
+            thread.join(60)
+        assert [r.status_code for r in slow] == [400] * 4
+        assert all("grammar_compile_timeout_s" in r.json()["error"]["message"] for r in slow)
+        # The killed compiles left their slots: the attacker's next schema compiles too.
+        again = {"type": "object", "properties": {f"q{uuid.uuid4().hex}": {"type": "integer"}}}
+        assert _chat_with_schema(s, again, key="sk-alice").status_code == 200
 
 
 def test_oversized_schemas_are_400_naming_them(server: RunningServer) -> None:
@@ -291,3 +265,19 @@ def test_speculation_keeps_grammar_penalised_biased_and_logprob_requests_byte_id
             num_accepted = float(line.split()[1])
     assert answers["auto"] == answers["off"]
     assert num_accepted > 0  # the head's drafts were accepted
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "string", "enum": [f"v{i}" for i in range(1001)]}, "1001 enum values"),
+        ({"type": "string", "description": "d" * 300_000}, "max_schema_bytes"),
+    ],
+)
+def test_schemas_over_the_byte_or_enum_limit_are_400(
+    server: RunningServer, schema: dict[str, Any], words: str
+) -> None:
+    resp = _chat_with_schema(server, schema)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == "response_format.json_schema.schema" and words in err["message"]

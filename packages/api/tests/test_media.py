@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
+from sparkinfer.api import media as media_module
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.media import MediaConfig, expand_media, media_parts
 from sparkinfer.api.schemas.chat import ChatMessage
@@ -262,3 +263,29 @@ def test_media_tokens_past_the_context_stop_the_decoding(server: RunningServer) 
     err = resp.json()["error"]
     assert err["code"] == "context_length_exceeded"
     assert err["param"].endswith(".image_url") and "max_media_tokens" in err["message"]
+
+
+def test_pixels_in_all_are_checked_from_the_headers_before_decoding(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buf = io.BytesIO()
+    Image.new("RGB", (4096, 4096)).save(buf, format="PNG")  # 16.7 Mpx in ~50 KB
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    decoded: list[str] = []
+    real = media_module.process_image
+    monkeypatch.setattr(
+        media_module, "process_image", lambda *a, **k: decoded.append("x") or real(*a, **k)
+    )
+    body = {"messages": user(*[image_part(url)] * 6), "max_tokens": 1}
+    resp = httpx.post(server.v1 + "/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["param"] == "messages[0].content[3].image_url"  # the third image passes 32 Mpx
+    assert "media_max_request_pixels" in err["message"]
+    assert decoded == []  # refused before any image was decoded
+
+
+def test_the_default_media_token_cap_is_well_below_a_long_context() -> None:
+    from sparkinfer.api.settings import load_settings
+
+    assert load_settings({}, environ={}).max_media_tokens <= 16384

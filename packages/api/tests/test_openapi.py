@@ -74,3 +74,23 @@ def test_fuzzed_requests_never_get_a_5xx(fuzzed: RunningServer) -> None:
 
         check()
     assert httpx.get(fuzzed.base_url + "/health", timeout=10).status_code == 200
+
+
+def test_every_body_route_documents_its_request_and_response(server: RunningServer) -> None:
+    doc = httpx.get(server.base_url + "/openapi.json", timeout=30).json()
+    schemas = doc["components"]["schemas"]
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if method not in ("post", "put", "patch"):
+                continue
+            body = op["requestBody"]["content"]["application/json"]["schema"]
+            assert body["$ref"].rsplit("/", 1)[-1] in schemas, (path, body)
+            ok = op["responses"]["200"]["content"]["application/json"]["schema"]
+            assert ok, (path, method)
+    messages = doc["paths"]["/v1/messages"]["post"]
+    assert messages["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/MessagesRequest"
+    }
+    assert (
+        "text/event-stream" in doc["paths"]["/v1/responses"]["post"]["responses"]["200"]["content"]
+    )

@@ -222,3 +222,22 @@ def test_pad_runs_of_an_expanded_prompt() -> None:
         pad_runs(ids, [*media, image_media(2, 2)], token_ids=IDS)
     with pytest.raises(PlaceholderMismatch, match="no media part"):
         pad_runs(ids, [image_media(2, 2), *media[1:]], token_ids=IDS)
+
+
+def test_measure_media_reads_bytes_and_header_pixels_without_decoding() -> None:
+    import base64
+    import io
+
+    from PIL import Image
+    from sparkinfer.multimodal.errors import MediaError
+    from sparkinfer.multimodal.processor import MediaSize, measure_media
+
+    buf = io.BytesIO()
+    Image.new("RGB", (300, 200)).save(buf, format="PNG")
+    data = buf.getvalue()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    size = measure_media(url, "image", field="f", limits=MediaLimits())
+    assert size == MediaSize(num_bytes=len(data), num_pixels=60_000)
+    truncated = "data:image/png;base64," + base64.b64encode(data[:10]).decode()
+    with pytest.raises(MediaError, match="f "):
+        measure_media(truncated, "image", field="f", limits=MediaLimits())

@@ -21,9 +21,15 @@ from sparkinfer.api.grammar import (
     tool_call_grammar,
 )
 from sparkinfer.api.media import expand_media, template_messages
-from sparkinfer.api.sampling import check_context
+from sparkinfer.api.sampling import check_context, prompt_too_long
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
-from sparkinfer.api.tools import ToolSet, check_response_format_schema, check_tools
+from sparkinfer.api.tools import (
+    SchemaLimits,
+    ToolSet,
+    check_response_format_schema,
+    check_tools,
+)
+from sparkinfer.model.bounded_encode import TokenBudgetExceeded
 from sparkinfer.model.chat_template import ChatOptions, map_reasoning_effort
 from sparkinfer.multimodal import ProcessedMedia
 from sparkinfer.scheduler.request import MultimodalInputs, SamplingParams
@@ -90,15 +96,20 @@ class PreparedChat:
 
 
 async def prepare_chat(
-    req: ChatCompletionRequest, state: ServerState, media: list[ProcessedMedia] | None = None
+    req: ChatCompletionRequest,
+    state: ServerState,
+    media: list[ProcessedMedia] | None = None,
+    *,
+    client: str = "",
 ) -> PreparedChat:
     """Edge checks and rendering, all before anything is queued.
 
-    `media`: the request's decoded images and videos in message order (`media.load_media`).
+    `media`: the request's decoded images and videos in message order (`media.load_media`);
+    `client`: who sent it (`edge.client_id`), for its share of the grammar compiles.
     """
-    max_nodes = state.settings.max_schema_nodes
-    tools = check_tools(req, max_schema_nodes=max_nodes)
-    schema = check_response_format_schema(req, max_schema_nodes=max_nodes)
+    limits = schema_limits(state)
+    tools = check_tools(req, limits=limits)
+    schema = check_response_format_schema(req, limits=limits)
     if req.response_format is not None and req.response_format.type == "json_object":
         schema = {"type": "object"}
     thinking = resolve_thinking(req)
@@ -125,9 +136,14 @@ async def prepare_chat(
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar, budget = await _grammar(req, state, tools, forced, schema, thinking)
+    grammar, budget = await _grammar(req, state, tools, forced, schema, thinking, client=client)
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
+
+
+def schema_limits(state: ServerState) -> SchemaLimits:
+    settings = state.settings
+    return SchemaLimits(max_values=settings.max_schema_nodes, max_bytes=settings.max_schema_bytes)
 
 
 def chat_prompt_ids(
@@ -149,7 +165,10 @@ def chat_prompt_ids(
         options=options,
         is_continued=is_continued,
     )
-    ids = state.tokenizer.encode_chat(rendered.segments)
+    try:
+        ids = state.tokenizer.encode_chat(rendered.segments, max_tokens=state.max_model_len - 1)
+    except TokenBudgetExceeded:
+        raise prompt_too_long("messages", state.max_model_len) from None
     if not media:
         return ids, None
     assert state.media is not None, "media parts are refused without a vision tower"
@@ -163,6 +182,8 @@ async def _grammar(
     is_forced: bool,
     schema: dict[str, Any] | bool | None,
     thinking: ThinkingControls,
+    *,
+    client: str,
 ) -> tuple[Any, int | None]:
     """The compiled grammar (None: free output) and the reasoning budget it enforces."""
     if tools is not None and is_forced:
@@ -178,14 +199,14 @@ async def _grammar(
             is_thinking=thinking.is_enabled,
             reasoning_budget=budget,
         )
-        return await _compile(state, tag, "tools", InvalidToolSchema), budget
+        return await _compile(state, tag, "tools", InvalidToolSchema, client), budget
     if schema is not None:
         budget = _forced_budget(thinking, req.output_limit)
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
         param = "response_format.json_schema.schema"
-        return await _compile(state, tag, param, InvalidRequest), budget
+        return await _compile(state, tag, param, InvalidRequest, client), budget
     if tools is not None and req.tool_choice in (None, "auto"):
-        grammar = await _auto_tools(req, state, tools, thinking)
+        grammar = await _auto_tools(req, state, tools, thinking, client=client)
         if grammar is not None:
             return grammar, thinking.budget
     if thinking.is_enabled and thinking.budget is not None:
@@ -195,7 +216,12 @@ async def _grammar(
 
 
 async def _auto_tools(
-    req: ChatCompletionRequest, state: ServerState, tools: ToolSet, thinking: ThinkingControls
+    req: ChatCompletionRequest,
+    state: ServerState,
+    tools: ToolSet,
+    thinking: ThinkingControls,
+    *,
+    client: str,
 ) -> Any:
     """The grammar that holds an opened call to the declared tools (tool_choice auto); None when
     it cannot be built or not in time: the answer then runs free, and a block that is no valid
@@ -208,7 +234,7 @@ async def _auto_tools(
     )
     timeout_s = state.settings.grammar_compile_timeout_s
     try:
-        return await state.grammars.compile_in_thread(tag, timeout_s=timeout_s)
+        return await state.grammars.compile_isolated(tag, client=client, timeout_s=timeout_s)
     except (UnsupportedSchema, GrammarTimeout) as exc:
         logger.warning("tool calls under tool_choice auto run without a grammar: %s", exc)
         return None
@@ -219,11 +245,13 @@ async def _compile(
     tag: StructuralTag,
     param: str,
     error: type[InvalidRequest | InvalidToolSchema],
+    client: str,
 ) -> Any:
-    """Compile a grammar built from the client's schema; one xgrammar refuses is `param`'s fault."""
+    """Compile a grammar built from the client's schema (in a process stopped at the deadline);
+    one xgrammar refuses is `param`'s fault."""
     timeout_s = state.settings.grammar_compile_timeout_s
     try:
-        return await state.grammars.compile_in_thread(tag, timeout_s=timeout_s)
+        return await state.grammars.compile_isolated(tag, client=client, timeout_s=timeout_s)
     except UnsupportedSchema as exc:
         raise error(
             f"{param} cannot be enforced as a grammar ({exc}): fix or simplify the schema",

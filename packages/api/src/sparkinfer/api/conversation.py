@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import pydantic
-from fastapi import Request
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import (
     PreparedChat,
     chat_prompt_ids,
     prepare_chat,
     resolve_thinking,
+    schema_limits,
     with_processor,
 )
 from sparkinfer.api.content_logprobs import ContentLogprobs
@@ -129,7 +128,12 @@ class TurnStep:
 
 
 async def start_turn(
-    conv: Conversation, state: ServerState, rid: str, *, is_fit_to_context: bool = False
+    conv: Conversation,
+    state: ServerState,
+    rid: str,
+    *,
+    client: str = "",
+    is_fit_to_context: bool = False,
 ) -> Turn:
     """Check and render the conversation, then queue its one answer (errors name the protocol's
     fields; nothing is queued when one is raised).
@@ -145,7 +149,7 @@ async def start_turn(
         check_response_format_stops(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        prep = await prepare_chat(req, state, media)
+        prep = await prepare_chat(req, state, media, client=client)
     except Exception as exc:
         raise _mapped(conv, exc) from None
     num_prompt = len(prep.prompt_token_ids)
@@ -227,8 +231,8 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
     """The conversation's prompt length as it would be queued (media expanded), nothing queued."""
     req = conv.request
     try:
-        check_tools(req)
-        check_response_format_schema(req)
+        check_tools(req, limits=schema_limits(state))
+        check_response_format_schema(req, limits=schema_limits(state))
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
         thinking = resolve_thinking(req)
@@ -246,18 +250,6 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
 def is_forced(req: ChatCompletionRequest) -> bool:
     """tool_choice required or named: only calls may come out."""
     return req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
-
-
-async def read_body(request: Request, model: type[M]) -> M:
-    """The request's JSON body as `model` (the routes of the other protocols parse their own
-    bodies, so that every 400 names the field as the client wrote it)."""
-    try:
-        data = json.loads(await request.body())
-    except ValueError as exc:
-        raise InvalidRequest(
-            f"the request body is not valid JSON ({exc}): send a JSON object"
-        ) from None
-    return parse_body(model, data)
 
 
 def parse_body(model: type[M], data: Any) -> M:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sparkinfer.api.edge import is_authorized
+from sparkinfer.api.edge import OWNER_STATE
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import ModelNotFound, Unauthorized
 from sparkinfer.api.grammar import GrammarCompiler
@@ -72,10 +72,10 @@ def now() -> int:
 async def require_api_key(request: Request) -> None:
     """With `api_key` set, every /v1 route needs `Authorization: Bearer <key>` (or, as Anthropic
     clients send it, `x-api-key: <key>`)."""
-    key = get_state(request).settings.api_key
-    if key is None:
+    settings = get_state(request).settings
+    if settings.api_key is None and settings.api_keys_file is None:
         return
-    if not is_authorized(request.headers, key.get_secret_value()):
+    if OWNER_STATE not in request.scope.get("state", {}):  # the edge names a key it took
         raise Unauthorized(
             "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
         )

@@ -7,9 +7,10 @@ with a 504, or with an `event: error` when its stream is under way.
 
 Order, cheapest refusal first: the API key from the headers (401 before a byte of the body is
 read), then `Content-Length` against the cap (413), then the body read within its deadline (408)
-and its running size (413, for chunked bodies), then the JSON parsed in a worker thread and
-checked for nesting depth, lone surrogates and NaN/Infinity (400 naming the field). The route
-then gets the same bytes.
+and its running size (413, for chunked bodies), then the JSON (when its commas and brackets
+allow at most `max_json_values` values) parsed once in a worker thread and checked for nesting
+depth, lone surrogates and NaN/Infinity (400 naming the field). The route gets the parsed body
+(`request_body.JsonBody`) and the same bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from sparkinfer.api.errors import (
     map_exception,
 )
 from sparkinfer.api.json_body import parse_json_body
-from sparkinfer.api.settings import Settings
+from sparkinfer.api.settings import Settings, api_keys
 from sparkinfer.api.streaming import DONE, sse_error
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -42,22 +43,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger("sparkinfer.api")
 _BODY_METHODS = ("POST", "PUT", "PATCH")
+OWNER_STATE = "api_key_name"  # the scope state key of the request's API key name
+BODY_STATE = "json_body"  # the scope state key of the request's parsed body (`ParsedBody`)
 
 
 @dataclass(frozen=True)
 class EdgeConfig:
     """What the edge enforces (from the settings)."""
 
-    api_key: str | None
-    is_guarded: Callable[[str], bool]  # whether a path needs the key
+    api_keys: dict[str, str]  # name → key; empty: no auth
+    is_guarded: Callable[[str], bool]  # whether a path needs a key
     max_body_bytes: int
     body_timeout_s: float
     request_timeout_s: float | None = None  # None: no deadline
+    max_json_values: int | None = None  # None: no cap
 
 
 def edge_config(settings: Settings) -> EdgeConfig:
     """The edge's limits from the settings; /health never needs the key."""
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
 
     def is_guarded(path: str) -> bool:
         if path.startswith("/v1/") or path == "/v1":
@@ -65,21 +68,42 @@ def edge_config(settings: Settings) -> EdgeConfig:
         return settings.api_key_all_routes and path != "/health"
 
     return EdgeConfig(
-        api_key=key,
+        api_keys=api_keys(settings),
         is_guarded=is_guarded,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_read_timeout_s,
         request_timeout_s=settings.request_timeout_s or None,
+        max_json_values=settings.max_json_values,
     )
 
 
-def is_authorized(headers: Headers, key: str) -> bool:
-    """`Authorization: Bearer <key>` or `x-api-key: <key>`, compared in constant time."""
+def key_name(headers: Headers, keys: dict[str, str]) -> str | None:
+    """The name of the key sent as `Authorization: Bearer <key>` or `x-api-key: <key>` (every
+    key compared, each in constant time); None when it is none of them."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
-        return True
-    other = headers.get("x-api-key")
-    return other is not None and hmac.compare_digest(other.strip().encode(), key.encode())
+    sent = [token.strip()] if scheme.lower() == "bearer" else []
+    if (other := headers.get("x-api-key")) is not None:
+        sent.append(other.strip())
+    found = None
+    for name, key in keys.items():
+        for value in sent:
+            if hmac.compare_digest(value.encode(), key.encode()):
+                found = name
+    return found
+
+
+def client_id(scope: Scope) -> str:
+    """Who sent a request, for fair shares: its API key's name, else its address."""
+    owner = key_owner(scope)
+    if owner:
+        return "key:" + owner
+    peer = scope.get("client")
+    return "address:" + (str(peer[0]) if peer else "")
+
+
+def key_owner(scope: Scope) -> str:
+    """Who a request is, for what it stores: its API key's name ("" on a server without keys)."""
+    return cast("str", cast("dict[str, Any]", scope.get("state", {})).get(OWNER_STATE, ""))
 
 
 class _Progress:
@@ -156,21 +180,26 @@ class EdgeMiddleware:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
-        key = self.config.api_key
-        is_guarded = key is not None and self.config.is_guarded(scope["path"])
-        if is_guarded and not is_authorized(headers, cast("str", key)):
+        keys = self.config.api_keys
+        name = key_name(headers, keys) if keys else None
+        if keys and name is None and self.config.is_guarded(scope["path"]):
             err = Unauthorized(
                 "missing or wrong API key: send the header 'Authorization: Bearer <api key>'"
             )
             await _send_error(send, err)
             return
+        if name is not None:
+            scope.setdefault("state", {})[OWNER_STATE] = name
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
         try:
             body = await self._read_body(headers, receive)
             if body and _is_json(headers):
-                await run_in_threadpool(parse_json_body, body)
+                parsed = await run_in_threadpool(
+                    parse_json_body, body, max_values=self.config.max_json_values
+                )
+                scope.setdefault("state", {})[BODY_STATE] = parsed
         except ApiError as err:
             await _send_error(send, err)
             return

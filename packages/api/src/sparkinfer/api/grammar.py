@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import torch
 import xgrammar as xgr
+from sparkinfer.api.grammar_pool import CompileFailed, CompilePool
 from sparkinfer.model.tokenizer import Tokenizer
 from xgrammar.structural_tag import (
     AnyTextFormat,
@@ -51,7 +52,7 @@ class UnsupportedSchema(ValueError):
 
 
 class GrammarTimeout(ValueError):
-    """A grammar took longer than its deadline to compile (it finishes, and is cached, later)."""
+    """A grammar took longer than its deadline to compile (its compile was stopped)."""
 
 
 class GrammarCompiler:
@@ -59,8 +60,10 @@ class GrammarCompiler:
 
     Identical tool sets and response formats repeat across requests, and an xgrammar compile is
     expensive, so the last `cache_size` compiled grammars are kept, keyed by the tag's JSON.
-    Different grammars compile in parallel on `num_threads` threads of their own, so a large one
-    never holds up a small one nor the threads that tokenize; identical ones compile once.
+    Grammars built from client schemas compile in processes of their own (`compile_isolated`:
+    `num_workers` at once, `per_client` per client, each killed at its deadline); the server's
+    own small grammars compile on `num_threads` threads of their own (`compile_in_thread`).
+    Identical grammars compile once.
     """
 
     def __init__(
@@ -69,7 +72,9 @@ class GrammarCompiler:
         *,
         model_vocab_size: int,
         cache_size: int = 64,
-        num_threads: int = 4,
+        num_threads: int = 2,
+        num_workers: int = 4,
+        per_client: int = 2,
     ) -> None:
         if cache_size < 1:
             raise ValueError(f"cache_size is {cache_size}; it must be at least 1")
@@ -87,6 +92,8 @@ class GrammarCompiler:
             stop_token_ids=list(tokenizer.eos_token_ids),
         )
         self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+        self._pool = CompilePool(info, num_workers=num_workers, per_client=per_client)
+        self._isolated: dict[str, asyncio.Future[xgr.CompiledGrammar]] = {}  # event loop only
         self._executor = ThreadPoolExecutor(num_threads, thread_name_prefix="grammar")
         self._lock = threading.Lock()  # guards _cache and _pending, never held while compiling
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
@@ -124,6 +131,50 @@ class GrammarCompiler:
                 self._cache.popitem(last=False)
         pending.set_result(grammar)
         return grammar
+
+    def _cached(self, key: str) -> xgr.CompiledGrammar | None:
+        with self._lock:
+            grammar = self._cache.get(key)
+            if grammar is not None:
+                self._cache.move_to_end(key)
+            return grammar
+
+    def _keep(self, key: str, grammar: xgr.CompiledGrammar) -> None:
+        with self._lock:
+            self._cache[key] = grammar
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    async def compile_isolated(
+        self, tag: StructuralTag, *, client: str, timeout_s: float | None
+    ) -> xgr.CompiledGrammar:
+        """Compile a grammar built from a client's schema in a process of its own, stopped at
+        `timeout_s` (`GrammarTimeout`; waiting for a free slot counts); `UnsupportedSchema`
+        with xgrammar's reason when it refuses the schema."""
+        key = tag.model_dump_json()
+        if (grammar := self._cached(key)) is not None:
+            return grammar
+        pending = self._isolated.get(key)
+        if pending is None:  # an identical tag compiling for another request is shared
+            pending = asyncio.ensure_future(
+                self._pool.compile(tag, client=client, timeout_s=timeout_s)
+            )
+            self._isolated[key] = pending
+            pending.add_done_callback(lambda _: self._isolated.pop(key, None))
+        try:
+            grammar = await asyncio.wait_for(asyncio.shield(pending), timeout_s)
+        except TimeoutError:
+            raise GrammarTimeout(f"it took longer than {timeout_s:g} s to compile") from None
+        except CompileFailed as exc:
+            reason = _SOURCE_LOCATION.sub("", str(exc).strip().splitlines()[-1])
+            raise UnsupportedSchema(reason) from None
+        self._keep(key, grammar)
+        return grammar
+
+    def close(self) -> None:
+        """Stop the compile threads (running compile processes are killed at their deadline)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
 
     def _compile_uncached(self, tag: StructuralTag) -> xgr.CompiledGrammar:
         try:

@@ -26,7 +26,7 @@ from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
-from sparkinfer.api.response_store import ResponseStore
+from sparkinfer.api.response_store import ResponseStore, StoreLimits
 from sparkinfer.api.routers import (
     chat,
     completions,
@@ -116,7 +116,9 @@ def _media_config(
         video_max_frames=settings.video_max_frames,
         use_mrope=settings.mrope,
         max_parts=settings.max_media_parts,
-        max_tokens=min(settings.max_media_tokens or context, context),
+        max_tokens=min(settings.max_media_tokens, context),
+        max_request_pixels=settings.media_max_request_pixels,
+        max_request_bytes=settings.media_max_request_bytes,
     )
 
 
@@ -273,16 +275,26 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
         server = state or build_state(settings)
         app.state.server = server
         data_dir = None if settings.data_dir is None else Path(settings.data_dir)
-        app.state.responses = ResponseStore(data_dir, max_responses=settings.max_stored_responses)
+        limits = StoreLimits(
+            max_responses=settings.max_stored_responses,
+            max_response_bytes=settings.max_stored_response_bytes,
+            max_total_bytes=settings.max_stored_bytes,
+        )
+        app.state.responses = ResponseStore(data_dir, limits=limits)
         try:
             yield
         finally:
             server.engine.shutdown()
             app.state.responses.close()
+            server.grammars.close()
 
     app = FastAPI(title="SparkInfer", lifespan=lifespan)
+    guarded_routers = (
+        models.router, chat.router, completions.router, score.router, tokenize.router,
+        messages.router, responses.router,
+    )  # fmt: skip
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(app, guarded_routers)
     app.add_middleware(EdgeMiddleware, config=edge_config(settings))
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(AnthropicErrorMiddleware)  # sees the edge's errors too
@@ -290,11 +302,8 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
         # Outermost: a preflight is answered before the API key or the body is looked at.
         app.add_middleware(CORSMiddleware, **cors)
     app.include_router(health.router)
-    guarded = [Depends(require_api_key)]
-    for router in (models.router, chat.router, completions.router, score.router, tokenize.router):
-        app.include_router(router, dependencies=guarded)
-    app.include_router(messages.router, dependencies=guarded)
-    app.include_router(responses.router, dependencies=guarded)
+    for router in guarded_routers:
+        app.include_router(router, dependencies=[Depends(require_api_key)])
     return app
 
 

@@ -34,6 +34,7 @@ from sparkinfer.multimodal import (
     ProcessorConfig,
     VisionTokenIds,
     expand_prompt,
+    measure_media,
     pad_runs,
     parse_processor_config,
     process_image,
@@ -61,6 +62,8 @@ class MediaConfig:
     use_mrope: bool = True
     max_parts: int = 32  # image and video parts in one request, counted before any decode
     max_tokens: int | None = None  # their vision tokens in all (None: no limit of its own)
+    max_request_pixels: int | None = None  # images' header pixels in all, before any decode
+    max_request_bytes: int | None = None  # parts' payload bytes in all, before any decode
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ def build_media_config(
     use_mrope: bool,
     max_parts: int = 32,
     max_tokens: int | None = None,
+    max_request_pixels: int | None = None,
+    max_request_bytes: int | None = None,
 ) -> MediaConfig:
     """Processor settings from the checkpoint's preprocessor files (defaults when absent)."""
     vision = model_config.vision
@@ -119,6 +124,8 @@ def build_media_config(
         use_mrope=use_mrope,
         max_parts=max_parts,
         max_tokens=max_tokens,
+        max_request_pixels=max_request_pixels,
+        max_request_bytes=max_request_bytes,
     )
 
 
@@ -202,6 +209,7 @@ async def load_media(parts: Sequence[MediaPart], config: MediaConfig) -> list[Pr
             param=parts[config.max_parts].field,
         )
     loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, check_media_budget, parts, config)
     out: list[ProcessedMedia] = []
     num_tokens = 0
     for part in parts:
@@ -224,6 +232,33 @@ async def load_media(parts: Sequence[MediaPart], config: MediaConfig) -> list[Pr
             )
         out.append(item)
     return out
+
+
+def check_media_budget(parts: Sequence[MediaPart], config: MediaConfig) -> None:
+    """The request's payload bytes and image pixels in all, read from the data URLs and the
+    images' headers before anything is decoded (blocking: run it in a worker thread)."""
+    num_bytes = num_pixels = 0
+    for part in parts:
+        try:
+            size = measure_media(part.url, part.kind, field=part.field, limits=config.limits)
+        except MediaError as exc:
+            raise InvalidMedia(str(exc), param=part.field) from None
+        num_bytes += size.num_bytes
+        num_pixels += size.num_pixels
+        if config.max_request_bytes is not None and num_bytes > config.max_request_bytes:
+            raise InvalidMedia(
+                f"the images and videos up to {part.field} hold {num_bytes} bytes; at most "
+                f"{config.max_request_bytes} are taken in one request (media_max_request_bytes):"
+                " send fewer or smaller ones",
+                param=part.field,
+            )
+        if config.max_request_pixels is not None and num_pixels > config.max_request_pixels:
+            raise InvalidMedia(
+                f"the images up to {part.field} hold {num_pixels} pixels; at most "
+                f"{config.max_request_pixels} are decoded in one request "
+                "(media_max_request_pixels): send fewer or smaller images",
+                param=part.field,
+            )
 
 
 def expand_media(

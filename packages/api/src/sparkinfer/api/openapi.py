@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from sparkinfer.api.request_body import JsonBody
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
+_REF_TEMPLATE = "#/components/schemas/{model}"
 _NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -51,22 +56,56 @@ _SSE = {
 _OWN_ERROR_SHAPE = ("/v1/messages",)  # Anthropic's API: its own error body, documented there
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Serve `truthful_openapi(app)` at /openapi.json (built once, on first request)."""
+def install_openapi(app: FastAPI, routers: Sequence[APIRouter] = ()) -> None:
+    """Serve `truthful_openapi(app, routers)` at /openapi.json (built once, on first request);
+    `routers`: those the app includes (their routes' `JsonBody` bodies are documented)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = truthful_openapi(app)
+            app.openapi_schema = truthful_openapi(app, routers)
         return app.openapi_schema
 
     app.openapi = openapi
 
 
-def truthful_openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document with the responses the server really sends."""
+def _body_models(routers: Sequence[APIRouter]) -> dict[tuple[str, str], type[BaseModel]]:
+    """(path, method) → the body model of each route that takes one through `JsonBody`."""
+    found: dict[tuple[str, str], type[BaseModel]] = {}
+    for route in (r for router in routers for r in router.routes):
+        if not isinstance(route, APIRoute):
+            continue
+        for dep in route.dependant.dependencies:
+            call: Any = dep.call
+            if isinstance(call, JsonBody):
+                model = cast("JsonBody[Any]", call).model
+                for method in route.methods or ():
+                    found[(route.path, method.lower())] = model
+    return found
+
+
+def _add_request_bodies(
+    routers: Sequence[APIRouter], doc: dict[str, Any], schemas: dict[str, Any]
+) -> None:
+    """The routes' JSON bodies (read through `JsonBody`, so FastAPI does not see them)."""
+    paths = cast("dict[str, dict[str, Any]]", doc.get("paths", {}))
+    for (path, method), model in _body_models(routers).items():
+        op = paths.get(path, {}).get(method)
+        if op is None:
+            continue
+        schema = model.model_json_schema(ref_template=_REF_TEMPLATE)
+        for name, sub in cast("dict[str, Any]", schema.pop("$defs", {})).items():
+            schemas.setdefault(name, sub)
+        schemas.setdefault(model.__name__, schema)
+        ref = {"$ref": _REF_TEMPLATE.format(model=model.__name__)}
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref}}}
+
+
+def truthful_openapi(app: FastAPI, routers: Sequence[APIRouter] = ()) -> dict[str, Any]:
+    """FastAPI's document with the bodies the routes read and the responses they send."""
     doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
     components = doc.setdefault("components", {})
     schemas: dict[str, Any] = components.setdefault("schemas", {})
+    _add_request_bodies(routers, doc, schemas)
     for path, ops in cast("dict[str, dict[str, Any]]", doc.get("paths", {})).items():
         for op in ops.values():
             _fix_operation(path, cast("dict[str, Any]", op), schemas)

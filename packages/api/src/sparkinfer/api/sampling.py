@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sparkinfer.api.dependencies import ServerState
 from sparkinfer.api.errors import ContextLengthError, InvalidRequest
 from sparkinfer.api.schemas.common import SamplingFields
+from sparkinfer.model.bounded_encode import TokenBudgetExceeded
 from sparkinfer.model.tokenizer import Tokenizer, TokenizerError
 from sparkinfer.scheduler.request import SamplingParams
 
@@ -28,6 +29,26 @@ def check_context(
             "max_tokens (or leave it out to generate up to the limit) or shorten the prompt",
             param="max_tokens",
         )
+
+
+def encode_prompt(
+    tokenizer: Tokenizer, text: str, max_model_len: int, *, param: str, allow_special: bool = True
+) -> list[int]:
+    """A prompt's ids; 400 context_length_exceeded as soon as the count passes the context
+    (encoding stops there: a 30 MB prompt costs what max_model_len tokens cost)."""
+    try:
+        return tokenizer.encode(text, allow_special=allow_special, max_tokens=max_model_len - 1)
+    except TokenBudgetExceeded:
+        raise prompt_too_long(param, max_model_len) from None
+
+
+def prompt_too_long(param: str, max_model_len: int) -> ContextLengthError:
+    """The prompt has more tokens than the context holds (counted until it passed it)."""
+    return ContextLengthError(
+        f"{param} has more than {max_model_len - 1} tokens; max_model_len is {max_model_len} "
+        "(room is needed for at least one new token): shorten the prompt",
+        param=param,
+    )
 
 
 def check_token_ids(ids: Sequence[int], param: str, tokenizer: Tokenizer) -> None:

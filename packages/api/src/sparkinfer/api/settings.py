@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -74,6 +75,12 @@ class Settings(BaseSettings):
     api_key_file: str | None = Field(
         None, description="File whose content (stripped) is the API key, instead of api_key"
     )
+    api_keys_file: str | None = Field(
+        None,
+        description="File of named API keys, a JSON object {name: key}, beside or instead of "
+        "api_key (whose name is 'default'): each key's name owns the /v1/responses responses "
+        "stored with it, which only that key can read, continue or delete",
+    )
     api_key_all_routes: bool = Field(
         False,
         description="With an API key, /metrics, /docs, /redoc and /openapi.json need it too "
@@ -90,6 +97,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest request body in bytes (413 beyond it; checked before the body "
         "is read when Content-Length is given)",
+    )
+    max_json_values: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most JSON values in a request body, counted from its commas and brackets "
+        "before it is parsed (400 beyond it): parsing holds the server's Python lock",
     )
     body_read_timeout_s: float = Field(
         60.0, gt=0.0, description="Seconds a client may take to send a request body (408)"
@@ -135,11 +148,23 @@ class Settings(BaseSettings):
     max_media_parts: int = Field(
         32, ge=0, description="Most image and video parts in one request (counted before decoding)"
     )
-    max_media_tokens: int | None = Field(
-        None,
+    max_media_tokens: int = Field(
+        16384,
         ge=1,
         description="Most vision tokens of one request's images and videos in all (decoding "
-        "stops once they pass it); unset: max_model_len",
+        "stops once they pass it), at most max_model_len",
+    )
+    media_max_request_pixels: int = Field(
+        33_554_432,
+        ge=1,
+        description="Most image pixels of one request in all, read from the images' headers "
+        "before any is decoded",
+    )
+    media_max_request_bytes: int = Field(
+        33_554_432,
+        ge=1,
+        description="Most decoded data: URL bytes of one request's images and videos in all, "
+        "counted before any is decoded",
     )
     video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
     video_max_source_frames: int = Field(
@@ -157,11 +182,19 @@ class Settings(BaseSettings):
         description="Most JSON values in one request's tool parameter schemas (in all) or "
         "response_format schema enforced as a grammar (bounds the grammar's compile time)",
     )
+    max_schema_bytes: int = Field(
+        262144,
+        ge=1,
+        description="Most bytes (as JSON) of one request's tool parameter schemas (in all) or "
+        "response_format schema enforced as a grammar; enums hold at most 1000 values in all "
+        "(OpenAI's limit)",
+    )
     grammar_compile_timeout_s: float = Field(
         10.0,
         gt=0.0,
-        description="Seconds a request waits for its grammar to compile before a 400 (the "
-        "compile finishes and is cached for the next request)",
+        description="Seconds a grammar from a request's schema may take to compile, waiting "
+        "for a free compile slot included, before a 400 (the compile is stopped: each runs in "
+        "a process of its own, at most 4 at once and 2 per client)",
     )
     data_dir: str | None = Field(
         None,
@@ -173,6 +206,18 @@ class Settings(BaseSettings):
         ge=0,
         description="Most stored /v1/responses responses kept (the oldest are dropped first; "
         "0: none are stored)",
+    )
+    max_stored_response_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest stored /v1/responses response in bytes, with the input items it "
+        "adds (a bigger request with store true is refused before it runs)",
+    )
+    max_stored_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Most bytes of stored /v1/responses responses in all (the oldest are "
+        "dropped first); at least max_stored_response_bytes",
     )
     request_timeout_s: float = Field(
         3600.0,
@@ -244,7 +289,14 @@ def load_settings(
         scheduler_config(settings)  # the engine's rules, checked before anything loads
     except InvalidConfig as err:
         raise SettingsError(f"invalid setting {_where(err.setting, overrides)}: {err}") from None
-    return _with_key_file(settings)
+    if settings.max_stored_bytes < settings.max_stored_response_bytes:
+        raise SettingsError(
+            f"max_stored_bytes ({settings.max_stored_bytes}) is below max_stored_response_bytes "
+            f"({settings.max_stored_response_bytes}): raise it or lower the other"
+        )
+    settings = _with_key_file(settings)
+    api_keys(settings)  # a bad keys file stops start-up
+    return settings
 
 
 def scheduler_config(
@@ -280,6 +332,37 @@ def _with_key_file(settings: Settings) -> Settings:
     if not key:
         raise SettingsError(f"api_key_file {path!r} is empty: write the key into it")
     return settings.model_copy(update={"api_key": SecretStr(key)})
+
+
+DEFAULT_KEY_NAME = "default"  # the name of api_key among the named keys
+
+
+def api_keys(settings: Settings) -> dict[str, str]:
+    """Every API key the server takes, by name: api_key as 'default', then api_keys_file's."""
+    keys: dict[str, str] = {}
+    if settings.api_key is not None:
+        keys[DEFAULT_KEY_NAME] = settings.api_key.get_secret_value()
+    path = settings.api_keys_file
+    if path is None:
+        return keys
+    where = f"api_keys_file {path!r}"
+    try:
+        named = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"{where} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise SettingsError(f"{where} is not JSON ({exc}): write {{name: key}}") from None
+    if not isinstance(named, dict) or not named:
+        raise SettingsError(f"{where} must be a JSON object {{name: key}} with at least one key")
+    for name, key in cast("dict[Any, Any]", named).items():
+        if not isinstance(key, str) or not key.strip() or not name:
+            raise SettingsError(f"{where}: key {name!r} must be a non-empty string")
+        if name in keys or key.strip() in keys.values():
+            raise SettingsError(
+                f"{where}: name {name!r} or its key is given twice: make both unique"
+            )
+        keys[str(name)] = key.strip()
+    return keys
 
 
 def build_parser() -> argparse.ArgumentParser:

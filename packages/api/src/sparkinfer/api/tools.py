@@ -20,6 +20,8 @@ _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 _ANNOTATION_KEYS = ("$schema", "$comment")
 _MAX_SCHEMA_DEPTH = 64
 DEFAULT_MAX_SCHEMA_NODES = 4000  # the max_schema_nodes setting's default
+DEFAULT_MAX_SCHEMA_BYTES = 262144  # the max_schema_bytes setting's default
+MAX_ENUM_VALUES = 1000  # enum values in all of a request's schemas (OpenAI's limit)
 
 
 def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -36,27 +38,68 @@ def _walk(node: Any, path: str, depth: int = 0) -> Iterator[tuple[str, dict[str,
             yield from _walk(value, f"{path}/{i}", depth + 1)
 
 
-def schema_size(schema: Any) -> int:
-    """The number of JSON values in a schema (objects, arrays and scalars alike): what its
-    grammar's compile time grows with."""
-    size, stack = 0, [schema]
+@dataclass(frozen=True)
+class SchemaSize:
+    """What a grammar's compile time grows with: JSON values, bytes and enum values."""
+
+    num_values: int = 0
+    num_bytes: int = 0
+    num_enum_values: int = 0
+
+    def __add__(self, other: SchemaSize) -> SchemaSize:
+        return SchemaSize(
+            self.num_values + other.num_values,
+            self.num_bytes + other.num_bytes,
+            self.num_enum_values + other.num_enum_values,
+        )
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    max_values: int = DEFAULT_MAX_SCHEMA_NODES
+    max_bytes: int = DEFAULT_MAX_SCHEMA_BYTES
+
+
+def schema_size(schema: Any) -> SchemaSize:
+    """The JSON values in a schema (objects, arrays and scalars alike), its bytes as JSON and
+    its enum values."""
+    num_values, num_enum, stack = 0, 0, [schema]
     while stack:
         node = stack.pop()
-        size += 1
+        num_values += 1
         if isinstance(node, dict):
-            stack.extend(cast("dict[str, Any]", node).values())
+            obj = cast("dict[str, Any]", node)
+            enum = obj.get("enum")
+            num_enum += len(cast("list[Any]", enum)) if isinstance(enum, list) else 0
+            stack.extend(obj.values())
         elif isinstance(node, list):
             stack.extend(cast("list[Any]", node))
-    return size
+    return SchemaSize(num_values, len(json.dumps(schema)), num_enum)
 
 
 def _check_size(
-    size: int, max_nodes: int, param: str, error: type[InvalidRequest | InvalidToolSchema]
+    size: SchemaSize,
+    limits: SchemaLimits,
+    param: str,
+    error: type[InvalidRequest | InvalidToolSchema],
 ) -> None:
-    if size > max_nodes:
+    fix = "send fewer properties, enum values or tools"
+    if size.num_values > limits.max_values:
         raise error(
-            f"{param} has {size} JSON values in its schemas; at most {max_nodes} are enforced "
-            "as a grammar (max_schema_nodes): send fewer properties, enum values or tools",
+            f"{param} has {size.num_values} JSON values in its schemas; at most "
+            f"{limits.max_values} are enforced as a grammar (max_schema_nodes): {fix}",
+            param=param,
+        )
+    if size.num_bytes > limits.max_bytes:
+        raise error(
+            f"{param} has {size.num_bytes} bytes of schemas; at most {limits.max_bytes} are "
+            f"enforced as a grammar (max_schema_bytes): {fix}",
+            param=param,
+        )
+    if size.num_enum_values > MAX_ENUM_VALUES:
+        raise error(
+            f"{param} has {size.num_enum_values} enum values in its schemas; at most "
+            f"{MAX_ENUM_VALUES} are enforced as a grammar: {fix}",
             param=param,
         )
 
@@ -172,21 +215,21 @@ def validator_for(schema: dict[str, Any] | bool | None) -> Draft202012Validator:
 
 
 def check_tools(
-    req: ChatCompletionRequest, *, max_schema_nodes: int = DEFAULT_MAX_SCHEMA_NODES
+    req: ChatCompletionRequest, *, limits: SchemaLimits = SchemaLimits()
 ) -> ToolSet | None:
     """Validate tools and tool_choice before anything is queued; None when there are no tools.
 
-    The tools' parameter schemas hold at most `max_schema_nodes` JSON values in all."""
+    The tools' parameter schemas keep `limits` in all."""
     if not req.tools:
         if req.tool_choice not in (None, "none", "auto"):
             raise InvalidRequest("tool_choice needs a non-empty tools list", param="tool_choice")
         return None
     seen: set[str] = set()
     validators: dict[str, Draft202012Validator] = {}
-    total = 0
+    total = SchemaSize()
     for i, tool in enumerate(req.tools):
         total += schema_size(tool.function.parameters)
-        _check_size(total, max_schema_nodes, f"tools[{i}].function.parameters", InvalidToolSchema)
+        _check_size(total, limits, f"tools[{i}].function.parameters", InvalidToolSchema)
         name = tool.function.name
         if name in seen:
             raise InvalidRequest(
@@ -209,7 +252,7 @@ def check_tools(
 
 
 def check_response_format_schema(
-    req: ChatCompletionRequest, *, max_schema_nodes: int = DEFAULT_MAX_SCHEMA_NODES
+    req: ChatCompletionRequest, *, limits: SchemaLimits = SchemaLimits()
 ) -> dict[str, Any] | None:
     """The json_schema response format's schema, validated; None for text/json_object."""
     fmt = req.response_format
@@ -221,7 +264,7 @@ def check_response_format_schema(
             "response_format.json_schema.schema is required", param="response_format.json_schema"
         )
     param = "response_format.json_schema.schema"
-    _check_size(schema_size(schema), max_schema_nodes, param, InvalidRequest)
+    _check_size(schema_size(schema), limits, param, InvalidRequest)
     check_schema(schema, param, error=InvalidRequest)
     return schema
 

@@ -17,14 +17,15 @@ import base64
 import codecs
 import json
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import tiktoken
 import tokenizers
+from sparkinfer.model.bounded_encode import BatchEncode, TokenBudgetExceeded, encode_bounded
 
 
 class TokenizerError(ValueError):
@@ -120,8 +121,9 @@ def _bytes_to_unicode() -> dict[int, str]:
 class _Vocabulary:
     """Everything `Tokenizer` needs from a backend, as plain tables and two encode functions."""
 
-    encode_plain: Callable[[str], list[int]]  # control-token text stays ordinary text
-    encode_all: Callable[[str], list[int]]  # control-token text becomes control ids
+    # Both encode a batch of texts in native code that releases Python's global lock.
+    encode_plain: BatchEncode  # control-token text stays ordinary text
+    encode_all: BatchEncode  # control-token text becomes control ids
     token_bytes: list[bytes | None]  # id → raw bytes (None: a gap in the id space)
     token_strs: list[str | None]  # id → vocabulary string (byte-level form for BPE tokens)
     control_ids: dict[str, int]
@@ -171,11 +173,14 @@ class Tokenizer:
         for text, idx in control.items():
             token_strs[idx] = text
 
-        def encode_plain(text: str) -> list[int]:
-            return encoding.encode_ordinary(unicodedata.normalize("NFC", text))
+        def encode_plain(texts: list[str]) -> list[list[int]]:
+            return [encoding.encode_ordinary(unicodedata.normalize("NFC", t)) for t in texts]
 
-        def encode_all(text: str) -> list[int]:
-            return encoding.encode(unicodedata.normalize("NFC", text), allowed_special="all")
+        def encode_all(texts: list[str]) -> list[list[int]]:
+            return [
+                encoding.encode(unicodedata.normalize("NFC", t), allowed_special="all")
+                for t in texts
+            ]
 
         return cls(
             _Vocabulary(
@@ -216,22 +221,40 @@ class Tokenizer:
         """Control-token text → id: these never come from user text."""
         return dict(self._vocab.control_ids)
 
-    def encode(self, text: str, *, allow_special: bool = False) -> list[int]:
-        """Encode text; control-token text becomes control ids only with `allow_special=True`."""
-        return self._vocab.encode_all(text) if allow_special else self._vocab.encode_plain(text)
+    def encode(
+        self, text: str, *, allow_special: bool = False, max_tokens: int | None = None
+    ) -> list[int]:
+        """Encode text; control-token text becomes control ids only with `allow_special=True`.
 
-    def encode_chat(self, segments: Iterable[PromptSegment]) -> list[int]:
+        Long text is encoded in pieces off Python's global lock; with `max_tokens`, encoding
+        stops with `TokenBudgetExceeded` as soon as the count passes it."""
+        batch = self._vocab.encode_all if allow_special else self._vocab.encode_plain
+        return encode_bounded(text, batch, max_tokens)
+
+    def encode_chat(
+        self, segments: Iterable[PromptSegment], *, max_tokens: int | None = None
+    ) -> list[int]:
         """Encode a rendered prompt: special segments become their control id, text is encoded
-        with control tokens disallowed, so literal markers in user content stay plain bytes."""
+        with control tokens disallowed, so literal markers in user content stay plain bytes.
+        `max_tokens` as for `encode`, over the whole prompt."""
         ids: list[int] = []
         pending: list[str] = []
+
+        def flush() -> None:
+            left = None if max_tokens is None else max_tokens - len(ids)
+            try:
+                ids.extend(encode_bounded("".join(pending), self._vocab.encode_plain, left))
+            except TokenBudgetExceeded as exc:
+                num_counted = len(ids) + exc.num_counted
+                raise TokenBudgetExceeded(cast(int, max_tokens), num_counted) from None
+            pending.clear()
+
         for seg in segments:
             if not seg.is_special:
                 pending.append(seg.text)
                 continue
             if pending:
-                ids += self._vocab.encode_plain("".join(pending))
-                pending.clear()
+                flush()
             idx = self._vocab.control_ids.get(seg.text)
             if idx is None:
                 raise TokenizerError(
@@ -240,8 +263,10 @@ class Tokenizer:
                     f"{sorted(self._vocab.control_ids)}"
                 )
             ids.append(idx)
+            if max_tokens is not None and len(ids) > max_tokens:
+                raise TokenBudgetExceeded(max_tokens, len(ids))
         if pending:
-            ids += self._vocab.encode_plain("".join(pending))
+            flush()
         return ids
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
@@ -344,14 +369,19 @@ def _load_hf_vocabulary(folder: Path) -> _Vocabulary:
     token_strs = _id_table(full)
     token_bytes = _bytes_table(token_strs, set(control), _is_byte_level(spec))
     return _Vocabulary(
-        encode_plain=lambda text: plain.encode(text, add_special_tokens=False).ids,
-        encode_all=lambda text: full.encode(text, add_special_tokens=False).ids,
+        # encode_batch releases the global lock (encode does not).
+        encode_plain=lambda texts: _batch_ids(plain, texts),
+        encode_all=lambda texts: _batch_ids(full, texts),
         token_bytes=token_bytes,
         token_strs=token_strs,
         control_ids=control,
         skipped_ids=frozenset(int(t["id"]) for t in added if t.get("special")),
         eos_token_ids=_eos_ids(folder, control, full),
     )
+
+
+def _batch_ids(tok: tokenizers.Tokenizer, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
 
 
 def _id_table(tok: tokenizers.Tokenizer) -> list[str | None]:

@@ -3,11 +3,13 @@
 from sparkinfer.multimodal.data_url import MediaLimits
 from sparkinfer.multimodal.errors import MediaError
 from sparkinfer.multimodal.processor import (
+    MediaSize,
     ProcessedMedia,
     ProcessorConfig,
     VisionTokenIds,
     content_hash,
     expand_prompt,
+    measure_media,
     pad_runs,
     parse_processor_config,
     placeholder_ids,
@@ -18,11 +20,13 @@ from sparkinfer.multimodal.processor import (
 __all__ = [
     "MediaError",
     "MediaLimits",
+    "MediaSize",
     "ProcessedMedia",
     "ProcessorConfig",
     "VisionTokenIds",
     "content_hash",
     "expand_prompt",
+    "measure_media",
     "pad_runs",
     "parse_processor_config",
     "placeholder_ids",

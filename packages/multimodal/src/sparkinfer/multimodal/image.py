@@ -117,6 +117,24 @@ def smart_resize(
     return h_bar, w_bar
 
 
+def image_size(data: bytes, *, field: str) -> tuple[int, int]:
+    """(width, height) from the image's header; no pixel is decoded."""
+    try:
+        with Image.open(io.BytesIO(data), formats=_PIL_FORMATS) as img:
+            return img.size
+    except Image.DecompressionBombError:
+        raise MediaTooLarge(f"{field} declares too many pixels: send a smaller image") from None
+    except UnidentifiedImageError:
+        raise UndecodableMedia(
+            f"{field} is not a readable {'/'.join(_PIL_FORMATS)} image: check the file and "
+            f"its MIME type"
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise UndecodableMedia(
+            f"{field} has an unreadable header ({type(exc).__name__}): send an intact file"
+        ) from None
+
+
 def decode_image(data: bytes, *, field: str, limits: MediaLimits) -> torch.Tensor:
     """Decode PNG/JPEG/WebP/GIF/BMP bytes to RGB uint8 [3, H, W]; alpha is composited on white.
 

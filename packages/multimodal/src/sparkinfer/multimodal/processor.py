@@ -25,6 +25,7 @@ from sparkinfer.multimodal.image import (
     ImageConfig,
     PatchConfig,
     decode_image,
+    image_size,
     image_to_patches,
 )
 from sparkinfer.multimodal.video import (
@@ -149,6 +150,27 @@ def content_hash(kind: str, data: bytes, settings: tuple[object, ...]) -> str:
 def _hash_in_background(kind: str, data: bytes, settings: tuple[object, ...]) -> Future[str]:
     """`content_hash` on a worker thread: an unused result (a refused medium) is simply dropped."""
     return _HASHER.submit(content_hash, kind, data, settings)
+
+
+@dataclass(frozen=True)
+class MediaSize:
+    """What one media part costs before it is decoded: its payload and, for an image, its
+    pixels (from the header)."""
+
+    num_bytes: int
+    num_pixels: int
+
+
+def measure_media(
+    url: str, kind: Literal["image", "video"], *, field: str, limits: MediaLimits
+) -> MediaSize:
+    """A part's payload bytes and (images) header pixels; MediaError for anything unusable."""
+    types = IMAGE_MIME_TYPES if kind == "image" else VIDEO_MIME_TYPES
+    parsed = parse_data_url(url, field=field, allowed_types=types, limits=limits)
+    if kind == "video":
+        return MediaSize(len(parsed.data), 0)
+    width, height = image_size(parsed.data, field=field)
+    return MediaSize(len(parsed.data), width * height)
 
 
 def process_image(

@@ -6,14 +6,16 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import PreparedChat, prepare_chat, with_processor
 from sparkinfer.api.content_logprobs import ContentLogprobs
 from sparkinfer.api.conversation import output_parser
 from sparkinfer.api.dependencies import ServerState, State, now
+from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
     ChoiceEvent,
@@ -23,6 +25,7 @@ from sparkinfer.api.generation import (
     unless_disconnected,
 )
 from sparkinfer.api.media import load_media, media_parts
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import build_params
 from sparkinfer.api.schemas.chat import (
@@ -78,9 +81,15 @@ def _parsers(body: ChatCompletionRequest, state: ServerState, prep: PreparedChat
     )
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post(
+    "/v1/chat/completions",
+    response_model=None,
+    responses={200: {"model": ChatCompletionResponse, "description": "The answer, or its chunks"}},
+)
 async def create_chat_completion(
-    body: ChatCompletionRequest, request: Request, state: State
+    body: Annotated[ChatCompletionRequest, Depends(JsonBody(ChatCompletionRequest))],
+    request: Request,
+    state: State,
 ) -> Response | ChatCompletionResponse:
     """Check and render the messages, queue the choices, then stream them or answer whole."""
     state.check_model(body.model)
@@ -88,7 +97,7 @@ async def create_chat_completion(
     check_response_format_stops(body)
     parts = media_parts(body.messages, has_vision=state.media is not None)
     media = await load_media(parts, state.media) if parts and state.media else []
-    prep = await prepare_chat(body, state, media)
+    prep = await prepare_chat(body, state, media, client=client_id(request.scope))
     jobs = _jobs(body, state, prep, rid)
     parsers = [_parsers(body, state, prep) for _ in jobs]
     choices = await start_choices(state.engine, state.tokenizer, jobs)

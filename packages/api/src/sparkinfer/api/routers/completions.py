@@ -10,8 +10,9 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Sequence
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
@@ -23,8 +24,9 @@ from sparkinfer.api.generation import (
     start_choices,
     unless_disconnected,
 )
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids
+from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids, encode_prompt
 from sparkinfer.api.schemas.completions import (
     CompletionChoice,
     CompletionLogprobs,
@@ -90,7 +92,7 @@ def _encode_prompts(
         param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
         # The raw prompt is the client's own text: control tokens in it are meant as such.
         ids = (
-            state.tokenizer.encode(prompt, allow_special=True)
+            encode_prompt(state.tokenizer, prompt, state.max_model_len, param=param)
             if isinstance(prompt, str)
             else prompt
         )
@@ -120,9 +122,15 @@ def _jobs(
     return jobs
 
 
-@router.post("/v1/completions", response_model=None)
+@router.post(
+    "/v1/completions",
+    response_model=None,
+    responses={200: {"model": CompletionResponse, "description": "The answer, or its chunks"}},
+)
 async def create_completion(
-    body: CompletionRequest, request: Request, state: State
+    body: Annotated[CompletionRequest, Depends(JsonBody(CompletionRequest))],
+    request: Request,
+    state: State,
 ) -> Response | CompletionResponse:
     """Encode and check the prompts, queue n choices of each, then stream them or answer whole."""
     state.check_model(body.model)

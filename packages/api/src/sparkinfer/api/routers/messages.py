@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from sparkinfer.api.anthropic_errors import anthropic_sse_error
 from sparkinfer.api.conversation import (
     Turn,
     count_prompt_tokens,
-    read_body,
+    parse_body,
     run_turn,
     start_turn,
     turn_steps,
 )
 from sparkinfer.api.dependencies import State
+from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
 from sparkinfer.api.messages_input import to_conversation
 from sparkinfer.api.messages_output import PING, MessageEvents, message_response
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import request_id
 from sparkinfer.api.schemas.messages import (
     CountTokensRequest,
@@ -38,13 +41,22 @@ logger = logging.getLogger("sparkinfer.api")
 router = APIRouter()
 
 
-@router.post("/v1/messages", response_model=None)
-async def create_message(request: Request, state: State) -> Response | MessageResponse:
+@router.post(
+    "/v1/messages",
+    response_model=None,
+    responses={200: {"model": MessageResponse, "description": "The message, or its events"}},
+)
+async def create_message(
+    body: Annotated[MessagesRequest, Depends(JsonBody(MessagesRequest, validate=parse_body))],
+    request: Request,
+    state: State,
+) -> Response | MessageResponse:
     """Check and render the conversation, queue it, then stream the events or answer whole."""
-    body = await read_body(request, MessagesRequest)
     state.check_model(body.model)
     rid = f"msg_{request_id(request)}"
-    turn = await start_turn(to_conversation(body), state, rid, is_fit_to_context=True)
+    turn = await start_turn(
+        to_conversation(body), state, rid, client=client_id(request.scope), is_fit_to_context=True
+    )
     logger.info("request %s: %d prompt tokens (messages)", rid, turn.num_prompt_tokens)
     if not body.stream:
         whole = await unless_disconnected(request, run_turn(turn))
@@ -60,9 +72,11 @@ async def create_message(request: Request, state: State) -> Response | MessageRe
 
 
 @router.post("/v1/messages/count_tokens")
-async def count_tokens(request: Request, state: State) -> CountTokensResponse:
+async def count_tokens(
+    body: Annotated[CountTokensRequest, Depends(JsonBody(CountTokensRequest, validate=parse_body))],
+    state: State,
+) -> CountTokensResponse:
     """The prompt length the same body would have, media expanded; nothing is queued."""
-    body = await read_body(request, CountTokensRequest)
     state.check_model(body.model)
     return CountTokensResponse(input_tokens=await count_prompt_tokens(to_conversation(body), state))
 

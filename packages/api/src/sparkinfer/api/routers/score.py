@@ -8,17 +8,25 @@ completion are tokenized separately and joined; the engine runs them as one prom
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sparkinfer.api.chat_render import render_chat
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.errors import InvalidMedia
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, EngineFailure, unless_disconnected
+from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import check_context, check_prompt_ids
+from sparkinfer.api.sampling import (
+    check_context,
+    check_prompt_ids,
+    encode_prompt,
+    prompt_too_long,
+)
 from sparkinfer.api.schemas.common import Timings, Usage
 from sparkinfer.api.schemas.score import ScoreRequest, ScoreResponse
+from sparkinfer.model.bounded_encode import TokenBudgetExceeded
 from sparkinfer.model.chat_template import ChatOptions
 from sparkinfer.scheduler.request import RequestOutput, SamplingParams, TokenLogprob
 from starlette.concurrency import run_in_threadpool
@@ -31,7 +39,7 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
     if body.messages is None:
         prompt = body.prompt or ""
         return (
-            state.tokenizer.encode(prompt, allow_special=True)
+            encode_prompt(state.tokenizer, prompt, state.max_model_len, param="prompt")
             if isinstance(prompt, str)
             else prompt
         )
@@ -48,8 +56,11 @@ def _context_ids(body: ScoreRequest, state: ServerState) -> list[int]:
         template_kwargs=body.chat_template_kwargs or {},
     )
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    rendered = render_chat(state.chat_template, messages, tools=None, options=options)
-    return state.tokenizer.encode_chat(rendered.segments)
+    segments = render_chat(state.chat_template, messages, tools=None, options=options).segments
+    try:
+        return state.tokenizer.encode_chat(segments, max_tokens=state.max_model_len - 1)
+    except TokenBudgetExceeded:
+        raise prompt_too_long("messages", state.max_model_len) from None
 
 
 def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], list[int]]:
@@ -58,7 +69,9 @@ def _checked_ids(body: ScoreRequest, state: ServerState) -> tuple[list[int], lis
     context = check_prompt_ids(_context_ids(body, state), param, state.tokenizer)
     completion = body.completion
     if isinstance(completion, str):
-        completion = state.tokenizer.encode(completion, allow_special=True)
+        completion = encode_prompt(
+            state.tokenizer, completion, state.max_model_len, param="completion"
+        )
     completion = check_prompt_ids(completion, "completion", state.tokenizer)
     num_ids = len(context) + len(completion)
     check_context(num_ids, 1, state.max_model_len, prompt_param=f"{param} plus completion")
@@ -89,7 +102,9 @@ async def _prompt_logprobs(
 
 
 @router.post("/v1/score", response_model=ScoreResponse)
-async def score(body: ScoreRequest, request: Request, state: State) -> Response | ScoreResponse:
+async def score(
+    body: Annotated[ScoreRequest, Depends(JsonBody(ScoreRequest))], request: Request, state: State
+) -> Response | ScoreResponse:
     """Per-token logprobs of `completion`, their sum and whether each token was the top one.
 
     A client that disconnects first aborts the engine request (it answers nobody).

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
 from sparkinfer.api.chat_request import chat_prompt_ids
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.media import load_media, media_parts
-from sparkinfer.api.sampling import check_token_ids
+from sparkinfer.api.request_body import JsonBody
+from sparkinfer.api.sampling import check_token_ids, encode_prompt
 from sparkinfer.api.schemas.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -20,7 +23,9 @@ router = APIRouter()
 
 
 @router.post("/v1/tokenize")
-async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
+async def tokenize(
+    body: Annotated[TokenizeRequest, Depends(JsonBody(TokenizeRequest))], state: State
+) -> TokenizeResponse:
     """Token ids of a raw prompt (control tokens allowed) or of chat messages after the template
     (image and video placeholders expanded, as the chat route sends them to the engine)."""
     state.check_model(body.model)
@@ -36,7 +41,9 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
             chat_prompt_ids, state, body.messages, tools, options, media
         )
     else:  # a long prompt takes the CPU for up to seconds: off the event loop
-        ids = await run_in_threadpool(state.tokenizer.encode, body.prompt or "", allow_special=True)
+        ids = await run_in_threadpool(
+            encode_prompt, state.tokenizer, body.prompt or "", state.max_model_len, param="prompt"
+        )
     strs = [state.tokenizer.id_to_token(i) or "" for i in ids] if body.return_token_strs else None
     return TokenizeResponse(
         tokens=ids, count=len(ids), max_model_len=state.max_model_len, token_strs=strs
@@ -44,7 +51,9 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
 
 
 @router.post("/v1/detokenize")
-async def detokenize(body: DetokenizeRequest, state: State) -> DetokenizeResponse:
+async def detokenize(
+    body: Annotated[DetokenizeRequest, Depends(JsonBody(DetokenizeRequest))], state: State
+) -> DetokenizeResponse:
     state.check_model(body.model)
     check_token_ids(body.tokens, "tokens", state.tokenizer)
     return DetokenizeResponse(prompt=state.tokenizer.decode(body.tokens))

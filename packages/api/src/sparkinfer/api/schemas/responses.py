@@ -6,11 +6,24 @@ names the bad one), since they are also what is stored for `previous_response_id
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 from sparkinfer.api.schemas.chat import ReasoningEffort
 from sparkinfer.api.schemas.common import MAX_COUNT, MAX_TOP_LOGPROBS, RequestBody
+
+# OpenAI's limits: 16 metadata pairs, keys up to 64 characters, values up to 512; `user` as its
+# successor `safety_identifier` (64); ids as this server makes them, with room to spare.
+MAX_METADATA_PAIRS = 16
+MAX_USER_LEN = 64
+MAX_RESPONSE_ID_LEN = 128
+Metadata = Annotated[
+    dict[
+        Annotated[str, StringConstraints(max_length=64)],
+        Annotated[str, StringConstraints(max_length=512)],
+    ],
+    Field(max_length=MAX_METADATA_PAIRS),
+]
 
 
 class FunctionTool(RequestBody):
@@ -62,9 +75,9 @@ class ResponsesRequest(RequestBody):
     top_k: int | None = Field(None, ge=-1, le=MAX_COUNT)
     stream: bool = False
     store: bool = True
-    previous_response_id: str | None = None
-    metadata: dict[str, str] | None = None
-    user: str | None = None
+    previous_response_id: str | None = Field(None, max_length=MAX_RESPONSE_ID_LEN)
+    metadata: Metadata | None = None
+    user: str | None = Field(None, max_length=MAX_USER_LEN)
     background: bool = False
     conversation: Any = None
     include: list[str] | None = None  # "message.output_text.logprobs": the answer's logprobs
