@@ -185,8 +185,11 @@ def chat_documents(
         turns += tool_turns.call_turns(rng)
     turns += [tool_turns.unserved_turn(rng) for _ in range(mix.num_unserved)]
     for _ in range(mix.num_plain_with_tools):
-        plain = (synthetic.task_turn(rng.choice(tasks)) if rng.random() < 0.7
-                 else synthetic.greeting_turn(rng))  # fmt: skip
+        plain = (
+            synthetic.task_turn(rng.choice(tasks))
+            if rng.random() < 0.7
+            else synthetic.greeting_turn(rng)
+        )
         turns.append(tool_turns.with_tools(rng, plain))
     turns += [synthetic.json_turn(rng) for _ in range(mix.num_json)]
     turns += [synthetic.greeting_turn(rng) for _ in range(mix.num_greetings)]
@@ -196,9 +199,15 @@ def chat_documents(
     with ctx.Pool(workers, initializer=_start_worker, initargs=(tokenizer_folder,)) as pool:
         docs = pool.map(_encode_turn, jobs, chunksize=256)
     counts = ChatCounts(
-        len(tasks), len({t.family for t in tasks}), mix.num_tool_calls, mix.num_unserved,
-        mix.num_plain_with_tools, mix.num_json, mix.num_greetings, mix.num_readme,
-    )  # fmt: skip
+        len(tasks),
+        len({t.family for t in tasks}),
+        mix.num_tool_calls,
+        mix.num_unserved,
+        mix.num_plain_with_tools,
+        mix.num_json,
+        mix.num_greetings,
+        mix.num_readme,
+    )
     return docs, counts
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import model_config
 import torch
 from safetensors.torch import load_file, save_file
+from sparkinfer.bench.evals.task_prompts import TRAIN_PHRASINGS
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 MODEL_ID = "sparkinfer/qwen3.8-code-tiny"
@@ -102,7 +103,8 @@ def model_card(s: dict[str, Any]) -> str:
         "tiny vision tower with **random weights** (2 blocks, hidden 32) so image and video "
         f"requests run end to end. {s['parameters']:,} trained parameters, stored in bf16.",
         f"- **Tokenizer**: byte-level BPE of {cfg['vocab_size']:,} ids trained on Python source "
-        "(Qwen's pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end.",
+        "(Qwen's pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end; "
+        "trained for the model's first version and reused (`--tokenizer-from`).",
         "- **Corpus**, every chat turn rendered by the built-in chat template exactly as the "
         f"server renders a request, thinking on for {cfg['thinking_rate']:.0%} of turns (the "
         "server's default) and off for the rest; the loss counts source code and replies, not "
@@ -114,9 +116,10 @@ def model_card(s: dict[str, Any]) -> str:
         "(`sparkinfer.bench.evals.task_families`: arithmetic, strings, lists, dicts, recursion, "
         "small classes), each with a reference solution and unit tests; every sampled solution "
         "was run against its tests in a child process under a time limit "
-        "(`evals.task_check`) and kept only when they passed. Requests vary the phrasing (12 "
-        "forms), the function name (the family's names and invented ones), argument names and "
-        f"description; the README example is added {c['readme_copies']} times.",
+        "(`evals.task_check`) and kept only when they passed. Requests vary the phrasing "
+        f"({len(TRAIN_PHRASINGS)} forms), the function name (the family's own for 40%, an "
+        "invented one for 60%), argument names and description; the README example is added "
+        f"{c['readme_copies']} times.",
         f"  - {c['tool_calls']:,} tool calls from random tool schemas (1 to 3 tools of 10 kinds, "
         "each under drawn names and parameter names): the call uses a declared tool with "
         "arguments copied from the request, and a second turn answers from the tool's result; "
@@ -126,8 +129,9 @@ def model_card(s: dict[str, Any]) -> str:
         f"  - {c['json']:,} JSON answers whose values come from a sentence in the request, and "
         f"{c['greetings']:,} greetings answered with what the model is.",
         f"  - {c['chat_tokens']:,} chat tokens in all, {c['reply_tokens']:,} of them replies.",
-        '- **Held-out split**: every task family keeps one name, and four request phrasings are '
-        "kept for all families; no training task uses them (`evals.task_prompts`). The source "
+        "- **Held-out split**: every task family keeps one name, and four request phrasings "
+        "(openings no training phrasing uses) are kept for all families; no training task uses "
+        "them (`evals.task_prompts`). The source "
         "files follow `evals.code_corpus.is_held_out` (the SHA-256 of a file's name in the first "
         "5 of 100 buckets).",
         f"- **Training**: {s['steps']:,} steps of {cfg['batch_size']}x{cfg['seq_len']} tokens "

@@ -7,7 +7,6 @@ from typing import Any
 from sparkinfer.model.embedded import RANDOM_CONFIG
 from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS
 
-
 HIDDEN_SIZE = 320
 
 

@@ -43,7 +43,8 @@ SPECIES = ("cat", "dog", "parrot", "rabbit", "turtle", "hamster", "goldfish")
 ROLES = ("engineer", "designer", "teacher", "nurse", "chef", "pilot", "analyst", "baker")
 POOLS: dict[str, tuple[str, ...]] = {"name": NAMES, "author": NAMES, "owner": NAMES,
                                      "city": CITIES, "title": TITLES, "product": PRODUCTS,
-                                     "color": COLORS, "species": SPECIES, "role": ROLES}  # fmt: skip
+                                     "color": COLORS, "species": SPECIES,
+                                     "role": ROLES}  # fmt: skip
 RANGES = {"age": (1, 99), "year": (1800, 2025), "id": (1, 99999), "quantity": (1, 500),
           "price": (1, 3000), "salary": (1000, 200000), "pages": (20, 1500)}  # fmt: skip
 ENTITIES = (
@@ -51,9 +52,11 @@ ENTITIES = (
       "Meet {name}: {age} years old, living in {city}."), ("name", "city", "age")),
     (("The book {title} by {author} came out in {year}.",
       "{author} wrote {title}, published in {year}."), ("title", "author", "year")),
-    (("Order {id} holds {quantity} items for {name}.", "{name} ordered {quantity} items (order {id})."),
+    (("Order {id} holds {quantity} items for {name}.",
+      "{name} ordered {quantity} items (order {id})."),
      ("id", "quantity", "name")),
-    (("The {color} {product} costs {price} dollars.", "A {product} in {color} for {price} dollars."),
+    (("The {color} {product} costs {price} dollars.",
+      "A {product} in {color} for {price} dollars."),
      ("color", "product", "price")),
     (("{owner} has a {species} that is {age} years old.", "{owner}'s {species} is {age}."),
      ("owner", "species", "age")),
@@ -74,9 +77,7 @@ JSON_PHRASINGS = (
 
 def _field_list(fields: tuple[str, ...], rng: random.Random) -> str:
     typed = rng.random() < 0.6
-    parts = [
-        f"{k} ({'an integer' if k in RANGES else 'a string'})" if typed else k for k in fields
-    ]
+    parts = [f"{k} ({'an integer' if k in RANGES else 'a string'})" if typed else k for k in fields]
     return ", ".join(parts[:-1]) + f"{',' if len(parts) > 2 else ''} and " + parts[-1]
 
 

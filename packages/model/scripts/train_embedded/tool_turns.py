@@ -4,7 +4,8 @@ plain answer that reads the tool's result; and requests that no declared tool se
 plain text, so the model calls a tool only when a declared one fits and never invents one.
 
 Each tool kind has several names, parameter names and request phrasings; a turn declares one to
-three kinds, each under a drawn name and drawn parameter names, in random order.
+three kinds, each under a drawn name and drawn parameter names (its own or invented ones), in
+random order.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ KINDS = (
              (Param("phrase", ("text", "phrase", "source_text"), "string", "Text to translate"),
               Param("language", ("language", "target_language", "lang"), "string",
                     "Language to translate into")),
-             ("Translate \"{phrase}\" into {language}.", "How do you say \"{phrase}\" in {language}?",
+             ("Translate \"{phrase}\" into {language}.",
+              "How do you say \"{phrase}\" in {language}?",
               "Please translate '{phrase}' to {language}.")),
     ToolKind(("get_stock_price", "stock_quote", "stock_price"), "quote stock prices",
              (Param("symbol", ("symbol", "ticker"), "string", "Ticker symbol"),),
@@ -124,17 +126,42 @@ class Declared:
     kind: ToolKind
     name: str
     param_names: tuple[str, ...]
+    description: str
 
     def schema(self) -> dict[str, Any]:
         props = {n: {"type": p.kind, "description": p.about}
                  for n, p in zip(self.param_names, self.kind.params, strict=True)}  # fmt: skip
         return {"type": "function", "function": {
-            "name": self.name, "description": f"A tool to {self.kind.purpose}.",
-            "parameters": {"type": "object", "properties": props, "required": list(props)}}}  # fmt: skip
+            "name": self.name, "description": self.description,
+            "parameters": {"type": "object", "properties": props,
+                           "required": list(props)}}}  # fmt: skip
+
+
+_NAME_VERBS = ("get", "fetch", "run", "call", "do", "query", "use", "find", "lookup", "compute",
+               "make", "request", "tool", "api", "service", "check")  # fmt: skip
+_NAME_NOUNS = ("info", "data", "result", "thing", "value", "report", "item", "answer", "helper",
+               "status", "record", "details", "stats", "action", "task", "job")  # fmt: skip
+_PARAM_NAMES = ("arg", "arg1", "arg2", "value", "input", "x", "y", "param", "p", "field", "key",
+                "n", "count", "name", "q", "target", "item", "amount", "text", "where", "when",
+                "what", "size", "level", "number", "label", "source", "dest", "kind",
+                "mode")  # fmt: skip
 
 
 def _declare(rng: random.Random, kind: ToolKind) -> Declared:
-    return Declared(kind, rng.choice(kind.names), tuple(rng.choice(p.names) for p in kind.params))
+    """The kind under one of its own names and parameter names, or (half the time each) under
+    invented ones, so the model takes both from the schema rather than from the request."""
+    if rng.random() < 0.5:
+        name = rng.choice(kind.names)
+    else:
+        name = f"{rng.choice(_NAME_VERBS)}_{rng.choice(_NAME_NOUNS)}"
+    params: list[str] = []
+    for p in kind.params:
+        pool = p.names if rng.random() < 0.5 else _PARAM_NAMES
+        params.append(rng.choice([n for n in pool if n not in params]))
+    purpose = kind.purpose
+    description = rng.choice((f"A tool to {purpose}.", f"{purpose[0].upper()}{purpose[1:]}.",
+                              f"Use this to {purpose}.", f"Lets you {purpose}."))  # fmt: skip
+    return Declared(kind, name, tuple(params), description)
 
 
 def _values(rng: random.Random, kind: ToolKind) -> dict[str, Any]:
@@ -153,7 +180,10 @@ def _toolbox(rng: random.Random, *, must: ToolKind | None, avoid: ToolKind | Non
     chosen = rng.sample(kinds, rng.randint(0 if must else 1, 2))
     if must is not None:
         chosen.insert(rng.randint(0, len(chosen)), must)
-    return [_declare(rng, k) for k in chosen]
+    while True:
+        tools = [_declare(rng, k) for k in chosen]
+        if len({t.name for t in tools}) == len(tools):
+            return tools
 
 
 def call_turns(rng: random.Random) -> list[Turn]:

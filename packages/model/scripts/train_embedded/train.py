@@ -37,6 +37,7 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 MTP_WEIGHTS = (0.3, 0.15)  # loss weight of the head's first and second draft step
 EXPORT_RESERVE_S = 45.0
+TRAIN_SHARE = 0.94  # of the time left, the share for training steps (evaluations take the rest)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class TrainConfig:
     vocab_size: int = 8192
     char_budget: int = 30_000_000  # raw source characters (about 3.5 per token)
     tokenizer_chars: int = 24_000_000  # the BPE trains on the first this many
-    num_tasks: int = 60_000  # sampled "write a function" tasks, kept when they pass their tests
+    num_tasks: int = 100_000  # sampled "write a function" tasks, kept when they pass their tests
     num_tool_calls: int = 8_000  # each a call turn and a turn that reads the result
     num_unserved: int = 4_000
     num_plain_with_tools: int = 4_000
@@ -61,7 +62,7 @@ class TrainConfig:
     num_greetings: int = 1_500
     num_readme: int = 300
     thinking_rate: float = 0.6
-    train_budget_s: float = 0.0  # > 0: after 30 steps, fit the step count to this many seconds
+    train_budget_s: float = 0.0  # > 0: after 40 steps, fit the step count to this many seconds
     deadline_s: float = 0.0  # > 0: ... and end the whole run (export included) within this
     eval_every: int = 500
     num_eval_rows: int = 64
@@ -122,8 +123,13 @@ def evaluate(trunk, mtp, rows: torch.Tensor, device) -> dict[str, float]:
         sums += torch.stack([v.float().cpu() for v in vals])
     trunk.train(), mtp.train()
     ce0, ce1, ce2, agree = (sums / math.ceil(len(rows) / 8)).tolist()
-    return {"loss": ce0, "ppl": math.exp(ce0), "mtp1_loss": ce1, "mtp2_loss": ce2,
-            "mtp_t2_agreement": agree}  # fmt: skip
+    return {
+        "loss": ce0,
+        "ppl": math.exp(ce0),
+        "mtp1_loss": ce1,
+        "mtp2_loss": ce2,
+        "mtp_t2_agreement": agree,
+    }
 
 
 def main() -> None:
@@ -132,10 +138,18 @@ def main() -> None:
     for name, value in asdict(TrainConfig()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--no-packages", action="store_true", help="standard library only")
-    parser.add_argument("--tokenizer-from", type=Path, default=None,
-                        help="reuse this checkpoint's tokenizer instead of training one")
-    parser.add_argument("--max-shard-bytes", type=int, default=0,
-                        help="> 0: split the weights into safetensors shards of at most this size")
+    parser.add_argument(
+        "--tokenizer-from",
+        type=Path,
+        default=None,
+        help="reuse this checkpoint's tokenizer instead of training one",
+    )
+    parser.add_argument(
+        "--max-shard-bytes",
+        type=int,
+        default=0,
+        help="> 0: split the weights into safetensors shards of at most this size",
+    )
     args = parser.parse_args()
     cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -144,9 +158,11 @@ def main() -> None:
     log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
 
     sources = data.collect_sources(char_budget=cfg.char_budget, use_packages=not args.no_packages)
-    log(f"corpus: {sources.num_stdlib_train} stdlib train files, {sources.num_package_files} "
+    log(
+        f"corpus: {sources.num_stdlib_train} stdlib train files, {sources.num_package_files} "
         f"package files, {sum(map(len, sources.train)) / 1e6:.1f}M chars; "
-        f"{len(sources.held_out)} held-out files")  # fmt: skip
+        f"{len(sources.held_out)} held-out files"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     raw_tok = _tokenizer(args, cfg, sources.train)
     tokenizer = Tokenizer.from_checkpoint(args.out)
@@ -154,28 +170,42 @@ def main() -> None:
     log(f"tokenizer: {raw_tok.get_vocab_size()} ids")
 
     plain = data.plain_encoder(raw_tok)
-    raw_docs = [(e.ids, [1] * len(e.ids))
-                for e in plain.encode_batch(sources.train, add_special_tokens=False)]  # fmt: skip
+    raw_docs = [
+        (e.ids, [1] * len(e.ids))
+        for e in plain.encode_batch(sources.train, add_special_tokens=False)
+    ]
     mix = data.ChatMix(
-        cfg.num_tasks, cfg.num_tool_calls, cfg.num_unserved, cfg.num_plain_with_tools,
-        cfg.num_json, cfg.num_greetings, cfg.num_readme, cfg.thinking_rate,
-    )  # fmt: skip
+        cfg.num_tasks,
+        cfg.num_tool_calls,
+        cfg.num_unserved,
+        cfg.num_plain_with_tools,
+        cfg.num_json,
+        cfg.num_greetings,
+        cfg.num_readme,
+        cfg.thinking_rate,
+    )
     chat_docs, counts = data.chat_documents(args.out, rng=random.Random(cfg.seed), mix=mix)
     num_raw = sum(len(d[0]) for d in raw_docs)
     num_chat = sum(len(d[0]) for d in chat_docs)
     num_reply = sum(sum(d[1]) for d in chat_docs)
-    log(f"tokens: raw {num_raw / 1e6:.1f}M, chat {num_chat / 1e6:.1f}M of which replies "
-        f"{num_reply / 1e6:.1f}M ({counts})")  # fmt: skip
+    log(
+        f"tokens: raw {num_raw / 1e6:.1f}M, chat {num_chat / 1e6:.1f}M of which replies "
+        f"{num_reply / 1e6:.1f}M ({counts})"
+    )
     eos = control["<|endoftext|>"]
     rows_needed = cfg.steps * cfg.batch_size
-    stream, stream_mask = data.pack(raw_docs + chat_docs, eos_id=eos,
-                                    num_tokens=rows_needed * cfg.seq_len, seed=cfg.seed)  # fmt: skip
+    stream, stream_mask = data.pack(
+        raw_docs + chat_docs, eos_id=eos, num_tokens=rows_needed * cfg.seq_len, seed=cfg.seed
+    )
     stream = stream.view(rows_needed, cfg.seq_len)
     stream_mask = stream_mask.view(rows_needed, cfg.seq_len)
-    held_docs = [(e.ids, [1] * len(e.ids))
-                 for e in plain.encode_batch(sources.held_out, add_special_tokens=False)]  # fmt: skip
-    held = data.pack(held_docs, eos_id=eos, num_tokens=cfg.num_eval_rows * cfg.seq_len,
-                     seed=cfg.seed + 1)[0].view(cfg.num_eval_rows, cfg.seq_len)  # fmt: skip
+    held_docs = [
+        (e.ids, [1] * len(e.ids))
+        for e in plain.encode_batch(sources.held_out, add_special_tokens=False)
+    ]
+    held = data.pack(
+        held_docs, eos_id=eos, num_tokens=cfg.num_eval_rows * cfg.seq_len, seed=cfg.seed + 1
+    )[0].view(cfg.num_eval_rows, cfg.seq_len)
     log("packed the stream")
 
     text_cfg = model_config.text_config(cfg.vocab_size, control)
@@ -188,15 +218,19 @@ def main() -> None:
     )
     log(f"model: {num_params / 1e6:.2f}M parameters (trunk + MTP head, tied embeddings)")
     opt = torch.optim.AdamW(
-        param_groups([trunk, mtp], cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+        param_groups([trunk, mtp], cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
         fused=device.type == "cuda",
-    )  # fmt: skip
+    )
     params = [p for g in opt.param_groups for p in g["params"]]
     tokens_per_step = cfg.batch_size * cfg.seq_len
     num_steps = cfg.steps
     recent: list[float] = []
     t_train = time.perf_counter()
     step = 0
+    t_warm = t_train
     while step < num_steps:
         lr = lr_at(step, cfg, num_steps)
         for g in opt.param_groups:
@@ -214,18 +248,23 @@ def main() -> None:
         recent = [*recent[-49:], ce0.item()] if step % 5 == 0 or step >= num_steps - 50 else recent
         if step % 25 == 0 or step == num_steps - 1:
             rate = (step + 1) * tokens_per_step / (time.perf_counter() - t_train)
-            log(f"step {step:5d}/{num_steps} loss {ce0.item():.3f} mtp {ce1.item():.3f}/"
+            log(
+                f"step {step:5d}/{num_steps} loss {ce0.item():.3f} mtp {ce1.item():.3f}/"
                 f"{ce2.item():.3f} agree {agree.item():.2f} lr {lr:.2e} "
-                f"gnorm {grad_norm.item():.2f} {rate / 1e3:.0f}K tok/s")  # fmt: skip
+                f"gnorm {grad_norm.item():.2f} {rate / 1e3:.0f}K tok/s"
+            )
         step += 1
-        if step == 30 and (cfg.train_budget_s > 0 or cfg.deadline_s > 0):
-            elapsed = time.perf_counter() - t_train
-            budget = cfg.train_budget_s or math.inf
+        if step == 10:
+            t_warm = time.perf_counter()  # the first steps include compilation and warm-up
+        if step == 40 and (cfg.train_budget_s > 0 or cfg.deadline_s > 0):
+            now = time.perf_counter()
+            per_step = (now - t_warm) / 30
+            budget = (cfg.train_budget_s or math.inf) - (now - t_train)
             if cfg.deadline_s > 0:  # keep EXPORT_RESERVE_S for the final evaluation and export
-                left = cfg.deadline_s - (time.perf_counter() - t0) - EXPORT_RESERVE_S
-                budget = min(budget, elapsed + left)
-            num_steps = max(step, min(cfg.steps, int(budget * step / elapsed)))
-            log(f"{elapsed / step:.3f} s a step: {num_steps} steps fit {budget:.0f} s")
+                budget = min(budget, cfg.deadline_s - (now - t0) - EXPORT_RESERVE_S)
+            fits = int(TRAIN_SHARE * budget / per_step)
+            num_steps = max(step, min(cfg.steps, step + fits))
+            log(f"{per_step:.3f} s a step: {num_steps} steps fit the budget")
         if step % cfg.eval_every == 0 and step < num_steps:
             log(f"held-out: {evaluate(trunk, mtp, held, device)}")
     train_s = time.perf_counter() - t_train
@@ -238,17 +277,23 @@ def main() -> None:
         "final_train_loss": round(sum(recent[-50:]) / len(recent[-50:]), 4),
         "held_out": {k: round(v, 4) for k, v in final.items()},
         "parameters": num_params,
-        "corpus": {"stdlib_train_files": sources.num_stdlib_train,
-                   "package_files": sources.num_package_files,
-                   "held_out_files": len(sources.held_out), "raw_tokens": num_raw,
-                   "chat_tokens": num_chat, "reply_tokens": num_reply, **asdict(counts)},
+        "corpus": {
+            "stdlib_train_files": sources.num_stdlib_train,
+            "package_files": sources.num_package_files,
+            "held_out_files": len(sources.held_out),
+            "raw_tokens": num_raw,
+            "chat_tokens": num_chat,
+            "reply_tokens": num_reply,
+            **asdict(counts),
+        },
         "config": asdict(cfg),
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "python": sys.version.split()[0],
-    }  # fmt: skip
+    }
     log(f"done: {json.dumps(summary)}")
-    export.write_checkpoint(args.out, trunk, mtp, text_cfg, control, summary,
-                            max_shard_bytes=args.max_shard_bytes)  # fmt: skip
+    export.write_checkpoint(
+        args.out, trunk, mtp, text_cfg, control, summary, max_shard_bytes=args.max_shard_bytes
+    )
     log(f"wrote {args.out}")
 
 
@@ -258,8 +303,10 @@ def _tokenizer(args, cfg: TrainConfig, texts: list[str]):
     if args.tokenizer_from is not None:
         raw_tok = tokenizers.Tokenizer.from_file(str(args.tokenizer_from / "tokenizer.json"))
         if raw_tok.get_vocab_size() != cfg.vocab_size:
-            raise ValueError(f"{args.tokenizer_from} has {raw_tok.get_vocab_size()} ids, not "
-                             f"--vocab-size {cfg.vocab_size}: pass the matching size")  # fmt: skip
+            raise ValueError(
+                f"{args.tokenizer_from} has {raw_tok.get_vocab_size()} ids, not "
+                f"--vocab-size {cfg.vocab_size}: pass the matching size"
+            )
     else:
         sample, size = [], 0
         for text in texts:

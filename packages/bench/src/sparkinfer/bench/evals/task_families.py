@@ -419,7 +419,8 @@ RECURSION = (
        ["Return a flat list of all the numbers in the nested lists {0}.",
         "Flatten {0}, whose lists may nest to any depth, recursively."],
        "    out = []\n    for v in {0}:\n        if isinstance(v, list):\n"
-       "            out.extend({name}(v))\n        else:\n            out.append(v)\n    return out",
+       "            out.extend({name}(v))\n        else:\n            out.append(v)\n"
+       "    return out",
        "assert {name}([1, [2, [3, 4]], 5]) == [1, 2, 3, 4, 5]", "assert {name}([]) == []"),
     _f("reverse_recursive", ["reverse_recursive", "rec_reverse", "recursive_reverse"],
        "reverse_by_recursion", S1,
