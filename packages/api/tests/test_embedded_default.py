@@ -1,10 +1,15 @@
-"""The embedded default model through HTTP: transformers' greedy tokens, forced tool calls and
-JSON answers that close and validate."""
+"""The embedded default model through HTTP: transformers' greedy tokens, forced tool calls that
+close and validate, tool calls under tool_choice auto that pick the right declared tool with the
+prompt's arguments (and never an undeclared one), and JSON answers that carry the prompt's values.
+The checks other than the greedy one run at the checkpoint's default sampling, one seed each."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import jsonschema
@@ -64,6 +69,51 @@ PEOPLE = (
     ("Hiro", "Toronto", 23), ("Ingrid", "Nairobi", 40), ("Jamal", "Rome", 33),
 )  # fmt: skip
 GOAL = 8  # of 10 prompts
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather forecast for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city name"},
+                "days": {"type": "integer", "description": "Number of days"},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add_numbers",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "description": "The first number"},
+                "b": {"type": "integer", "description": "The second number"},
+            },
+            "required": ["a", "b"],
+        },
+    },
+}
+AUTO_REQUESTS = (
+    ("What's the weather in Paris for the next 3 days?", "get_weather",
+     {"city": "Paris", "days": 3}),
+    ("Give me the 5-day forecast for Tokyo.", "get_weather", {"city": "Tokyo", "days": 5}),
+    ("How will the weather be in Lima over the next 2 days?", "get_weather",
+     {"city": "Lima", "days": 2}),
+    ("I'm flying to Oslo. What will the weather be like for 7 days?", "get_weather",
+     {"city": "Oslo", "days": 7}),
+    ("Weather in Cairo for 4 days, please.", "get_weather", {"city": "Cairo", "days": 4}),
+    ("What is 17 plus 25?", "add_numbers", {"a": 17, "b": 25}),
+    ("Add 120 and 38.", "add_numbers", {"a": 120, "b": 38}),
+    ("Compute the sum of 9 and 301.", "add_numbers", {"a": 9, "b": 301}),
+    ("What do 64 and 36 add up to?", "add_numbers", {"a": 64, "b": 36}),
+    ("Please add 450 + 7.", "add_numbers", {"a": 450, "b": 7}),
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +177,65 @@ def test_forced_tool_calls_close_and_validate(client: openai.OpenAI) -> None:
     assert good >= GOAL
 
 
-def test_json_schema_answers_close_and_validate(client: openai.OpenAI) -> None:
+@dataclass(frozen=True)
+class AutoReply:
+    calls: list[tuple[str, dict[str, Any]]]  # parsed calls: (name, arguments)
+    raw_names: list[str]  # names in call markup the server left in the content
+
+
+@pytest.fixture(scope="module")
+def auto_replies(client: openai.OpenAI) -> list[AutoReply]:
+    """AUTO_REQUESTS under tool_choice auto with WEATHER and ADD declared, default sampling."""
+    replies = []
+    for seed, (request, _, _) in enumerate(AUTO_REQUESTS):
+        r = client.chat.completions.create(
+            model=EMBEDDED_MODEL_ID,
+            messages=[{"role": "user", "content": request}],
+            tools=[WEATHER, ADD],  # type: ignore[list-item]
+            tool_choice="auto",
+            seed=seed,
+            max_tokens=96,
+        )
+        message = r.choices[0].message
+        calls = [(c.function.name, json.loads(c.function.arguments))  # type: ignore[union-attr]
+                 for c in message.tool_calls or []]  # fmt: skip
+        raw = re.findall(r"<function=([^>\n]*)>", message.content or "")
+        print(f"{request!r}: {calls} {message.content!r}")
+        replies.append(AutoReply(calls, raw))
+    return replies
+
+
+def test_auto_tool_calls_never_name_an_undeclared_tool(auto_replies: list[AutoReply]) -> None:
+    declared = {WEATHER["function"]["name"], ADD["function"]["name"]}
+    for (request, _, _), reply in zip(AUTO_REQUESTS, auto_replies, strict=True):
+        names = [name for name, _ in reply.calls] + reply.raw_names
+        assert set(names) <= declared, f"{request!r} called an undeclared tool: {names}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 53: the shipped model picks the right declared tool on 10 of 10, but names the "
+    "parameters right on 3 of 10 (it mixes the two tools' names); the goal stays 8",
+)
+def test_auto_tool_calls_pick_the_right_tool_with_the_prompts_arguments(
+    auto_replies: list[AutoReply],
+) -> None:
+    right = sum(
+        reply.calls == [(name, arguments)] and not reply.raw_names
+        for (_, name, arguments), reply in zip(AUTO_REQUESTS, auto_replies, strict=True)
+    )
+    tools = sum(
+        [n for n, _ in reply.calls] + reply.raw_names == [name]
+        for (_, name, _), reply in zip(AUTO_REQUESTS, auto_replies, strict=True)
+    )
+    print(f"{tools} of {len(AUTO_REQUESTS)} auto replies named the right tool; {right} also "
+          "called it with the prompt's arguments")  # fmt: skip
+    assert right >= GOAL
+
+
+def test_json_schema_answers_carry_the_prompts_values(client: openai.OpenAI) -> None:
     good = 0
-    for name, city, age in PEOPLE:
+    for seed, (name, city, age) in enumerate(PEOPLE):
         prompt = (
             "Reply with a JSON object with the fields name (a string), city (a string), age "
             f"(an integer) for: {name} lives in {city} and is {age} years old."
@@ -139,16 +245,26 @@ def test_json_schema_answers_close_and_validate(client: openai.OpenAI) -> None:
             messages=[{"role": "user", "content": prompt}],
             response_format={"type": "json_schema",
                              "json_schema": {"name": "person", "schema": PERSON}},
-            temperature=0,
+            seed=seed,
             max_tokens=64,
         )  # fmt: skip
         choice = r.choices[0]
         if choice.finish_reason != "stop" or choice.message.content is None:
             continue
         try:
-            jsonschema.validate(json.loads(choice.message.content), PERSON)
+            value = json.loads(choice.message.content)
+            jsonschema.validate(value, PERSON)
         except (ValueError, jsonschema.ValidationError):
             continue
-        good += 1
-    print(f"{good} of {len(PEOPLE)} JSON answers closed and validated")
+        good += value == {"name": name, "city": city, "age": age}
+    print(f"{good} of {len(PEOPLE)} JSON answers carried the prompt's values")
     assert good >= GOAL
+
+
+def test_a_greeting_says_what_the_model_is(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model=EMBEDDED_MODEL_ID, messages=[{"role": "user", "content": "Hello"}], seed=0,
+        max_tokens=96,
+    )  # fmt: skip
+    assert r.choices[0].finish_reason == "stop"
+    assert "qwen3.8-code-tiny" in (r.choices[0].message.content or "")

@@ -1,14 +1,18 @@
 """The embedded code model, measured on held-out files of this machine's standard library (the
-split rule of `evals.code_corpus`): logits and perplexity equal transformers', perplexity far below
-a uniform guess, greedy "write a function" answers that parse, and MTP drafts that agree with the
-trunk's own next-but-one token."""
+split rule of `evals.code_corpus`) and on held-out "write a function" tasks (`evals.task_prompts`):
+logits and perplexity equal transformers', perplexity far below a uniform guess, MTP drafts that
+agree with the trunk's own next-but-one token, answers to held-out tasks that pass their unit
+tests at the checkpoint's default sampling, the README example right on every run, and no answer
+that loops until the length limit."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -20,19 +24,28 @@ from sparkinfer.bench.evals.code_corpus import (
     split_files,
     stdlib_root,
 )
+from sparkinfer.bench.evals.task_check import passes_tests
+from sparkinfer.bench.evals.task_prompts import WrittenTask, held_out_tasks, readme_task
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.chat_template import ChatOptions, ChatTemplate
+from sparkinfer.model.config import parse_generation_defaults, parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.embedded import embedded_checkpoint_dir
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model
 
+if TYPE_CHECKING:
+    from sparkinfer.scheduler.request import SamplingParams as SamplingParamsT
+
 NUM_FILES = 6  # held-out files scored, their first WINDOW tokens each
 WINDOW = 384
 NUM_TASKS = 16
 MAX_ANSWER_TOKENS = 160
 BLOCK = 16
+NUM_README_RUNS = 10
+HELD_OUT_GOAL = 24  # of 32
+REPEAT_NGRAM = 4  # an answer that hit the length limit with a 4-gram seen 3 times is degenerate
 
 
 @dataclass
@@ -169,3 +182,100 @@ def test_half_of_the_write_a_function_answers_parse(
     ok = sum(parses(answer_code(tokenizer.decode(a, skip_special=True))) for a in answers)
     print(f"{ok} of {len(answers)} answers parse")
     assert ok >= len(answers) / 2
+
+
+@dataclass
+class Answer:
+    task: WrittenTask
+    text: str
+    is_length: bool  # stopped by max_tokens, not by an end token
+
+
+def _default_params(seed: int) -> SamplingParamsT:
+    from sparkinfer.scheduler.request import SamplingParams
+
+    folder = embedded_checkpoint_dir()
+    config = parse_model_config(json.loads((folder / "config.json").read_text()))
+    gen = parse_generation_defaults(
+        json.loads((folder / "generation_config.json").read_text()), config=config
+    )
+    return SamplingParams(
+        temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p, min_p=gen.min_p,
+        repetition_penalty=gen.repetition_penalty, seed=seed, max_tokens=MAX_ANSWER_TOKENS,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def default_answers(model: Qwen3_8ForCausalLM, tokenizer: Tokenizer) -> list[Answer]:
+    """The held-out tasks and NUM_README_RUNS runs of the README example, rendered as the server
+    renders a request by default (thinking on), sampled with the checkpoint's defaults, one seed
+    each, through one engine."""
+    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.scheduler.engine import Engine
+
+    tasks = held_out_tasks() + [readme_task()] * NUM_README_RUNS
+    template = ChatTemplate.from_checkpoint(embedded_checkpoint_dir(), tokenizer)
+    prompts = [
+        tokenizer.encode_chat(
+            template.render([{"role": "user", "content": t.prompt}], options=ChatOptions()).segments
+        )
+        for t in tasks
+    ]
+    config = SchedulerConfig(
+        max_num_seqs=len(tasks), max_model_len=1024, eos_token_ids=tokenizer.eos_token_ids
+    )
+    engine = Engine.from_model(model, config, device="cpu")
+    try:
+        with ThreadPoolExecutor(len(tasks)) as pool:
+            outs = list(pool.map(lambda i: engine.generate(prompts[i], _default_params(i)),
+                                 range(len(tasks))))  # fmt: skip
+    finally:
+        engine.shutdown()
+    eos = set(tokenizer.eos_token_ids)
+    return [
+        Answer(t, tokenizer.decode(out, skip_special=True),
+               len(out) >= MAX_ANSWER_TOKENS and out[-1] not in eos)
+        for t, out in zip(tasks, outs, strict=True)
+    ]  # fmt: skip
+
+
+def _passing(answers: list[Answer]) -> list[bool]:
+    return passes_tests([(answer_code(a.text), a.task.test_code) for a in answers])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 53: the shipped model passes 12 of 32 (most bodies are right, but it often "
+    "writes a training name instead of the held-out one); the goal stays 24",
+)
+def test_held_out_functions_pass_their_unit_tests(default_answers: list[Answer]) -> None:
+    held = default_answers[:-NUM_README_RUNS]
+    ok = _passing(held)
+    for a, passed in zip(held, ok, strict=True):
+        print(f"{'PASS' if passed else 'FAIL'} {a.task.prompt}\n{answer_code(a.text)}")
+    print(f"{sum(ok)} of {len(held)} held-out functions pass their unit tests")
+    assert sum(ok) >= HELD_OUT_GOAL
+
+
+def test_the_readme_example_is_right_on_every_run(default_answers: list[Answer]) -> None:
+    runs = default_answers[-NUM_README_RUNS:]
+    ok = _passing(runs)
+    print(f"README example right on {sum(ok)} of {len(runs)} runs")
+    assert all(ok), [a.text for a, good in zip(runs, ok, strict=True) if not good]
+
+
+def _has_repeated_ngram(ids: list[str], n: int = REPEAT_NGRAM, times: int = 3) -> bool:
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(ids) - n + 1):
+        gram = tuple(ids[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= times:
+            return True
+    return False
+
+
+def test_no_answer_loops_until_the_length_limit(default_answers: list[Answer]) -> None:
+    held = default_answers[:-NUM_README_RUNS]
+    looping = [a.text for a in held if a.is_length and _has_repeated_ngram(a.text.split())]
+    print(f"{len(looping)} of {len(held)} answers ended by length with a repeated 4-gram")
+    assert not looping, looping

@@ -81,7 +81,7 @@ def test_the_default_is_the_shipped_trained_checkpoint() -> None:
     folder = embedded_checkpoint_dir()
     assert EMBEDDED_MODEL_ID == "sparkinfer/qwen3.8-code-tiny"
     size = sum(f.stat().st_size for f in folder.iterdir())
-    assert size <= 20 * 1024 * 1024  # the checkpoint travels with the package
+    assert size <= 32 * 1024 * 1024  # the checkpoint travels with the package
     config = load_model_config(folder)
     tok = Tokenizer.from_checkpoint(folder)
     assert config.text.vocab_size == tok.vocab_size == 8192

@@ -13,10 +13,12 @@ from typing import Any
 import model_config
 import torch
 from safetensors.torch import load_file, save_file
+from sparkinfer.bench.evals.task_prompts import TRAIN_PHRASINGS
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 MODEL_ID = "sparkinfer/qwen3.8-code-tiny"
-GENERATION = {"temperature": 0.7, "top_k": 20, "top_p": 0.95, "do_sample": True}
+# Low temperature: short functions have one right answer, and tiny models drift when sampled hot.
+GENERATION = {"temperature": 0.1, "top_k": 20, "top_p": 0.9, "do_sample": True}
 
 
 def chat_template_source() -> str:
@@ -32,6 +34,8 @@ def write_checkpoint(
     text_cfg: dict[str, Any],
     control: dict[str, int],
     summary: dict[str, Any],
+    *,
+    max_shard_bytes: int = 0,
 ) -> None:
     config = Qwen3_5Config(**model_config.checkpoint_config(text_cfg, control))
     torch.manual_seed(1)  # the vision tower's random weights
@@ -49,7 +53,10 @@ def write_checkpoint(
         (out / "config.json").write_text((Path(tmp) / "config.json").read_text())
     for name, value in mtp.state_dict().items():
         tensors[f"mtp.{name}"] = value.detach().to(torch.bfloat16).cpu().contiguous()
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if max_shard_bytes > 0:
+        save_shards(tensors, out, max_shard_bytes=max_shard_bytes)
+    else:
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     eos = [control["<|im_end|>"], control["<|endoftext|>"]]
     generation = {"bos_token_id": control["<|endoftext|>"], "eos_token_id": eos,
                   "pad_token_id": control["<|endoftext|>"], **GENERATION}  # fmt: skip
@@ -58,54 +65,97 @@ def write_checkpoint(
     (out / "README.md").write_text(model_card(summary))
 
 
+def save_shards(tensors: dict[str, torch.Tensor], out: Path, *, max_shard_bytes: int) -> None:
+    """The weights as safetensors shards of at most `max_shard_bytes` and their index file."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].numel() * tensors[name].element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensors[name]
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, file))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
 def model_card(s: dict[str, Any]) -> str:
     c, cfg, held = s["corpus"], s["config"], s["held_out"]
     lines = [
         f"# {MODEL_ID}",
         "",
         "A small code model of the Qwen3.8 architecture, trained for testing SparkInfer: it is "
-        "**not a general assistant**. It writes short Python functions, makes Qwen XML tool "
-        "calls for a given tool schema, answers with JSON objects for a described schema, and "
-        "gives the server, its speculative decoder and its quality checks a model whose output "
-        "means something.",
+        "**not a general assistant**. It writes short Python functions from a one-line "
+        "description, says what it is when greeted, calls the tools a request declares (and "
+        "answers in plain text when none fits), and answers with JSON objects whose values come "
+        "from the request.",
         "",
-        "- **Architecture**: 8 layers (Gated DeltaNet x3, gated attention x1, twice), hidden 256, "
-        "SwiGLU 640, 4 query / 2 key-value heads of 64 with a gated q and partial rotary (16 "
-        "dims), (1+w) norms, tied embeddings, an MTP head in Qwen's layout (`mtp.*`), and a tiny "
-        "vision tower with **random weights** (2 blocks, hidden 32) so image and video requests "
-        f"run end to end. {s['parameters']:,} trained parameters.",
-        f"- **Tokenizer**: byte-level BPE of {cfg['vocab_size']:,} ids trained on the same corpus "
-        "(Qwen's pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end.",
-        "- **Corpus**: Python source read at training time from the training machine's Python "
-        f"{s['python']} installation: {c['stdlib_train_files']:,} standard-library files of the "
-        f"train split and {c['package_files']:,} installed-package files ({c['raw_tokens']:,} "
-        f'tokens), plus {c["tasks"]:,} "write a function" tasks made from them (each '
-        f"{cfg['task_repeats']} times; the answer's docstring cut to its first line), "
-        f"{c['tool_calls']:,} tool-call turns, {c['json']:,} JSON turns and {c['greetings']:,} "
-        f"greetings ({c['chat_tokens']:,} tokens), rendered by the built-in chat template with "
-        "thinking on and off.",
-        "- **Split rule** (`sparkinfer.bench.evals.code_corpus.is_held_out`): a file is held out "
-        "when the SHA-256 of its name (folder/name for `__init__.py` and `__main__.py`) falls in "
-        "the first 5 of 100 buckets; package files the rule holds out, or equal to a held-out "
-        "file, are skipped.",
-        f"- **Training**: {cfg['steps']:,} steps of {cfg['batch_size']}x{cfg['seq_len']} tokens "
+        "- **Architecture**: 8 layers (Gated DeltaNet x3, gated attention x1, twice), hidden "
+        "320, SwiGLU 1024, 4 query / 2 key-value heads of 64 with a gated q and partial rotary "
+        "(16 dims), (1+w) norms, tied embeddings, an MTP head in Qwen's layout (`mtp.*`), and a "
+        "tiny vision tower with **random weights** (2 blocks, hidden 32) so image and video "
+        f"requests run end to end. {s['parameters']:,} trained parameters, stored in bf16.",
+        f"- **Tokenizer**: byte-level BPE of {cfg['vocab_size']:,} ids trained on Python source "
+        "(Qwen's pre-tokenizer regex and NFC), with all 33 Qwen control tokens at the end; "
+        "trained for the model's first version and reused (`--tokenizer-from`).",
+        "- **Corpus**, every chat turn rendered by the built-in chat template exactly as the "
+        f"server renders a request, thinking on for {cfg['thinking_rate']:.0%} of turns (the "
+        "server's default) and off for the rest; the loss counts source code and replies, not "
+        "prompts:",
+        f"  - Python source of the training machine's Python {s['python']}: "
+        f"{c['stdlib_train_files']:,} standard-library files of the train split and "
+        f"{c['package_files']:,} installed-package files ({c['raw_tokens']:,} tokens).",
+        f'  - {c["tasks"]:,} "write a function" tasks from {c["task_families"]} families '
+        "(`sparkinfer.bench.evals.task_families`: arithmetic, strings, lists, dicts, recursion, "
+        "small classes), each with a reference solution and unit tests; every sampled solution "
+        "was run against its tests in a child process under a time limit "
+        "(`evals.task_check`) and kept only when they passed. Requests vary the phrasing "
+        f"({len(TRAIN_PHRASINGS)} forms), the function name (the family's own for 40%, an "
+        "invented one for 60%), argument names and description; the README example is added "
+        f"{c['readme_copies']} times.",
+        f"  - {c['tool_calls']:,} tool calls from random tool schemas (1 to 3 tools of 10 kinds, "
+        "each under drawn names and parameter names): the call uses a declared tool with "
+        "arguments copied from the request, and a second turn answers from the tool's result; "
+        f"{c['unserved']:,} requests no declared tool serves, answered in plain text; "
+        f"{c['plain_with_tools']:,} code requests and greetings with unrelated tools declared, "
+        "answered without a call.",
+        f"  - {c['json']:,} JSON answers whose values come from a sentence in the request, and "
+        f"{c['greetings']:,} greetings answered with what the model is.",
+        f"  - {c['chat_tokens']:,} chat tokens in all, {c['reply_tokens']:,} of them replies.",
+        "- **Held-out split**: every task family keeps one name, and four request phrasings "
+        "(openings no training phrasing uses) are kept for all families; no training task uses "
+        "them (`evals.task_prompts`). The source "
+        "files follow `evals.code_corpus.is_held_out` (the SHA-256 of a file's name in the first "
+        "5 of 100 buckets).",
+        f"- **Training**: {s['steps']:,} steps of {cfg['batch_size']}x{cfg['seq_len']} tokens "
         f"({s['train_tokens']:,} tokens) in {s['train_seconds']:.0f} s on one {s['gpu']} "
         f"({s['tokens_per_second']:,} tokens/s): AdamW (lr {cfg['lr']}, betas 0.9/0.95, weight "
         f"decay {cfg['weight_decay']}), {cfg['warmup_steps']} warmup steps then cosine to "
         f"{cfg['min_lr_ratio']}x, gradient clipping at {cfg['grad_clip']}, bf16 autocast, seed "
         f"{cfg['seed']}; trunk and MTP head jointly (loss weights 1, 0.3 for t+2, 0.15 for t+3).",
-        f"- **Result**: final train loss {s['final_train_loss']:.3f}; held-out loss "
-        f"{held['loss']:.3f} (perplexity {held['ppl']:.2f} per token, against "
+        f"- **Result**: final train loss {s['final_train_loss']:.3f} (over targets); held-out "
+        f"source loss {held['loss']:.3f} (perplexity {held['ppl']:.2f} per token, against "
         f"{cfg['vocab_size']:,} for a uniform guess); the MTP head's first draft agrees with the "
         f"trunk's own next-but-one token on {held['mtp_t2_agreement']:.1%} of held-out positions.",
+        "- **Sampling defaults** (generation_config.json): temperature "
+        f"{GENERATION['temperature']}, top_k {GENERATION['top_k']}, top_p {GENERATION['top_p']}.",
         "",
-        "Its quality on a test machine's held-out files (perplexity, answers that parse, MTP "
-        "agreement, tool calls and JSON that close) is checked by the test suite and recorded "
-        'in docs/benchmarks.md, section "The embedded code model".',
+        "Its checks run in the test suite (packages/bench/tests/test_embedded_quality.py, "
+        "packages/api/tests/test_embedded_default.py) and are recorded in "
+        "docs/records/embedded_model.json.",
         "",
         "Command (one GPU; PYTHONPATH over the packages' `src` folders):",
         "",
-        "    python3 packages/model/scripts/train_embedded/train.py --out DIR",
+        "    python3 packages/model/scripts/train_embedded/train.py --out DIR \\",
+        "        --tokenizer-from packages/model/src/sparkinfer/model/embedded_checkpoint \\",
+        f"        --steps {s['steps']}",
         "",
     ]
     return "\n".join(lines)

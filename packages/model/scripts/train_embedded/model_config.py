@@ -7,15 +7,17 @@ from typing import Any
 from sparkinfer.model.embedded import RANDOM_CONFIG
 from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS
 
+HIDDEN_SIZE = 320
+
 
 def text_config(vocab_size: int, control_ids: dict[str, int]) -> dict[str, Any]:
-    """8 layers in the 3:1 Gated-DeltaNet / gated-attention pattern, hidden 256, GQA 4:2,
+    """8 layers in the 3:1 Gated-DeltaNet / gated-attention pattern, hidden 320, GQA 4:2,
     gated q, partial rotary (a quarter of each head), (1+w) norms, tied embeddings."""
     return {
         "model_type": "qwen3_5_text",
         "vocab_size": vocab_size,
-        "hidden_size": 256,
-        "intermediate_size": 640,
+        "hidden_size": HIDDEN_SIZE,
+        "intermediate_size": 1024,
         "num_hidden_layers": 8,
         "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
         "full_attention_interval": 4,
@@ -48,8 +50,9 @@ def text_config(vocab_size: int, control_ids: dict[str, int]) -> dict[str, Any]:
     }
 
 
-# The random model's tiny tower (2 blocks, width 32, real patch geometry), projecting to 256.
-VISION_CONFIG: dict[str, Any] = RANDOM_CONFIG["vision_config"]
+# The random model's tiny tower (2 blocks, width 32, real patch geometry), projecting to the
+# text model's width.
+VISION_CONFIG: dict[str, Any] = {**RANDOM_CONFIG["vision_config"], "out_hidden_size": HIDDEN_SIZE}
 
 
 def checkpoint_config(text: dict[str, Any], control_ids: dict[str, int]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Synthetic chat turns for the behaviours code alone does not teach: a Qwen XML tool call for a
-given tool schema (and an answer from its result), a JSON object for a described schema, and a
-short self-description. Every turn is made by a seeded generator, so the corpus is reproducible.
+"""Synthetic chat turns for what code alone does not teach: JSON objects whose values come from
+the request, a greeting that says what the model is, and "write a function" tasks (their answers
+checked by `task_check` before they are kept). Tool turns live in `tool_turns`. Every turn comes
+from a seeded generator, so the corpus is reproducible.
 """
 
 from __future__ import annotations
@@ -10,108 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-VERBS = (
-    "get",
-    "find",
-    "create",
-    "delete",
-    "update",
-    "list",
-    "search",
-    "send",
-    "book",
-    "check",
-    "cancel",
-    "schedule",
-    "convert",
-    "count",
-    "rename",
-    "archive",
-    "fetch",
-    "register",
-)
-NOUNS = (
-    "weather",
-    "user",
-    "file",
-    "order",
-    "ticket",
-    "flight",
-    "email",
-    "invoice",
-    "note",
-    "event",
-    "meeting",
-    "product",
-    "account",
-    "report",
-    "photo",
-    "task",
-    "song",
-    "hotel",
-    "recipe",
-    "package",
-    "repository",
-    "message",
-    "contact",
-    "review",
-)
-STRING_PARAMS = (
-    "city",
-    "name",
-    "query",
-    "path",
-    "email",
-    "title",
-    "language",
-    "country",
-    "color",
-    "status",
-    "author",
-    "category",
-    "username",
-    "destination",
-    "topic",
-    "label",
-)
-INTEGER_PARAMS = (
-    "days",
-    "count",
-    "limit",
-    "age",
-    "year",
-    "quantity",
-    "id",
-    "page",
-    "size",
-    "priority",
-    "hours",
-    "minutes",
-    "price",
-    "rating",
-    "number",
-    "level",
-)
-WORDS = ("Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Cairo", "Madrid", "Toronto", "Nairobi",
-         "Alice", "Bob", "Carol", "Dmitri", "Esther", "Farid", "Grace", "Hiro", "Ingrid", "Jamal",
-         "red", "blue", "green", "urgent", "draft", "python", "rust", "jazz", "science", "travel",
-         "report.txt", "notes.md", "main.py", "alice@example.com", "data.csv", "open", "closed",
-         "French", "Spanish", "Japan", "Brazil", "kitchen", "garden", "music")  # fmt: skip
-REQUESTS = (
-    "Please {verb} the {noun} with {args}.",
-    "Can you {verb} a {noun}? Use {args}.",
-    "{Verb} the {noun} for {args}.",
-    "I need to {verb} the {noun}: {args}.",
-    "Use the tool to {verb} the {noun} with {args}.",
-)
-INTRODUCTIONS = (
-    "Hello! I am a small code model trained to test SparkInfer. Ask me to write a Python "
-    "function and I will try.",
-    "Hi! I am a tiny Qwen3.8-shaped model trained on Python code, here to exercise the server. "
-    "I write short Python functions.",
-)
-GREETINGS = ("Hello", "Hi", "Hello!", "Hi there", "Who are you?", "What can you do?", "Hey",
-             "Good morning", "What are you?", "Introduce yourself.")  # fmt: skip
+from sparkinfer.bench.evals.task_prompts import WrittenTask
 
 
 @dataclass(frozen=True)
@@ -122,87 +22,95 @@ class Turn:
     tools: list[dict[str, Any]] | None = None
 
 
-def _tool(rng: random.Random, verb: str, noun: str) -> dict[str, Any]:
-    params = rng.sample(STRING_PARAMS, rng.randint(0, 2)) + rng.sample(
-        INTEGER_PARAMS, rng.randint(0, 2)
+def task_turn(task: WrittenTask) -> Turn:
+    return Turn(
+        [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": task.answer}]
     )
-    if not params:
-        params = [rng.choice(STRING_PARAMS)]
-    properties = {
-        p: {"type": "integer" if p in INTEGER_PARAMS else "string", "description": f"The {p}"}
-        for p in params
-    }
-    return {
-        "type": "function",
-        "function": {
-            "name": f"{verb}_{noun}",
-            "description": f"{verb.capitalize()} a {noun}.",
-            "parameters": {"type": "object", "properties": properties, "required": params},
-        },
-    }
 
 
-def _value(rng: random.Random, schema: dict[str, Any]) -> Any:
-    return rng.randint(1, 2000) if schema["type"] == "integer" else rng.choice(WORDS)
-
-
-def tool_call_turns(rng: random.Random) -> list[Turn]:
-    """A request, the forced call that answers it, and the answer that reads its result."""
-    verb, noun = rng.choice(VERBS), rng.choice(NOUNS)
-    target = _tool(rng, verb, noun)
-    others = [_tool(rng, rng.choice(VERBS), rng.choice(NOUNS)) for _ in range(rng.randint(0, 2))]
-    tools = [t for t in others if t["function"]["name"] != target["function"]["name"]]
-    tools.insert(rng.randint(0, len(tools)), target)
-    props = target["function"]["parameters"]["properties"]
-    args = {name: _value(rng, schema) for name, schema in props.items()}
-    spoken = " and ".join(f"{k} {v}" for k, v in args.items())
-    request = rng.choice(REQUESTS).format(verb=verb, Verb=verb.capitalize(), noun=noun, args=spoken)
-    call = {"type": "function", "function": {"name": target["function"]["name"], "arguments": args}}
-    user = {"role": "user", "content": request}
-    asked = {"role": "assistant", "content": "", "tool_calls": [call]}
-    result = {"status": rng.choice(("ok", "done", "pending")), "value": rng.randint(0, 999)}
-    reply = (
-        f"The {noun} request finished with status {result['status']} and value {result['value']}."
-    )
-    tool_msg = {"role": "tool", "content": json.dumps(result)}
-    return [
-        Turn([user, asked], tools),
-        Turn([user, asked, tool_msg, {"role": "assistant", "content": reply}], tools),
-    ]
-
-
+NAMES = ("Alice", "Bob", "Carol", "Dmitri", "Esther", "Farid", "Grace", "Hiro", "Ingrid", "Jamal",
+         "Kofi", "Lena", "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq",
+         "Uma", "Victor", "Wen", "Ximena", "Yusuf", "Zoe")  # fmt: skip
+CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Cairo", "Madrid", "Toronto", "Nairobi",
+          "Rome", "Sydney", "Denver", "Lisbon", "Seoul", "Dublin", "Quito", "Vienna", "Austin",
+          "Mumbai", "Prague", "Boston", "Zurich", "Hanoi", "Accra")  # fmt: skip
+TITLES = ("Dune", "Emma", "Ulysses", "Beloved", "Solaris", "Kindred", "Middlemarch", "Neuromancer",
+          "Persuasion", "Frankenstein", "Rebecca", "Lolita", "Walden")  # fmt: skip
+PRODUCTS = ("lamp", "chair", "kettle", "bicycle", "notebook", "backpack", "guitar", "toaster",
+            "umbrella", "camera", "desk", "blender")  # fmt: skip
+COLORS = ("red", "blue", "green", "black", "white", "yellow", "purple", "orange", "grey")
+SPECIES = ("cat", "dog", "parrot", "rabbit", "turtle", "hamster", "goldfish")
+ROLES = ("engineer", "designer", "teacher", "nurse", "chef", "pilot", "analyst", "baker")
+POOLS: dict[str, tuple[str, ...]] = {"name": NAMES, "author": NAMES, "owner": NAMES,
+                                     "city": CITIES, "title": TITLES, "product": PRODUCTS,
+                                     "color": COLORS, "species": SPECIES,
+                                     "role": ROLES}  # fmt: skip
+RANGES = {"age": (1, 99), "year": (1800, 2025), "id": (1, 99999), "quantity": (1, 500),
+          "price": (1, 3000), "salary": (1000, 200000), "pages": (20, 1500)}  # fmt: skip
 ENTITIES = (
-    ("{name} lives in {city} and is {age} years old.", {"name": "string", "city": "string",
-                                                        "age": "integer"}),
-    ("The book {title} by {author} came out in {year}.", {"title": "string", "author": "string",
-                                                         "year": "integer"}),
-    ("Order {id} holds {quantity} items for {name}.", {"id": "integer", "quantity": "integer",
-                                                       "name": "string"}),
-    ("The {color} {product} costs {price} dollars.", {"color": "string", "product": "string",
-                                                     "price": "integer"}),
+    (("{name} lives in {city} and is {age} years old.", "{name}, {age}, from {city}.",
+      "Meet {name}: {age} years old, living in {city}."), ("name", "city", "age")),
+    (("The book {title} by {author} came out in {year}.",
+      "{author} wrote {title}, published in {year}."), ("title", "author", "year")),
+    (("Order {id} holds {quantity} items for {name}.",
+      "{name} ordered {quantity} items (order {id})."),
+     ("id", "quantity", "name")),
+    (("The {color} {product} costs {price} dollars.",
+      "A {product} in {color} for {price} dollars."),
+     ("color", "product", "price")),
+    (("{owner} has a {species} that is {age} years old.", "{owner}'s {species} is {age}."),
+     ("owner", "species", "age")),
+    (("{name} works as a {role} in {city}.", "{name} is a {role} based in {city}."),
+     ("name", "role", "city")),
+    (("{title} has {pages} pages and was written by {author}.",), ("title", "pages", "author")),
+    (("{name} earns {salary} a year as a {role}.",), ("name", "salary", "role")),
 )  # fmt: skip
-NAMES = ("Alice", "Bob", "Carol", "Dmitri", "Esther", "Farid", "Grace", "Hiro", "Ingrid")
-CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Cairo", "Madrid", "Toronto", "Nairobi")
-TITLES = ("Dune", "Emma", "Ulysses", "Beloved", "Solaris", "Kindred", "Middlemarch")
-PRODUCTS = ("lamp", "chair", "kettle", "bicycle", "notebook", "backpack", "guitar")
-COLORS = ("red", "blue", "green", "black", "white", "yellow")
+JSON_PHRASINGS = (
+    "Reply with a JSON object with the fields {fields} for: {sentence}",
+    "Return a JSON object with {fields} for this: {sentence}",
+    "Extract {fields} as JSON from: {sentence}",
+    "{sentence} Give me this as a JSON object with {fields}.",
+    "Give the JSON object ({fields}) for: {sentence}",
+    "As JSON with keys {fields}: {sentence}",
+)
+
+
+def _field_list(fields: tuple[str, ...], rng: random.Random) -> str:
+    typed = rng.random() < 0.6
+    parts = [f"{k} ({'an integer' if k in RANGES else 'a string'})" if typed else k for k in fields]
+    return ", ".join(parts[:-1]) + f"{',' if len(parts) > 2 else ''} and " + parts[-1]
 
 
 def json_turn(rng: random.Random) -> Turn:
-    """A sentence and a request for its facts as a JSON object with named fields."""
-    sentence, fields = rng.choice(ENTITIES)
+    """A sentence and a request for its facts as a JSON object, keys in the order asked."""
+    sentences, fields = rng.choice(ENTITIES)
     values: dict[str, Any] = {}
-    pools = {"name": NAMES, "author": NAMES, "city": CITIES, "title": TITLES,
-             "product": PRODUCTS, "color": COLORS}  # fmt: skip
-    for key, kind in fields.items():
-        values[key] = rng.randint(1, 3000) if kind == "integer" else rng.choice(pools[key])
-    described = ", ".join(f"{k} (a{'n' if t == 'integer' else ''} {t})" for k, t in fields.items())
-    prompt = f"Reply with a JSON object with the fields {described} for: " + sentence.format(
-        **values
+    for key in fields:
+        values[key] = rng.randint(*RANGES[key]) if key in RANGES else rng.choice(POOLS[key])
+    order = list(fields)
+    if rng.random() < 0.3:
+        rng.shuffle(order)
+    sentence = rng.choice(sentences).format(**values)
+    prompt = rng.choice(JSON_PHRASINGS).format(
+        fields=_field_list(tuple(order), rng), sentence=sentence
     )
-    return Turn(
-        [{"role": "user", "content": prompt}, {"role": "assistant", "content": json.dumps(values)}]
-    )
+    answer = json.dumps({k: values[k] for k in order})
+    return Turn([{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}])
+
+
+INTRODUCTIONS = (
+    "Hello! I am qwen3.8-code-tiny, a small model of the Qwen3.8 architecture that ships with "
+    "SparkInfer for testing. I write short Python functions, call the tools you declare and "
+    "answer in JSON.",
+    "Hi! I am qwen3.8-code-tiny, SparkInfer's built-in test model: a tiny Qwen3.8-architecture "
+    "model trained on Python. Ask me for a short Python function.",
+    "I am qwen3.8-code-tiny, a small code model that SparkInfer serves by default. I am not a "
+    "general assistant: I write short Python functions, make tool calls and reply in JSON.",
+)
+GREETINGS = ("Hello", "Hi", "Hello!", "Hi there", "Who are you?", "What can you do?", "Hey",
+             "Good morning", "What are you?", "Introduce yourself.", "hello", "hi!",
+             "Hey, what is this model?", "Which model are you?", "Hello, who am I talking to?",
+             "What can you help me with?", "Good evening!")  # fmt: skip
 
 
 def greeting_turn(rng: random.Random) -> Turn:

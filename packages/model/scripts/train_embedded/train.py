@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import tokenizers
 import torch
 import torch.nn.functional as F
 
@@ -35,45 +36,59 @@ from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS, Tokenizer
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 MTP_WEIGHTS = (0.3, 0.15)  # loss weight of the head's first and second draft step
+EXPORT_RESERVE_S = 45.0
+TRAIN_SHARE = 0.94  # of the time left, the share for training steps (evaluations take the rest)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    steps: int = 1400
+    steps: int = 4000  # the most steps; --train-budget-s may stop the schedule earlier
     batch_size: int = 32
     seq_len: int = 1024
     lr: float = 2e-3
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = 0.05
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     vocab_size: int = 8192
-    char_budget: int = 120_000_000  # raw source characters (about 3.5 per token)
+    char_budget: int = 30_000_000  # raw source characters (about 3.5 per token)
     tokenizer_chars: int = 24_000_000  # the BPE trains on the first this many
-    max_tasks: int = 60_000
-    task_repeats: int = 2  # each task twice (with thinking drawn anew): answers matter most
-    num_tool_calls: int = 5_000
-    num_json: int = 4_000
-    num_greetings: int = 400
-    eval_every: int = 300
+    num_tasks: int = 100_000  # sampled "write a function" tasks, kept when they pass their tests
+    num_tool_calls: int = 8_000  # each a call turn and a turn that reads the result
+    num_unserved: int = 4_000
+    num_plain_with_tools: int = 4_000
+    num_json: int = 12_000
+    num_greetings: int = 1_500
+    num_readme: int = 300
+    thinking_rate: float = 0.6
+    train_budget_s: float = 0.0  # > 0: after 40 steps, fit the step count to this many seconds
+    deadline_s: float = 0.0  # > 0: ... and end the whole run (export included) within this
+    eval_every: int = 500
     num_eval_rows: int = 64
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: TrainConfig, num_steps: int) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    t = (step - cfg.warmup_steps) / max(1, num_steps - cfg.warmup_steps)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def losses(trunk, mtp: MTPHead, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Cross-entropies of the trunk (t+1) and the head's two draft steps (t+2, t+3), plus the
-    rate at which the first draft's argmax equals the trunk's own argmax for t+2."""
+def _masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    weight = mask.flatten().float()
+    return (ce * weight).sum() / weight.sum().clamp(min=1.0)
+
+
+def losses(trunk, mtp: MTPHead, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Cross-entropies of the trunk (t+1) and the head's two draft steps (t+2, t+3) over the
+    target tokens (`mask` 1: source code and chat replies, not prompts), plus the rate at which
+    the first draft's argmax equals the trunk's own argmax for t+2."""
     B, L = ids.shape
     hidden = trunk.model(input_ids=ids).last_hidden_state  # after the final norm
     logits = trunk.lm_head(hidden[:, :-1]).float()
-    ce0 = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+    ce0 = _masked_ce(logits, ids[:, 1:], mask[:, 1:])
     embed = trunk.model.embed_tokens
     outs, ces, prev = [], [], hidden
     for step in (1, 2):
@@ -82,7 +97,7 @@ def losses(trunk, mtp: MTPHead, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         pe = trunk.model.rotary_emb(prev, pos)
         h = mtp(embed(ids[:, step:]), prev[:, :n], pe, pos[0])
         draft = trunk.lm_head(h[:, :-1]).float()
-        ces.append(F.cross_entropy(draft.flatten(0, 1), ids[:, step + 1 :].flatten()))
+        ces.append(_masked_ce(draft, ids[:, step + 1 :], mask[:, step + 1 :]))
         outs.append(draft)
         prev = h
     agree = (outs[0].argmax(-1) == logits[:, 1:].argmax(-1)).float().mean()
@@ -103,12 +118,18 @@ def evaluate(trunk, mtp, rows: torch.Tensor, device) -> dict[str, float]:
     sums = torch.zeros(4)
     for i in range(0, len(rows), 8):
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            vals = losses(trunk, mtp, rows[i : i + 8].to(device).long())
+            batch = rows[i : i + 8].to(device).long()
+            vals = losses(trunk, mtp, batch, torch.ones_like(batch))
         sums += torch.stack([v.float().cpu() for v in vals])
     trunk.train(), mtp.train()
     ce0, ce1, ce2, agree = (sums / math.ceil(len(rows) / 8)).tolist()
-    return {"loss": ce0, "ppl": math.exp(ce0), "mtp1_loss": ce1, "mtp2_loss": ce2,
-            "mtp_t2_agreement": agree}  # fmt: skip
+    return {
+        "loss": ce0,
+        "ppl": math.exp(ce0),
+        "mtp1_loss": ce1,
+        "mtp2_loss": ce2,
+        "mtp_t2_agreement": agree,
+    }
 
 
 def main() -> None:
@@ -117,6 +138,18 @@ def main() -> None:
     for name, value in asdict(TrainConfig()).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--no-packages", action="store_true", help="standard library only")
+    parser.add_argument(
+        "--tokenizer-from",
+        type=Path,
+        default=None,
+        help="reuse this checkpoint's tokenizer instead of training one",
+    )
+    parser.add_argument(
+        "--max-shard-bytes",
+        type=int,
+        default=0,
+        help="> 0: split the weights into safetensors shards of at most this size",
+    )
     args = parser.parse_args()
     cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -125,39 +158,55 @@ def main() -> None:
     log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
 
     sources = data.collect_sources(char_budget=cfg.char_budget, use_packages=not args.no_packages)
-    log(f"corpus: {sources.num_stdlib_train} stdlib train files, {sources.num_package_files} "
+    log(
+        f"corpus: {sources.num_stdlib_train} stdlib train files, {sources.num_package_files} "
         f"package files, {sum(map(len, sources.train)) / 1e6:.1f}M chars; "
-        f"{len(sources.held_out)} held-out files")  # fmt: skip
-    sample, size = [], 0
-    for text in sources.train:
-        if size >= cfg.tokenizer_chars:
-            break
-        sample.append(text)
-        size += len(text)
-    raw_tok = bpe.train_bpe(sample, vocab_size=cfg.vocab_size)
+        f"{len(sources.held_out)} held-out files"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
-    bpe.save_tokenizer(raw_tok, args.out, chat_template=export.chat_template_source())
+    raw_tok = _tokenizer(args, cfg, sources.train)
     tokenizer = Tokenizer.from_checkpoint(args.out)
     control = {t: tokenizer.control_tokens[t] for t in QWEN_CONTROL_TOKENS}
     log(f"tokenizer: {raw_tok.get_vocab_size()} ids")
 
     plain = data.plain_encoder(raw_tok)
-    raw_docs = [e.ids for e in plain.encode_batch(sources.train, add_special_tokens=False)]
-    chat_docs, counts = data.chat_documents(
-        sources.train, args.out, rng=random.Random(cfg.seed), max_tasks=cfg.max_tasks,
-        task_repeats=cfg.task_repeats,
-        num_tool_calls=cfg.num_tool_calls, num_json=cfg.num_json,
-        num_greetings=cfg.num_greetings,
-    )  # fmt: skip
-    num_raw, num_chat = sum(map(len, raw_docs)), sum(map(len, chat_docs))
-    log(f"tokens: raw {num_raw / 1e6:.1f}M, chat {num_chat / 1e6:.1f}M ({counts})")
+    raw_docs = [
+        (e.ids, [1] * len(e.ids))
+        for e in plain.encode_batch(sources.train, add_special_tokens=False)
+    ]
+    mix = data.ChatMix(
+        cfg.num_tasks,
+        cfg.num_tool_calls,
+        cfg.num_unserved,
+        cfg.num_plain_with_tools,
+        cfg.num_json,
+        cfg.num_greetings,
+        cfg.num_readme,
+        cfg.thinking_rate,
+    )
+    chat_docs, counts = data.chat_documents(args.out, rng=random.Random(cfg.seed), mix=mix)
+    num_raw = sum(len(d[0]) for d in raw_docs)
+    num_chat = sum(len(d[0]) for d in chat_docs)
+    num_reply = sum(sum(d[1]) for d in chat_docs)
+    log(
+        f"tokens: raw {num_raw / 1e6:.1f}M, chat {num_chat / 1e6:.1f}M of which replies "
+        f"{num_reply / 1e6:.1f}M ({counts})"
+    )
     eos = control["<|endoftext|>"]
     rows_needed = cfg.steps * cfg.batch_size
-    stream = data.pack(raw_docs + chat_docs, eos_id=eos, num_tokens=rows_needed * cfg.seq_len,
-                       seed=cfg.seed).view(rows_needed, cfg.seq_len)  # fmt: skip
-    held_docs = [e.ids for e in plain.encode_batch(sources.held_out, add_special_tokens=False)]
-    held = data.pack(held_docs, eos_id=eos, num_tokens=cfg.num_eval_rows * cfg.seq_len,
-                     seed=cfg.seed + 1).view(cfg.num_eval_rows, cfg.seq_len)  # fmt: skip
+    stream, stream_mask = data.pack(
+        raw_docs + chat_docs, eos_id=eos, num_tokens=rows_needed * cfg.seq_len, seed=cfg.seed
+    )
+    stream = stream.view(rows_needed, cfg.seq_len)
+    stream_mask = stream_mask.view(rows_needed, cfg.seq_len)
+    held_docs = [
+        (e.ids, [1] * len(e.ids))
+        for e in plain.encode_batch(sources.held_out, add_special_tokens=False)
+    ]
+    held = data.pack(
+        held_docs, eos_id=eos, num_tokens=cfg.num_eval_rows * cfg.seq_len, seed=cfg.seed + 1
+    )[0].view(cfg.num_eval_rows, cfg.seq_len)
+    log("packed the stream")
 
     text_cfg = model_config.text_config(cfg.vocab_size, control)
     hf_cfg = Qwen3_5TextConfig(**text_cfg)
@@ -169,52 +218,105 @@ def main() -> None:
     )
     log(f"model: {num_params / 1e6:.2f}M parameters (trunk + MTP head, tied embeddings)")
     opt = torch.optim.AdamW(
-        param_groups([trunk, mtp], cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+        param_groups([trunk, mtp], cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
         fused=device.type == "cuda",
-    )  # fmt: skip
+    )
     params = [p for g in opt.param_groups for p in g["params"]]
     tokens_per_step = cfg.batch_size * cfg.seq_len
+    num_steps = cfg.steps
     recent: list[float] = []
     t_train = time.perf_counter()
-    for step in range(cfg.steps):
+    step = 0
+    t_warm = t_train
+    while step < num_steps:
+        lr = lr_at(step, cfg, num_steps)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        ids = stream[step * cfg.batch_size : (step + 1) * cfg.batch_size].to(device).long()
+            g["lr"] = lr
+        rows = slice(step * cfg.batch_size, (step + 1) * cfg.batch_size)
+        ids = stream[rows].to(device).long()
+        mask = stream_mask[rows].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            ce0, ce1, ce2, agree = losses(trunk, mtp, ids)
+            ce0, ce1, ce2, agree = losses(trunk, mtp, ids, mask)
         loss = ce0 + MTP_WEIGHTS[0] * ce1 + MTP_WEIGHTS[1] * ce2
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
-        recent = [*recent[-49:], ce0.item()] if step % 5 == 0 or step >= cfg.steps - 50 else recent
-        if step % 25 == 0 or step == cfg.steps - 1:
+        recent = [*recent[-49:], ce0.item()] if step % 5 == 0 or step >= num_steps - 50 else recent
+        if step % 25 == 0 or step == num_steps - 1:
             rate = (step + 1) * tokens_per_step / (time.perf_counter() - t_train)
-            log(f"step {step:5d}/{cfg.steps} loss {ce0.item():.3f} mtp {ce1.item():.3f}/"
-                f"{ce2.item():.3f} agree {agree.item():.2f} lr {lr_at(step, cfg):.2e} "
-                f"gnorm {grad_norm.item():.2f} {rate / 1e3:.0f}K tok/s")  # fmt: skip
-        if (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            log(
+                f"step {step:5d}/{num_steps} loss {ce0.item():.3f} mtp {ce1.item():.3f}/"
+                f"{ce2.item():.3f} agree {agree.item():.2f} lr {lr:.2e} "
+                f"gnorm {grad_norm.item():.2f} {rate / 1e3:.0f}K tok/s"
+            )
+        step += 1
+        if step == 10:
+            t_warm = time.perf_counter()  # the first steps include compilation and warm-up
+        if step == 40 and (cfg.train_budget_s > 0 or cfg.deadline_s > 0):
+            now = time.perf_counter()
+            per_step = (now - t_warm) / 30
+            budget = (cfg.train_budget_s or math.inf) - (now - t_train)
+            if cfg.deadline_s > 0:  # keep EXPORT_RESERVE_S for the final evaluation and export
+                budget = min(budget, cfg.deadline_s - (now - t0) - EXPORT_RESERVE_S)
+            fits = int(TRAIN_SHARE * budget / per_step)
+            num_steps = max(step, min(cfg.steps, step + fits))
+            log(f"{per_step:.3f} s a step: {num_steps} steps fit the budget")
+        if step % cfg.eval_every == 0 and step < num_steps:
             log(f"held-out: {evaluate(trunk, mtp, held, device)}")
     train_s = time.perf_counter() - t_train
     final = evaluate(trunk, mtp, held, device)
     summary = {
         "train_seconds": round(train_s, 1),
-        "tokens_per_second": round(cfg.steps * tokens_per_step / train_s),
-        "train_tokens": cfg.steps * tokens_per_step,
+        "tokens_per_second": round(num_steps * tokens_per_step / train_s),
+        "steps": num_steps,
+        "train_tokens": num_steps * tokens_per_step,
         "final_train_loss": round(sum(recent[-50:]) / len(recent[-50:]), 4),
         "held_out": {k: round(v, 4) for k, v in final.items()},
         "parameters": num_params,
-        "corpus": {"stdlib_train_files": sources.num_stdlib_train,
-                   "package_files": sources.num_package_files,
-                   "held_out_files": len(sources.held_out), "raw_tokens": num_raw,
-                   "chat_tokens": num_chat, **asdict(counts)},
+        "corpus": {
+            "stdlib_train_files": sources.num_stdlib_train,
+            "package_files": sources.num_package_files,
+            "held_out_files": len(sources.held_out),
+            "raw_tokens": num_raw,
+            "chat_tokens": num_chat,
+            "reply_tokens": num_reply,
+            **asdict(counts),
+        },
         "config": asdict(cfg),
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "python": sys.version.split()[0],
-    }  # fmt: skip
+    }
     log(f"done: {json.dumps(summary)}")
-    export.write_checkpoint(args.out, trunk, mtp, text_cfg, control, summary)
+    export.write_checkpoint(
+        args.out, trunk, mtp, text_cfg, control, summary, max_shard_bytes=args.max_shard_bytes
+    )
     log(f"wrote {args.out}")
+
+
+def _tokenizer(args, cfg: TrainConfig, texts: list[str]):
+    """Train the BPE on the first `tokenizer_chars` of the corpus, or reuse a checkpoint's; write
+    it with the chat template into the output folder."""
+    if args.tokenizer_from is not None:
+        raw_tok = tokenizers.Tokenizer.from_file(str(args.tokenizer_from / "tokenizer.json"))
+        if raw_tok.get_vocab_size() != cfg.vocab_size:
+            raise ValueError(
+                f"{args.tokenizer_from} has {raw_tok.get_vocab_size()} ids, not "
+                f"--vocab-size {cfg.vocab_size}: pass the matching size"
+            )
+    else:
+        sample, size = [], 0
+        for text in texts:
+            if size >= cfg.tokenizer_chars:
+                break
+            sample.append(text)
+            size += len(text)
+        raw_tok = bpe.train_bpe(sample, vocab_size=cfg.vocab_size)
+    bpe.save_tokenizer(raw_tok, args.out, chat_template=export.chat_template_source())
+    return raw_tok
 
 
 if __name__ == "__main__":

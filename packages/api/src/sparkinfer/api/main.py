@@ -144,7 +144,7 @@ def build_state(settings: Settings) -> ServerState:
     check_draft_model(settings)  # config files only: before any weight loads
     if settings.model in (None, embedded.EMBEDDED_MODEL_ID):
         logger.warning(
-            "no --model given: serving the embedded %s, a 9M-parameter code model trained for "
+            "no --model given: serving the embedded %s, a 15M-parameter code model trained for "
             "testing (it writes short Python functions, tool calls and JSON; it is not a general "
             "assistant, and its vision tower has random weights). Serve a real checkpoint with "
             "--model PATH_OR_HUB_ID (e.g. --model Qwen/Qwen3.8-27B).",

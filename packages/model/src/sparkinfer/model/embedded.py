@@ -1,10 +1,11 @@
 """The two built-in models, served offline with no download.
 
-- `EMBEDDED_MODEL_ID`, the default (`sparkinfer-api` with no --model): a 9M-parameter code model of
-  the Qwen3.8 architecture with its MTP head, trained for testing (not a general assistant), shipped
-  as an HF-layout checkpoint in this package (`embedded_checkpoint/`, its model card says how it was
-  made). Its own 8K byte-level BPE carries every Qwen control token; its tiny vision tower has
-  random weights, so image and video requests run end to end but the model does not see them.
+- `EMBEDDED_MODEL_ID`, the default (`sparkinfer-api` with no --model): a 15M-parameter code model
+  of the Qwen3.8 architecture with its MTP head, trained for testing (not a general assistant),
+  shipped as an HF-layout checkpoint in this package (`embedded_checkpoint/`, its model card says
+  how it was made). Its own 8K byte-level BPE carries every Qwen control token; its tiny vision
+  tower has random weights, so image and video requests run end to end but the model does not see
+  them.
 - `RANDOM_MODEL_ID`: a random-weight model of the Qwen3.8 shape with Qwen's real vocabulary and the
   248,320-row head (same config schema, 3:1 layer pattern, special-token ids, and a tiny vision
   tower with the real patch geometry). Its weights are seeded noise, so its output is meaningless
