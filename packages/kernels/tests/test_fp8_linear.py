@@ -59,10 +59,10 @@ def test_quantize_weight_round_trips_each_block_within_e4m3(n, k):
     assert (scale == w.abs().amax() / 448).any() or n * k > 128 * 128  # one block: its amax
 
 
-def test_per_row_scales_encode_the_same_weight():
+def test_per_row_scales_encode_the_same_weight(assert_same_bits):
     q, scale = _weight(200, 256, 1)
     per_row = scale.repeat_interleave(128, dim=0)[:200].contiguous()
-    assert torch.equal(dequantize_weight_fp8(q, per_row), dequantize_weight_fp8(q, scale))
+    assert_same_bits(dequantize_weight_fp8(q, per_row), dequantize_weight_fp8(q, scale))
     with pytest.raises(ValueError, match="weight_scale_inv has shape"):
         dequantize_weight_fp8(q, scale[:1])
 
@@ -99,13 +99,13 @@ def test_decode_gemm_per_row_scales_and_strided_rows(assert_close):
     assert_close(fp8_gemm_decode(x, w, per_row, Fp8DecodeConfig(BN=16)), fp8_linear_ref(x, w, s))
 
 
-def test_activation_quantization_matches_ref():
+def test_activation_quantization_matches_ref(assert_same_bits):
     torch.manual_seed(4)
     x = torch.randn(7, 300) * 3
     q, scale = quantize_activation_fp8(x)
     q_ref, scale_ref = quantize_activation_fp8_ref(x)
     torch.testing.assert_close(scale, scale_ref)
-    assert torch.equal(q.float(), q_ref.float())  # the kernel rounds on the bits, as torch
+    assert_same_bits(q.float(), q_ref.float())  # the kernel rounds on the bits, as torch
 
 
 @pytest.mark.parametrize("m", [1, 33, 70])
@@ -151,13 +151,13 @@ def test_tile_table_splits_k_only_for_narrow_weights():
 
 
 @pytest.mark.parametrize("split_k", [2, 3])
-def test_split_k_matches_ref_and_is_deterministic(split_k, assert_close):
+def test_split_k_matches_ref_and_is_deterministic(split_k, assert_close, assert_same_bits):
     w, s = _weight(150, 600, 13)  # 5 scale blocks, partial edge blocks: uneven slices
     x = torch.randn(3, 600)
     g_cfg = Fp8GemvConfig(BN=16, BK=128, SPLIT_K=split_k)
     y = fp8_gemv(x[:1], w, s, g_cfg)
     assert_close(y, fp8_linear_ref(x[:1], w, s))
-    assert torch.equal(y, fp8_gemv(x[:1], w, s, g_cfg))
+    assert_same_bits(y, fp8_gemv(x[:1], w, s, g_cfg))
     d_cfg = Fp8DecodeConfig(BN=32, BK=64, SPLIT_K=split_k)
     assert_close(fp8_gemm_decode(x, w, s, d_cfg), fp8_linear_ref(x, w, s))
 
