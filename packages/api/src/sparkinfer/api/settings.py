@@ -268,6 +268,13 @@ def _with_key_file(settings: Settings) -> Settings:
     return settings.model_copy(update={"api_key": SecretStr(key)})
 
 
+def _shown(default: object) -> str:
+    """A default as its flag or variable would spell it."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return str(default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One `--flag` per setting; an omitted flag falls back to its variable, then the default."""
     parser = argparse.ArgumentParser(
@@ -279,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ENV_ONLY:
             continue
         flag = "--" + name.replace("_", "-")
+        default = "" if info.default is None else f"default {_shown(info.default)}; "
         # argparse expands %-formats in help: a literal percent sign must be doubled.
-        help_text = f"{info.description} [{env_name(name)}]".replace("%", "%%")
+        help_text = f"{info.description} [{default}{env_name(name)}]".replace("%", "%%")
         if info.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
