@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,6 +129,25 @@ def assert_same_bits_on_gpu(
             assert_close(actual, expected)
 
     return check
+
+
+def _exact_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    """tl.dot with float64 products and sums rounded once to the accumulator's dtype: each
+    output element depends on its row and column alone, whatever the operand shapes."""
+    from triton.runtime.interpreter import TensorHandle
+
+    product = np.matmul(a.data.astype(np.float64), b.data.astype(np.float64))
+    return TensorHandle(product.astype(d.data.dtype) + d.data, d.dtype.scalar)
+
+
+@pytest.fixture
+def exact_dots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the interpreter, make tl.dot independent of the operand shapes (_exact_dot), so two
+    kernels that give each row the same arithmetic in tiles of other shapes give the same bits:
+    a claim about the kernels' arithmetic that numpy's BLAS would otherwise blur."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    monkeypatch.setattr(InterpreterBuilder, "create_dot", _exact_dot)
 
 
 @dataclass(frozen=True)

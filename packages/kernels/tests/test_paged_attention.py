@@ -330,24 +330,38 @@ def _packed_and_unpacked(heads, heads_first, device="cpu"):
     return b, _launch(b, dataclasses.replace(config, pack_gqa=True)), _launch(b, config)
 
 
-@pytest.mark.parametrize(("heads", "heads_first"), [((4, 2), False), ((6, 1), True)],
-                         ids=["gqa2-tiles_first", "gqa6-heads_first"])  # fmt: skip
-def test_prefill_tma_packed_heads_match_the_unpacked(heads, heads_first, tma_only, assert_close):
-    """Within tolerance: packed rows are dots of other shapes, whose rounding under the
-    interpreter is numpy's; the GPU test below asserts the bits."""
+@pytest.mark.parametrize(
+    ("heads", "heads_first"),
+    [((4, 2), False), ((6, 1), True), ((3, 3), False)],
+    ids=["gqa2-tiles_first", "gqa6-heads_first", "mha-tiles_first"],
+)
+def test_prefill_tma_packed_heads_do_the_unpacked_arithmetic(
+    heads, heads_first, tma_only, exact_dots, assert_close, assert_same_bits
+):
+    """Every packed row sees the same keys in the same tile order as unpacked (no key splits),
+    and goes through the same operations: with dots whose rounding is the same for every shape
+    (exact_dots), the same bits; and close to the reference."""
     b, packed, unpacked = _packed_and_unpacked(heads, heads_first)
-    assert_close(packed, unpacked)
+    assert_same_bits(packed, unpacked)
     assert_close(packed, _prefill(paged_attention_prefill_ref, b))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads_first", [False, True], ids=["tiles_first", "heads_first"])
 @pytest.mark.parametrize("heads", [(4, 2), (6, 1), (3, 3)], ids=["gqa2", "gqa6", "mha"])
-def test_prefill_tma_packed_heads_give_the_unpacked_bits_on_gpu(heads, heads_first, tma_only):
-    """Every packed row sees the same keys in the same tile order as unpacked (no key splits):
-    the same bits."""
-    _, packed, unpacked = _packed_and_unpacked(heads, heads_first, device="cuda")
-    assert torch.equal(packed, unpacked)
+def test_prefill_tma_packed_heads_match_the_unpacked_on_gpu(
+    heads, heads_first, tma_only, assert_close
+):
+    """Within tolerance, not bit for bit: the packed and unpacked tiles are two kernels (q through
+    registers or a TMA box, rows of several heads or one), which the compiler builds apart, free
+    to contract multiplies into adds and to order a row's sums its own way in each; at 6 query
+    heads a KV head the H200 gave other bits (the CPU test above shows that the arithmetic each
+    row is given is the same). Nothing needs their bits to agree: a batch-invariant phase never
+    packs (test_prefill_few_rows_over_long_contexts_on_gpu), and packing otherwise depends on the
+    step's size, whose bits the default mode does not promise."""
+    b, packed, unpacked = _packed_and_unpacked(heads, heads_first, device="cuda")
+    assert_close(packed, unpacked)
+    assert_close(packed, _prefill(paged_attention_prefill_ref, b))
 
 
 @pytest.mark.parametrize("splits", [2, 16])
