@@ -251,10 +251,13 @@ def test_chunk_cut_at_output_blocks_equals_one_call(assert_same_bits_on_gpu):
     block = chunk.BT * chunk.LAUNCH.out_chunks
     total = 2 * block + 22
     x = make_inputs(total, seed=21, dtype=torch.bfloat16, num_slots=1)
-    x = {name: t.to("cuda" if torch.cuda.is_available() else "cpu") for name, t in x.items()}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = {name: t.to(device) for name, t in x.items()}
     x["state"].zero_()
     whole, whole_state = run_chunk(chunk_gated_delta_rule, x, [total], [0], [False])
-    for cuts in ([block], [block, 2 * block]):
+    # The interpreter, slow, runs only the three pieces (a cut at each multiple).
+    cut_lists = ([block], [block, 2 * block]) if device == "cuda" else ([block, 2 * block],)
+    for cuts in cut_lists:
         outs, state = [], x["state"]
         for start, end in itertools.pairwise([0, *cuts, total]):
             piece = {n: t[start:end] if t.shape[0] == total else t for n, t in x.items()}
