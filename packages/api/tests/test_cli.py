@@ -44,6 +44,14 @@ def test_help_shows_defaults_and_variables_without_importing_torch() -> None:
     assert result.stdout.endswith("torch imported: False\n")
 
 
+def test_a_mistyped_flag_is_one_line_without_importing_torch() -> None:
+    result = _command("--prot", "8000")
+    assert result.returncode == 2
+    line = _one_line(result.stderr)
+    assert "unrecognized arguments: --prot 8000" in line and "--help` lists the flags" in line
+    assert result.stdout == "torch imported: False\n"
+
+
 def test_a_taken_port_is_one_line_before_anything_loads() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

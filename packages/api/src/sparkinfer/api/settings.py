@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -275,12 +275,20 @@ def _shown(default: object) -> str:
     return str(default)
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """An unknown or incomplete flag is one line on stderr (exit 2), not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}: `{self.prog} --help` lists the flags\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One `--flag` per setting; an omitted flag falls back to its variable, then the default."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="sparkinfer-api",
         description="SparkInfer OpenAI-compatible server. Every flag is also a SPARKINFER_* "
-        "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN).",
+        "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN); the API key "
+        "is a variable only.",
     )
     for name, info in Settings.model_fields.items():
         if name in ENV_ONLY:
