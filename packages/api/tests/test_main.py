@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import openai
 import pytest
@@ -75,7 +77,7 @@ def test_bad_setting_stops_start_up(
             "--block-size: block_size is 48; it must be a power of two",
         ),
         (
-            ["--block-size", "8"],
+            ["--block-size", "8", "--port", "0"],
             True,
             "--block-size (SPARKINFER_BLOCK_SIZE) on CUDA: block_size is 8",
         ),
@@ -107,7 +109,24 @@ def test_a_context_over_the_checkpoints_is_one_clear_line(
 
     monkeypatch.setattr(main_module, "build_server", pytest.fail)  # never reached
     with pytest.raises(SystemExit) as info:
-        main(["--max-model-len", "99999999", "--device", "cpu"])
+        main(["--max-model-len", "99999999", "--device", "cpu", "--port", "0"])
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the loading progress
     assert info.value.code == 2 and last.startswith("sparkinfer-api: ")
     assert "--max-model-len" in last and "the checkpoint supports" in last
+
+
+def test_start_up_logs_the_warm_up_and_draws_no_progress_bars_into_a_log(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stderr is not a terminal here: no carriage-return bars, a line before and after the
+    engine's warm-up."""
+    from sparkinfer.api.main import build_state
+    from sparkinfer.api.settings import load_settings
+
+    with caplog.at_level(logging.INFO, logger="sparkinfer.api"):
+        state = build_state(load_settings({"device": "cpu", "max_model_len": 1024}))
+    state.engine.shutdown()
+    assert "\r" not in capsys.readouterr().err
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("starting the engine") for m in messages)
+    assert any(m.startswith("engine ready in") for m in messages)

@@ -96,7 +96,7 @@ def test_signatures_match_references():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_write_kv_cache(dtype):
+def test_write_kv_cache(dtype, assert_same_bits):
     torch.manual_seed(0)
     k_cache, v_cache = torch.randn(4, 16, 2, 8).to(dtype), torch.randn(4, 16, 2, 8).to(dtype)
     kv = torch.randn(6, 2, 2, 16).to(dtype)
@@ -105,7 +105,8 @@ def test_write_kv_cache(dtype):
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
     write_kv_cache_ref(k, v, expected_k, expected_v, slots)
     write_kv_cache(k, v, k_cache, v_cache, slots)
-    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+    assert_same_bits(k_cache, expected_k)
+    assert_same_bits(v_cache, expected_v)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -144,7 +145,7 @@ def test_prefill_past_2048_tokens(assert_close):
     assert_close(launch_prefill(*args, config), _prefill(paged_attention_prefill_ref, b, 0.25))
 
 
-def test_prefill_index_cache_builds_tile_map_once_per_cu_seqlens(monkeypatch):
+def test_prefill_index_cache_builds_tile_map_once_per_cu_seqlens(monkeypatch, assert_same_bits):
     """Calls sharing an index_cache over one cu_seqlens tensor (the layers of a step) build the
     tile map once and give the bits of calls without it; another cu_seqlens rebuilds it."""
     built = []
@@ -167,10 +168,11 @@ def test_prefill_index_cache_builds_tile_map_once_per_cu_seqlens(monkeypatch):
 
     expected = _prefill(paged_attention_prefill, b)
     for _ in range(2):
-        assert torch.equal(call(b["cu_seqlens"]), expected)
+        assert_same_bits(call(b["cu_seqlens"]), expected)
     assert len(built) == 2 and len(index_cache) == 1  # one build without the cache, one with it
     o = call(b["cu_seqlens"].clone())  # an equal but distinct tensor: rebuilt
-    assert len(built) == 3 and torch.equal(o, expected)
+    assert len(built) == 3
+    assert_same_bits(o, expected)
 
 
 def test_prefill_ref_matches_transformers_eager():
@@ -328,24 +330,38 @@ def _packed_and_unpacked(heads, heads_first, device="cpu"):
     return b, _launch(b, dataclasses.replace(config, pack_gqa=True)), _launch(b, config)
 
 
-@pytest.mark.parametrize(("heads", "heads_first"), [((4, 2), False), ((6, 1), True)],
-                         ids=["gqa2-tiles_first", "gqa6-heads_first"])  # fmt: skip
-def test_prefill_tma_packed_heads_match_the_unpacked(heads, heads_first, tma_only, assert_close):
-    """Within tolerance: packed rows are dots of other shapes, whose rounding under the
-    interpreter is numpy's; the GPU test below asserts the bits."""
+@pytest.mark.parametrize(
+    ("heads", "heads_first"),
+    [((4, 2), False), ((6, 1), True), ((3, 3), False)],
+    ids=["gqa2-tiles_first", "gqa6-heads_first", "mha-tiles_first"],
+)
+def test_prefill_tma_packed_heads_do_the_unpacked_arithmetic(
+    heads, heads_first, tma_only, exact_dots, assert_close, assert_same_bits
+):
+    """Every packed row sees the same keys in the same tile order as unpacked (no key splits),
+    and goes through the same operations: with dots whose rounding is the same for every shape
+    (exact_dots), the same bits; and close to the reference."""
     b, packed, unpacked = _packed_and_unpacked(heads, heads_first)
-    assert_close(packed, unpacked)
+    assert_same_bits(packed, unpacked)
     assert_close(packed, _prefill(paged_attention_prefill_ref, b))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads_first", [False, True], ids=["tiles_first", "heads_first"])
 @pytest.mark.parametrize("heads", [(4, 2), (6, 1), (3, 3)], ids=["gqa2", "gqa6", "mha"])
-def test_prefill_tma_packed_heads_give_the_unpacked_bits_on_gpu(heads, heads_first, tma_only):
-    """Every packed row sees the same keys in the same tile order as unpacked (no key splits):
-    the same bits."""
-    _, packed, unpacked = _packed_and_unpacked(heads, heads_first, device="cuda")
-    assert torch.equal(packed, unpacked)
+def test_prefill_tma_packed_heads_match_the_unpacked_on_gpu(
+    heads, heads_first, tma_only, assert_close
+):
+    """Within tolerance, not bit for bit: the packed and unpacked tiles are two kernels (q through
+    registers or a TMA box, rows of several heads or one), which the compiler builds apart, free
+    to contract multiplies into adds and to order a row's sums its own way in each; at 6 query
+    heads a KV head the H200 gave other bits (the CPU test above shows that the arithmetic each
+    row is given is the same). Nothing needs their bits to agree: a batch-invariant phase never
+    packs (test_prefill_few_rows_over_long_contexts_on_gpu), and packing otherwise depends on the
+    step's size, whose bits the default mode does not promise."""
+    b, packed, unpacked = _packed_and_unpacked(heads, heads_first, device="cuda")
+    assert_close(packed, unpacked)
+    assert_close(packed, _prefill(paged_attention_prefill_ref, b))
 
 
 @pytest.mark.parametrize("splits", [2, 16])
@@ -362,7 +378,7 @@ def test_prefill_tma_packed_heads_with_kv_splits(splits, tma_only, assert_close)
 
 
 @pytest.mark.parametrize("splits", [1, 4])
-def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only):
+def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only, assert_same_bits):
     """The head-first grid runs the same programs in another order: identical outputs, with and
     without key splits, over ragged lengths and prefixes with stale NaN rows."""
     lens, cached = [1, 63, 17, 40], [0, 5, 31, 100]
@@ -370,7 +386,7 @@ def test_prefill_tma_heads_first_grid_gives_the_same_bits(splits, tma_only):
     _stale_nan_rows(b)
     config = dataclasses.replace(TMA_TILES, kv_splits=splits)
     tiles_first = _launch(b, config)
-    assert torch.equal(_launch(b, dataclasses.replace(config, heads_fastest=True)), tiles_first)
+    assert_same_bits(_launch(b, dataclasses.replace(config, heads_fastest=True)), tiles_first)
 
 
 @pytest.mark.parametrize(
@@ -473,7 +489,7 @@ def _is_short_split_plan(b) -> bool:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_matches_ref(dtype, assert_close):
+def test_decode_matches_ref(dtype, assert_close, assert_same_bits):
     """Contexts of 1, 15-17, 63-65 and several splits, plus a padding row (length 0)."""
     lens, cached = [1] * 9, [0, 14, 15, 16, 62, 63, 64, 200, 0]
     b = _paged_batch(lens, cached, dtype=dtype, seed=6)
@@ -482,7 +498,7 @@ def test_decode_matches_ref(dtype, assert_close):
     gate = torch.randn(9, 4, 32).to(dtype)
     out = _decode(paged_attention_decode, b, q, gate)
     _check(out, _decode(paged_attention_decode_ref, b, q, gate), assert_close)
-    assert torch.equal(out[-1], torch.zeros_like(out[-1]))
+    assert_same_bits(out[-1], torch.zeros_like(out[-1]))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -496,14 +512,14 @@ def test_decode_small_batch_short_splits(dtype, length, assert_close):
 
 
 @pytest.mark.parametrize("heads", [(4, 2), (3, 1)])
-def test_decode_small_varlen_batch_short_splits(heads, assert_close):
+def test_decode_small_varlen_batch_short_splits(heads, assert_close, assert_same_bits):
     """Odd ragged contexts, a padding row among them, through the small-batch plan."""
     b = _paged_batch([1, 1, 1], [64, 0, 130], heads=heads, seed=31)
     b["context_lens"][1] = 0
     assert _is_short_split_plan(b)
     out = _decode(paged_attention_decode, b, b["q"], b["gate"])
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
-    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert_same_bits(out[1], torch.zeros_like(out[1]))
 
 
 def test_decode_equals_prefill_last_row(assert_close):
@@ -523,7 +539,7 @@ def test_decode_long_context_with_gpu_split_plan(assert_close):
 
 
 @pytest.mark.parametrize("block_size", [16, 32])
-def test_decode_tma_tiles_with_nan_in_stale_cache_rows(block_size, assert_close):
+def test_decode_tma_tiles_with_nan_in_stale_cache_rows(block_size, assert_close, assert_same_bits):
     """Descriptor tiles (fp16: the interpreter's descriptors take no bf16) over contexts ending on
     both sides of the 16-key tile and the block, with NaN in every cache row past a context: the
     pointer loads mask those rows, the descriptor path zeroes them."""
@@ -537,22 +553,26 @@ def test_decode_tma_tiles_with_nan_in_stale_cache_rows(block_size, assert_close)
     config = DecodeConfig(BN=16, MIN_SPLIT_LEN=32, MAX_SPLITS=8, num_warps=4, num_stages=1)
     args = (b["q"], b["k_cache"], b["v_cache"], b["context_lens"], b["block_tables"], 0.3)
     with_tma = launch_decode(*args, b["gate"], dataclasses.replace(config, use_tma=True))
-    assert torch.equal(with_tma, launch_decode(*args, b["gate"], config))
+    assert_same_bits(with_tma, launch_decode(*args, b["gate"], config))  # the same tiles
     assert_close(with_tma, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
 
 
+@pytest.mark.any_device
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_is_batch_invariant_in_batch_invariant_mode(dtype):
-    """Inside batch_invariant("decode") a sequence's output is bit-identical alone or batched
-    (fp32 outputs show the split plan's rounding, which the default mode's plan changes)."""
-    b = _paged_batch([1, 1, 1, 1], [90, 3, 250, 33], dtype=dtype, seed=9)
+def test_decode_is_batch_invariant_in_batch_invariant_mode(dtype, assert_same_bits_on_gpu):
+    """Inside batch_invariant("decode") a sequence's output is bit-identical alone or batched on
+    the GPU (fp32 outputs show the split plan's rounding, which the default mode's plan
+    changes); under the interpreter, whose dots of other batch sizes are numpy's, within
+    tolerance (test_decode_config_keeps_the_fixed_plan_in_batch_invariant_mode checks the plan)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    b = _paged_batch([1, 1, 1, 1], [90, 3, 250, 33], dtype=dtype, device=device, seed=9)
     with batch_invariant("decode"):
         full = _decode(paged_attention_decode, b, b["q"], b["gate"])
         for i in range(4):
             alone = {**b, "context_lens": b["context_lens"][i : i + 1],
                      "block_tables": b["block_tables"][i : i + 1]}  # fmt: skip
             out = _decode(paged_attention_decode, alone, b["q"][i : i + 1], b["gate"][i : i + 1])
-            assert torch.equal(out[0], full[i])
+            assert_same_bits_on_gpu(out[0], full[i])
 
 
 def test_decode_config_keeps_the_fixed_plan_in_batch_invariant_mode():

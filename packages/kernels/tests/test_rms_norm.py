@@ -62,7 +62,7 @@ def test_norms_take_zero_rows(shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_ref_matches_transformers(dtype):
+def test_rms_norm_ref_matches_transformers(dtype, assert_same_bits):
     torch.manual_seed(3)
     hf = Qwen3_5RMSNorm(48, eps=EPS)
     with torch.no_grad():
@@ -71,13 +71,11 @@ def test_rms_norm_ref_matches_transformers(dtype):
     x = torch.randn(5, 48, dtype=dtype)
     with torch.no_grad():
         expected = hf(x)
-    torch.testing.assert_close(
-        rms_norm_ref(x, hf.weight.detach(), EPS)[0], expected, atol=0, rtol=0
-    )
+    assert_same_bits(rms_norm_ref(x, hf.weight.detach(), EPS)[0], expected)
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32])
-def test_gated_rms_norm_ref_matches_transformers(weight_dtype):
+def test_gated_rms_norm_ref_matches_transformers(weight_dtype, assert_same_bits):
     torch.manual_seed(4)
     hf = Qwen3_5RMSNormGated(32, eps=EPS)
     with torch.no_grad():
@@ -87,7 +85,7 @@ def test_gated_rms_norm_ref_matches_transformers(weight_dtype):
     with torch.no_grad():
         expected = hf(x, z)
     actual = gated_rms_norm_ref(x, z, hf.weight.detach(), EPS)
-    torch.testing.assert_close(actual, expected, atol=0, rtol=0)
+    assert_same_bits(actual, expected)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,12 +1,13 @@
-"""`create_app(settings)` and the `sparkinfer-api` command."""
+"""`create_app(settings)`, and `serve`: the `sparkinfer-api` command once its port is bound."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import sys
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from sparkinfer.api import tensor_parallel
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
+from sparkinfer.api.cli import main as main  # the command, here for `python -c` callers
 from sparkinfer.api.cors import cors_options
 from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
 from sparkinfer.api.draft_model import check_draft_model, load_draft_model
@@ -42,7 +44,6 @@ from sparkinfer.api.settings import (
     Settings,
     SettingsError,
     env_name,
-    parse_args,
     scheduler_config,
 )
 from sparkinfer.model import embedded
@@ -50,6 +51,7 @@ from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.drafters.dflash import BlockDrafter
+from sparkinfer.model.errors import CheckpointError, ConfigError
 from sparkinfer.model.hub import fetch_checkpoint
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
@@ -60,6 +62,9 @@ from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.errors import CacheAllocationError, InvalidConfig
 
 logger = logging.getLogger("sparkinfer.api")
+
+# What start-up refuses (settings, the checkpoint, the memory): one line, exit status 2.
+STARTUP_ERRORS = (SettingsError, InvalidConfig, CacheAllocationError, ConfigError, CheckpointError)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -184,10 +189,13 @@ def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) 
 def _load_checkpoint(
     settings: Settings, source: str, model_id: str, device: torch.device, dtype: torch.dtype
 ) -> _LoadedModel:
-    configs = read_checkpoint_configs(fetch_checkpoint(source))  # a hub id: weights too
+    progress = sys.stderr.isatty()  # bars in a terminal; in a log, a line before and after
+    # A hub id: the weights too.
+    configs = read_checkpoint_configs(fetch_checkpoint(source, progress=progress), progress=False)
     tokenizer = Tokenizer.from_checkpoint(configs.path)
     chat_template = ChatTemplate.from_checkpoint(configs.path, tokenizer)
     logger.info("loading %s on %s as %s", source, device, dtype)
+    started = time.monotonic()
     ranks = None
     if settings.tensor_parallel_size > 1:  # each rank loads its own slices
         ranks = tensor_parallel.start_ranks(
@@ -203,7 +211,9 @@ def _load_checkpoint(
             num_real_tokens=tokenizer.vocab_size,
             use_mtp="auto" if settings.speculative == "auto" else settings.speculative == "mtp",
             quantization=None if settings.quantization == "none" else settings.quantization,
+            progress=progress,
         )
+    logger.info("loaded the weights in %.1f s", time.monotonic() - started)
     return _LoadedModel(
         served=settings.served_model_name or model_id,
         config=configs.model,
@@ -243,10 +253,13 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     """Start the engine on the loaded model and gather what the routes share."""
     max_model_len = _max_model_len(settings, loaded.config)
     sched = _scheduler_config(settings, loaded, max_model_len)
+    logger.info("starting the engine: sizing the caches and warming up the model on %s", device)
+    started = time.monotonic()
     if loaded.ranks is not None:
         engine = loaded.ranks.engine(sched)
     else:
         engine = Engine.from_model(loaded.model, sched, device=device)
+    logger.info("engine ready in %.1f s", time.monotonic() - started)
     metrics = ServerMetrics(engine.stats)
     logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)
     gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
@@ -307,21 +320,15 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     return app
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """The `sparkinfer-api` command: parse flags and SPARKINFER_* settings, then serve."""
-    try:
-        settings, _ = parse_args(argv)
-        _check_device_rules(settings)
-        tensor_parallel.check_settings(settings, _device(settings))
-    except SettingsError as exc:
-        print(f"sparkinfer-api: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+def serve(settings: Settings, sock: socket.socket) -> None:
+    """Check the device rules, load the model, start the engine, then serve on `sock` (bound to
+    the settings' port). Raises one of STARTUP_ERRORS before the server starts."""
+    _check_device_rules(settings)
+    tensor_parallel.check_settings(settings, _device(settings))
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:  # before the server starts, so what the checkpoint or the memory refuses is one line
-        state = build_state(settings)
-    except (SettingsError, InvalidConfig, CacheAllocationError) as exc:
-        print(f"sparkinfer-api: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    build_server(create_app(settings, state=state), settings).run()
+    state = build_state(settings)
+    host, port = sock.getsockname()[:2]
+    logger.info("listening on http://%s:%d", host, port)
+    build_server(create_app(settings, state=state), settings).run(sockets=[sock])

@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, NoReturn, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -365,19 +365,35 @@ def api_keys(settings: Settings) -> dict[str, str]:
     return keys
 
 
+def _shown(default: object) -> str:
+    """A default as its flag or variable would spell it."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return str(default)
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """An unknown or incomplete flag is one line on stderr (exit 2), not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}: `{self.prog} --help` lists the flags\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One `--flag` per setting; an omitted flag falls back to its variable, then the default."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="sparkinfer-api",
         description="SparkInfer OpenAI-compatible server. Every flag is also a SPARKINFER_* "
-        "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN).",
+        "environment variable (e.g. --max-model-len = SPARKINFER_MAX_MODEL_LEN); the API key "
+        "is a variable only.",
     )
     for name, info in Settings.model_fields.items():
         if name in ENV_ONLY:
             continue
         flag = "--" + name.replace("_", "-")
+        default = "" if info.default is None else f"default {_shown(info.default)}; "
         # argparse expands %-formats in help: a literal percent sign must be doubled.
-        help_text = f"{info.description} [{env_name(name)}]".replace("%", "%%")
+        help_text = f"{info.description} [{default}{env_name(name)}]".replace("%", "%%")
         if info.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
