@@ -1,5 +1,6 @@
 """Workspace-wide rules: the import direction of docs/style.md and each package's layout."""
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -76,27 +77,39 @@ def _declared(pyproject: pathlib.Path) -> set[str]:
     return names
 
 
-def _third_party_imports_of(path: pathlib.Path) -> set[str]:
-    """Top-level third-party modules one file imports (at any depth of its code)."""
-    import ast
-
-    stdlib = set(sys.stdlib_module_names)
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+# Parsed in a child process: CPython 3.11's ast.parse is not thread-safe, and server threads
+# left by earlier tests in this worker may be parsing tool-call literals at the same time.
+_IMPORT_SCAN = """
+import ast, json, sys
+found = {}
+for path in sys.argv[1:]:
+    mods = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
         if isinstance(node, ast.Import):
-            mods = [a.name for a in node.names]
+            mods |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            mods = [node.module]
-        else:
-            continue
-        found |= {m.split(".")[0] for m in mods}
-    return found - stdlib - {"sparkinfer", "__future__"}
+            mods.add(node.module.split(".")[0])
+    found[path] = sorted(mods)
+print(json.dumps(found))
+"""
+
+
+def _imports_by_file(paths: list[pathlib.Path]) -> dict[pathlib.Path, set[str]]:
+    """Top-level third-party modules each file imports (at any depth of its code)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_SCAN, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    skip = set(sys.stdlib_module_names) | {"sparkinfer", "__future__"}
+    return {pathlib.Path(p): set(mods) - skip for p, mods in json.loads(result.stdout).items()}
 
 
 def _third_party_imports(src: pathlib.Path) -> dict[str, str]:
     found: dict[str, str] = {}
-    for path in src.rglob("*.py"):
-        for top in _third_party_imports_of(path):
+    for path, imports in sorted(_imports_by_file(sorted(src.rglob("*.py"))).items()):
+        for top in imports:
             found.setdefault(top, str(path.relative_to(ROOT)))
     return found
 
@@ -140,11 +153,10 @@ def test_pyright_is_clean():
 def test_engine_bookkeeping_is_plain_python():
     # docs/style.md: the scheduler, block manager, state slots and prefix cache never import torch.
     src = ROOT / "packages" / "scheduler" / "src" / "sparkinfer" / "scheduler"
-    for name in ("scheduler.py", "block_manager.py", "state_slots.py", "prefix_cache.py"):
-        path = src / name
-        if path.exists():
-            imports = _third_party_imports_of(path)
-            assert "torch" not in imports, f"{path.relative_to(ROOT)} imports torch"
+    names = ("scheduler.py", "block_manager.py", "state_slots.py", "prefix_cache.py")
+    paths = [src / name for name in names if (src / name).exists()]
+    for path, imports in _imports_by_file(paths).items():
+        assert "torch" not in imports, f"{path.relative_to(ROOT)} imports torch"
 
 
 def _locked_closure(root: str) -> set[str]:

@@ -3,6 +3,7 @@ stops start-up in one line naming the setting, before the model's weights load."
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -16,15 +17,17 @@ from sparkinfer.model import embedded
 from sparkinfer.model.weights import load_model
 
 MODEL_TESTS = Path(__file__).resolve().parents[2] / "model" / "tests"
+_TARGET = json.loads((embedded.embedded_checkpoint_dir() / "config.json").read_text())
+HIDDEN = _TARGET.get("text_config", _TARGET)["hidden_size"]  # the embedded model's
 
 
 def _drafter(tmp_path: Path, **change) -> Path:
-    """The published Qwen3.6-27B DFlash layout shrunk to the embedded model (8 layers, hidden
-    256, 8192 ids), random weights."""
+    """The published Qwen3.6-27B DFlash layout shrunk to the embedded model (8 layers, its
+    hidden size, 8192 ids), random weights."""
     sys.path.insert(0, str(MODEL_TESTS))
     from drafter_checkpoints import PUBLISHED, shrink, write_drafter
 
-    cfg = shrink(PUBLISHED["z-lab/Qwen3.6-27B-DFlash"], hidden=256, vocab=8192, num_layers=8)
+    cfg = shrink(PUBLISHED["z-lab/Qwen3.6-27B-DFlash"], hidden=HIDDEN, vocab=8192, num_layers=8)
     cfg.update(change)
     return write_drafter(tmp_path / "drafter", cfg)
 
@@ -49,7 +52,7 @@ def test_without_the_setting_nothing_is_checked_or_loaded() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"hidden_size": 128}, "hidden_size is 128; the target model's is 256"),
+        ({"hidden_size": 128}, f"hidden_size is 128; the target model's is {HIDDEN}"),
         ({"architectures": ["Qwen3ForCausalLM"]}, "architectures is \\['Qwen3ForCausalLM'\\]"),
     ],
 )

@@ -212,11 +212,6 @@ def test_auto_tool_calls_never_name_an_undeclared_tool(auto_replies: list[AutoRe
         assert set(names) <= declared, f"{request!r} called an undeclared tool: {names}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 53: the shipped model picks the right declared tool on 10 of 10, but names the "
-    "parameters right on 3 of 10 (it mixes the two tools' names); the goal stays 8",
-)
 def test_auto_tool_calls_pick_the_right_tool_with_the_prompts_arguments(
     auto_replies: list[AutoReply],
 ) -> None:

@@ -76,7 +76,7 @@ def test_sigterm_drains_for_its_limit_then_exits_0() -> None:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        body = {"prompt": "def", "stream": True, "ignore_eos": True}  # runs to the context
+        body = {"prompt": "def", "stream": True, "ignore_eos": True, "max_tokens": 4000}  # long
         with httpx.stream("POST", base + "/v1/completions", json=body, timeout=60) as resp:
             lines = resp.iter_lines()
             next(lines)
