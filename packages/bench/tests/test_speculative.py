@@ -1,5 +1,6 @@
 """The `spec` mode end to end on the tiny random model (CPU): every drafter's outputs equal the
-AR run's, the oracle's right drafts are all accepted, and priced rows accept by their schedule."""
+AR run's (on bf16 and on FP8 weights), the oracle's right drafts are all accepted, and priced rows
+accept by their schedule."""
 
 import json
 
@@ -20,6 +21,19 @@ def test_spec_mode_runs_every_drafter_with_identical_outputs(tmp_path, capsys):
     assert rows[("oracle", 1)]["mean_accepted_len"] == 2.0
     assert rows[("oracle", 3)]["accepted_per_position"][0] == 1.0
     assert "spec tok/s" in capsys.readouterr().out
+
+
+def test_spec_mode_on_fp8_weights_keeps_every_output(tmp_path, capsys):
+    argv = ["spec", "--tiny", "--context", "40", "--new-tokens", "10", "--prompt", "repeat",
+            "--deterministic", "--no-adaptive", "--drafters", "mtp,ngram",
+            "--quantization", "fp8", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0  # the identical-outputs gate passes
+    assert "quantizing the projections to FP8" in capsys.readouterr().err
+    report = json.loads((tmp_path / "spec.json").read_text())
+    assert "FP8" in json.dumps(report)  # the header says what the weights were
+    rows = report["raw"]["rows"]
+    assert {r["drafter"] for r in rows} == {"mtp", "ngram"}
+    assert all(r["is_identical"] for r in rows)
 
 
 class _Seq:

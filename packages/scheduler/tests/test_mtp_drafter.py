@@ -1,6 +1,6 @@
 """The MTP drafter on the tiny random model with a random MTP head (CPU, deterministic): the
 output is plain decoding's, and every draft is the one a plain forward of the head over the whole
-sequence gives (its KV kept across chunks, verifies and rejections)."""
+sequence gives (its KV kept across chunks, verifies and rejections); on FP8 weights too."""
 
 from __future__ import annotations
 
@@ -430,3 +430,59 @@ def test_auto_decodes_plainly_without_an_mtp_head_and_says_so(tiny_model, caplog
         runner = Runner(tiny_model, config(speculative="auto"))
     assert runner.config.speculative == "off" and runner.speculative.drafter is None
     assert "speculative auto: plain decoding (the checkpoint has no MTP head)" in caplog.text
+
+
+# head_dim 64: every fused part but the last a whole 128 rows (k_proj 128), so every decoder
+# projection can be FP8 (Qwen's FP8 layout); 16 rotary dims, mrope over 8 of them.
+FP8_SHAPES: dict[str, object] = {
+    "head_dim": 64,
+    "rope_parameters": {
+        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+        "mrope_section": [4, 2, 2], "mrope_interleaved": True,
+    },
+}  # fmt: skip
+
+
+def _fp8_mtp_model(device: str, dtype: torch.dtype) -> Qwen3_8ForCausalLM:
+    """The tiny model at FP8_SHAPES, its decoder projections quantized to block FP8 as on load
+    (`quantize_model_fp8`), with a random bf16 head (Qwen's FP8 releases keep the head bf16)."""
+    from sparkinfer.model.layers.linear import Linear
+    from sparkinfer.model.weights import quantize_model_fp8
+
+    model = build_tiny_model(seed=0, device=device, dtype=dtype, overrides=FP8_SHAPES)
+    quantize_model_fp8(model)
+    projections = [m for m in model.model.layers.modules() if isinstance(m, Linear)]
+    assert projections and all(m.is_fp8 for m in projections)
+    head = MTPHead(model.config.text, ops=model.ops, device=torch.device(device), dtype=dtype)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    model.mtp = head.eval()
+    return model
+
+
+def test_mtp_speculation_on_fp8_weights_gives_plain_decoding_bit_for_bit():
+    model = _fp8_mtp_model("cpu", torch.float32)
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=48)
+    off = replace(cfg, speculative="off")
+    prompts = PROMPTS[:3]
+    want = run_mixed_steps(Runner(model, off), off, prompts, [GREEDY] * len(prompts))
+    runner = _recording_runner(model, cfg)
+    got = run_mixed_steps(runner, cfg, prompts, [GREEDY] * len(prompts))
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, RecordingDrafter) and drafter.proposals
+
+
+@pytest.mark.gpu
+def test_mtp_speculation_on_fp8_weights_on_cuda_gives_plain_decoding_bit_for_bit():
+    """bf16 on the device, the FP8 kernels of the deterministic mode (the invariant decode GEMM
+    for plain and verify rows alike, never the row-count routes), verify steps graphed."""
+    model = _fp8_mtp_model("cuda", torch.bfloat16)
+    cfg = config(max_model_len=256)
+    off = replace(cfg, speculative="off")
+    want = run_mixed_steps(Runner(model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
+    got = run_mixed_steps(Runner(model, cfg), cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs

@@ -32,6 +32,17 @@ def float_list(text: str) -> tuple[float, ...]:
     return values
 
 
+def quantization_flag(p: argparse.ArgumentParser, note: str = "") -> None:
+    """--quantization of the modes that build the model in this process (offline, spec)."""
+    p.add_argument(
+        "--quantization",
+        choices=("none", "fp8"),
+        default="none",
+        help="fp8: the decoder projections in block FP8 (128x128 blocks, Qwen's FP8 layout), "
+        "quantized from the random weights (or a bf16 --model on load)" + note,
+    )
+
+
 def output_flags(p: argparse.ArgumentParser) -> None:
     """--out, --record and --git-rev, which every mode takes."""
     p.add_argument("--out", type=Path, default=Path("."), help="folder for PNGs and the JSON")

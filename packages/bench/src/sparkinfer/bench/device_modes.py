@@ -8,7 +8,7 @@ import argparse
 import importlib
 
 from sparkinfer.bench import speculative
-from sparkinfer.bench.cli_args import int_list
+from sparkinfer.bench.cli_args import int_list, quantization_flag
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Report
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -35,13 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--num-layers", type=int, help="fewer layers than 64 (a quick look; not comparable)"
     )
     p.add_argument("--skip-hf", action="store_true", help="skip the transformers peer")
-    p.add_argument(
-        "--quantization",
-        choices=("none", "fp8"),
-        default="none",
-        help="fp8: quantize the random projections on load (128x128 blocks, Qwen's FP8 layout); "
-        "the decode roofline then counts the bytes as stored",
-    )
+    quantization_flag(p, "; the decode roofline then counts the bytes as stored")
     p.add_argument("--iters", type=int, default=3, help="timed prefill runs per length")
     p.add_argument(
         "--prefill-idle-s",

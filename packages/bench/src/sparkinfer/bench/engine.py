@@ -97,6 +97,26 @@ def random_model(cfg: ModelConfig, device: torch.device, mode: str) -> Qwen3_8Fo
     return model
 
 
+def quantize(model: Qwen3_8ForCausalLM, quantization: str, mode: str) -> int | None:
+    """`--quantization` on a model built in memory: "fp8" turns its decoder projections into
+    block-FP8 layers in place (`quantize_model_fp8`: the layers, blocks and values of FP8 on
+    load) and returns the matmul weights' bytes as stored; "none" leaves it, None."""
+    if quantization == "none":
+        return None
+    from sparkinfer.model.weights import quantize_model_fp8
+
+    log(f"{mode}: quantizing the projections to FP8 (128x128 blocks)")
+    quantize_model_fp8(model)
+    if model.lm_head.weight.is_cuda:
+        torch.cuda.empty_cache()  # the bf16 weights just freed
+    return matmul_weight_bytes(model)
+
+
+def weights_label(quantization: str) -> str:
+    """The report's words for the weights' storage."""
+    return "bf16" if quantization == "none" else "FP8 projections (128x128 blocks), bf16 rest"
+
+
 def matmul_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights every decode step streams: the decoder's linear layers as stored
     (e4m3, scales and bf16 tails for FP8 layers) and the LM head."""
@@ -227,14 +247,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     log("offline: measuring copy bandwidth and matmul rate")
     peaks = roofline.measure_peaks(device)
     model = random_model(cfg, device, "offline")
-    weight_bytes = None
-    if args.quantization == "fp8":
-        from sparkinfer.model.weights import quantize_model_fp8
-
-        log("offline: quantizing the projections to FP8 (128x128 blocks)")
-        quantize_model_fp8(model)
-        torch.cuda.empty_cache()
-        weight_bytes = matmul_weight_bytes(model)
+    weight_bytes = quantize(model, args.quantization, "offline")
     weights_gib = torch.cuda.memory_allocated() / 2**30
     sched = _scheduler_config(args)
     log("offline: starting the engine (caches, CUDA graphs)")
@@ -380,7 +393,7 @@ def _context(
     t: TextConfig, weights_gib: float, sched: SchedulerConfig, quantization: str = "none"
 ) -> dict[str, str]:
     """The report header's model and scheduler lines."""
-    weights = "bf16" if quantization == "none" else "FP8 projections (128x128 blocks), bf16 rest"
+    weights = weights_label(quantization)
     return {
         "model": f"Qwen3.8-27B text shapes, {t.num_hidden_layers} layers "
         f"({len(t.full_attention_layers)} full attention), hidden {t.hidden_size}, "

@@ -11,7 +11,9 @@ drafts at its full cost, and its drafts are then made right by the given per-pos
 
 Models: a checkpoint (`--model`, with its mtp.* tensors for the MTP drafter and its tokenizer
 for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and a random MTP
-head (the default, CUDA), or a tiny random model on the CPU (`--tiny`, a smoke run).
+head (the default, CUDA), or a tiny random model on the CPU (`--tiny`, a smoke run). With
+`--quantization fp8` the decoder projections run in block FP8, made the way the offline mode
+makes them (`engine.quantize`; a bf16 `--model` quantized on load); the MTP head stays bf16.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from sparkinfer.bench.cli_args import float_list, int_list
+from sparkinfer.bench.cli_args import float_list, int_list, quantization_flag
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
 from sparkinfer.bench.spec_drafters import OracleDrafter, PricedDrafter, check_schedule
@@ -75,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
                    help="draft every step (price verifies at a fixed acceptance)")  # fmt: skip
+    quantization_flag(p, "; the MTP head stays bf16, as in Qwen's FP8 releases")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant numerics")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in the engine")
 
@@ -105,6 +108,7 @@ class SpecRow:
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     import torch
+    from sparkinfer.bench.engine import weights_label
 
     device = torch.device("cpu") if args.tiny else _require_cuda()
     if args.priced_acceptance is not None:
@@ -133,6 +137,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         gates.append(Gate("identical outputs", same, "every speculative output equals AR's"))
     context = {
         "model": args.model or ("tiny random" if args.tiny else "Qwen3.8-27B shapes, random"),
+        "weights": weights_label(args.quantization),
         "prompt": args.prompt,
         "new tokens": str(args.new_tokens),
         "scheduler": str(base),
@@ -355,7 +360,7 @@ def _base_config(args: argparse.Namespace) -> SchedulerConfig:
 def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCausalLM, Any]:
     """The model (with an MTP head when the mtp drafter runs) and its tokenizer (or None)."""
     import torch
-    from sparkinfer.bench.engine import fill_random, full_size_config, random_model
+    from sparkinfer.bench.engine import fill_random, full_size_config, quantize, random_model
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.model.mtp import MTPHead
 
@@ -370,6 +375,7 @@ def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCa
         model = load_model(
             path, device=device, dtype=torch.bfloat16, use_mtp=use_mtp,
             num_real_tokens=tokenizer.vocab_size,
+            quantization=None if args.quantization == "none" else args.quantization,
         )  # fmt: skip
         return model, tokenizer
     if args.tiny:
@@ -379,6 +385,7 @@ def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCa
     else:
         cfg, dtype = full_size_config(args.num_layers), torch.bfloat16
         model = random_model(cfg, device, "spec")
+    quantize(model, args.quantization, "spec")
     if use_mtp:
         head = MTPHead(cfg.text, ops=model.ops, device=device, dtype=dtype)
         fill_random(head, seed=1)

@@ -5,10 +5,11 @@ and prompt chunks run as two packed forwards: decode rows keep the recurrent ker
 attention kernel and their CUDA graphs (in one mixed forward each decode row was a prefill
 sequence of one token, and a prompt joining decoding streams stalled them longer,
 docs/benchmarks.md). With `deterministic` a row's numerics then never depend on what else
-shares the step: on CUDA each forward's linear layers run the kernels' fixed-tile
-batch-invariant GEMM of its phase (`kernels.linear.batch_invariant`; the graphs are captured
-with it); on CPU every matmul runs row-blocked at a fixed shape (`_batch_invariant`). Without
-it, each forward takes the fastest kernel per shape. Every forward and device step runs under
+shares the step: each forward runs in its phase's batch-invariant mode
+(`kernels.linear.batch_invariant`; the graphs are captured in it), where the linear layers, FP8
+ones too, run the kernels' fixed-tile GEMM of the phase and never the per-row-count tables; on
+CPU every torch matmul also runs row-blocked at a fixed shape (`_batch_invariant`). Without it,
+each forward takes the fastest kernel per shape. Every forward and device step runs under
 the config's `KernelTuning` (`on_stream`, `numerics`): dependent launch and the shape table.
 
 Images and videos (`vision.inputs`): the vision tower runs at a request's first prefill chunk,
@@ -336,12 +337,10 @@ class Runner:
         with kernel_tuning(self.kernel_tuning):
             if not self.config.deterministic:
                 yield
-            elif self._is_cuda:
-                with batch_invariant("decode" if is_decode else "prefill"):
-                    yield
-            else:
-                with BatchInvariantMode():
-                    yield
+                return
+            cpu_matmuls = contextlib.nullcontext() if self._is_cuda else BatchInvariantMode()
+            with batch_invariant("decode" if is_decode else "prefill"), cpu_matmuls:
+                yield
 
     @contextlib.contextmanager
     def on_stream(self) -> Generator[None, None, None]:

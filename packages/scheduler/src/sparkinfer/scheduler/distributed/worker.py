@@ -104,12 +104,11 @@ class RankWorker:
         """The runner's `numerics`: rank 0 runs every forward under the same mode."""
         if not self.deterministic:
             yield
-        elif self.device.type == "cuda":
-            with batch_invariant("decode" if is_decode else "prefill"):
-                yield
-        else:
-            with BatchInvariantMode():
-                yield
+            return
+        is_cuda = self.device.type == "cuda"
+        cpu_matmuls = contextlib.nullcontext() if is_cuda else BatchInvariantMode()
+        with batch_invariant("decode" if is_decode else "prefill"), cpu_matmuls:
+            yield
 
 
 def exit_with_parent() -> None:
