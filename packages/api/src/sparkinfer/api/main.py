@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import torch
 from fastapi import Depends, FastAPI
@@ -130,7 +131,7 @@ class _LoadedModel:
     model: Qwen3_8ForCausalLM
     media: MediaConfig | None
     ranks: TensorParallelRanks | None = None  # tensor parallel: `model` is rank 0's shard
-    drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; not drafting yet
+    drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; the engine drafts
 
 
 def build_state(settings: Settings) -> ServerState:
@@ -197,7 +198,7 @@ def _load_checkpoint(
             device=device,
             dtype=dtype,
             num_real_tokens=tokenizer.vocab_size,
-            use_mtp="auto" if settings.speculative == "auto" else settings.speculative == "mtp",
+            use_mtp=_use_mtp(settings),
             quantization=None if settings.quantization == "none" else settings.quantization,
         )
     return _LoadedModel(
@@ -210,6 +211,13 @@ def _load_checkpoint(
         media=_media_config(settings, model, configs.path),
         ranks=ranks,
     )
+
+
+def _use_mtp(settings: Settings) -> bool | Literal["auto"]:
+    """Whether to load the checkpoint's MTP head: not beside a --draft-model, which drafts."""
+    if settings.speculative == "auto":
+        return "auto" if settings.draft_model is None else False
+    return settings.speculative == "mtp"
 
 
 def _scheduler_config(
@@ -242,7 +250,7 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     if loaded.ranks is not None:
         engine = loaded.ranks.engine(sched)
     else:
-        engine = Engine.from_model(loaded.model, sched, device=device)
+        engine = Engine.from_model(loaded.model, sched, device=device, drafter=loaded.drafter)
     metrics = ServerMetrics(engine.stats)
     logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)
     gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
