@@ -51,23 +51,28 @@ def target() -> Qwen3_8ForCausalLM:
     return build_tiny_model(seed=0)
 
 
-@pytest.fixture(scope="module")
-def drafter(target) -> BlockDrafter:
+def build_drafter(target: Qwen3_8ForCausalLM) -> BlockDrafter:
+    """The tiny DFlash drafter beside `target` (its device and dtype, values drawn on the CPU);
+    sets the target's tap layers."""
     config = parse_drafter_config(DRAFTER_CONFIG)
     check_drafter_fits(config, target.config.text)
     shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
-    out = BlockDrafter(config, shared, ops=target.ops, device="cpu", dtype=torch.float32)
+    device = target.lm_head.weight.device
+    out = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for name, p in out.named_parameters():
-            if name.startswith("shared"):
-                continue
             if "norm" in name:
                 p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
     target.set_tap_layers(config.target_layer_ids)
     return out.eval()
+
+
+@pytest.fixture(scope="module")
+def drafter(target) -> BlockDrafter:
+    return build_drafter(target)
 
 
 def config(**kw: object) -> SchedulerConfig:
@@ -253,3 +258,16 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
     assert second
     same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in second]
     assert sum(same) >= 0.9 * len(same), same
+
+
+@pytest.mark.gpu
+def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
+    """bf16 on the device, the drafter's linear layers on the Triton kernels."""
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    drafter = build_drafter(model)
+    cfg = config(max_model_len=256)
+    off = replace(cfg, speculative="off")
+    want = run_mixed_steps(Runner(model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
+    runner = Runner(model, cfg, drafter=drafter)
+    got = run_mixed_steps(runner, runner.config, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert got.tokens == want.tokens and got.logprobs == want.logprobs

@@ -44,6 +44,7 @@ class Drafter(Protocol):
     """
 
     needs_hidden: bool
+    needs_taps: bool  # with needs_hidden: the rows are the target's tap layers' states
 
     def propose(
         self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]
