@@ -4,6 +4,7 @@ stops start-up in one line naming the setting, before the model's weights load."
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -94,4 +95,37 @@ def test_tensor_parallel_is_refused(tmp_path: Path) -> None:
         {"draft_model": str(_drafter(tmp_path)), "tensor_parallel_size": 2}, environ={}
     )
     with pytest.raises(SettingsError, match="one GPU for now"):
+        check_draft_model(settings)
+
+
+def test_the_engine_drafts_with_the_loaded_drafter_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sparkinfer.api.main import build_state
+    from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
+
+    settings = load_settings({"draft_model": str(_drafter(tmp_path)), "device": "cpu"}, environ={})
+    with caplog.at_level(logging.INFO):
+        state = build_state(settings)
+    try:
+        runner = state.engine.engine.runner
+        assert isinstance(runner.speculative.drafter, DraftModelDrafter)  # type: ignore[attr-defined]
+        assert "speculative auto: the block drafter of --draft-model drafts up to 15" in caplog.text
+        assert getattr(runner.model, "mtp", None) is None  # no MTP head loaded beside it
+    finally:
+        state.engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"speculative": "mtp"}, "--draft-model drafts with --speculative auto or draft_model"),
+        ({"speculative": "draft_model", "draft_model": None}, "--speculative draft_model"),
+    ],
+)
+def test_a_speculative_method_that_does_not_fit_the_draft_model_is_refused(
+    tmp_path: Path, values: dict, message: str
+) -> None:
+    settings = load_settings({"draft_model": str(_drafter(tmp_path)), **values}, environ={})
+    with pytest.raises(SettingsError, match=message):
         check_draft_model(settings)

@@ -86,3 +86,17 @@ def test_a_priced_drafter_pays_the_real_drafts_and_repeats_its_draws():
     assert all(r in (0, 1, 2) for r in num_right) and len(set(num_right)) > 1
     with pytest.raises(ValueError, match="cannot exceed"):
         PricedDrafter(inner, {}, (0.5, 0.9), seed=0)
+
+
+def test_the_block_drafter_runs_with_identical_outputs_and_prices_its_blocks(tmp_path):
+    argv = ["spec", "--tiny", "--context", "40", "--new-tokens", "10", "--prompt", "repeat",
+            "--deterministic", "--no-adaptive", "--drafters", "dflash,oracle",
+            "--oracle-accept", "4", "--num-speculative-tokens", "4", "--draft-layers", "2",
+            "--priced-acceptance", "1,1,0.5,0", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0  # the identical-outputs gate passes
+    raw = json.loads((tmp_path / "spec.json").read_text())["raw"]
+    block = [r for r in raw["rows"] if r["drafter"] == "dflash"]
+    assert [r["priced"] for r in block] == [None, [1.0, 1.0, 0.5, 0.0]]
+    assert all(r["is_identical"] and r["num_drafts"] == 4 for r in block)
+    assert all(r["block_ms"] is not None and r["draft_ms"] is not None for r in block)
+    assert block[1]["accepted_per_position"][0] == 1.0  # priced: the drafter's rows made right

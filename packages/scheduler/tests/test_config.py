@@ -60,6 +60,17 @@ def test_speculative_auto_is_the_default_and_becomes_the_mtp_head_or_plain_decod
     assert cfg.resolve_speculative(has_mtp_head=False).speculative == "off"
     ngram = SchedulerConfig(speculative="ngram")
     assert ngram.resolve_speculative(has_mtp_head=True) is ngram  # a choice stays as it is
+    assert ngram.resolve_speculative(has_mtp_head=True, draft_model_depth=7) is ngram
+
+
+def test_speculative_auto_drafts_with_a_given_block_drafter_as_deep_as_its_block():
+    auto = SchedulerConfig().resolve_speculative(has_mtp_head=True, draft_model_depth=15)
+    assert auto.speculative == "draft_model" and auto.num_speculative_tokens == 15
+    assert auto.is_speculative and auto.num_spec_state_rows == auto.speculative_max_seqs * 15
+    chosen = SchedulerConfig(speculative="draft_model")
+    assert chosen.resolve_speculative(has_mtp_head=False, draft_model_depth=7).speculative == (
+        "draft_model"
+    )
 
 
 def test_frozen():

@@ -38,7 +38,17 @@ def check_draft_model(settings: Settings) -> DrafterConfig | None:
     """The drafter's config checked against the model's (None without --draft-model); raises
     SettingsError naming the setting and what does not fit."""
     if settings.draft_model is None:
+        if settings.speculative == "draft_model":
+            raise SettingsError(
+                "invalid setting --speculative draft_model: it drafts with the block drafter of "
+                "--draft-model DIR|HUB_ID: give one, or pick another --speculative"
+            )
         return None
+    if settings.speculative not in ("auto", "draft_model"):
+        raise SettingsError(
+            f"--draft-model drafts with --speculative auto or draft_model, not "
+            f"{settings.speculative}: drop --draft-model or --speculative"
+        )
     if settings.tensor_parallel_size > 1:
         raise SettingsError(
             "--draft-model runs on one GPU for now: drop it or set --tensor-parallel-size 1"
@@ -60,8 +70,7 @@ def load_draft_model(settings: Settings, model: Qwen3_8ForCausalLM) -> BlockDraf
         raise _refused(exc) from None
     c = drafter.config
     logger.info(
-        "loaded the %s drafter %s: %d drafts a step from target layers %s; the engine does not "
-        "draft with block drafters yet",
+        "loaded the %s drafter %s: it drafts %d tokens a step from target layers %s",
         c.layout, settings.draft_model, c.num_drafts, list(c.target_layer_ids),
     )  # fmt: skip
     return drafter

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import torch
 from fastapi import Depends, FastAPI
@@ -139,7 +140,7 @@ class _LoadedModel:
     model: Qwen3_8ForCausalLM
     media: MediaConfig | None
     ranks: TensorParallelRanks | None = None  # tensor parallel: `model` is rank 0's shard
-    drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; not drafting yet
+    drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; the engine drafts
 
 
 def build_state(settings: Settings) -> ServerState:
@@ -209,7 +210,7 @@ def _load_checkpoint(
             device=device,
             dtype=dtype,
             num_real_tokens=tokenizer.vocab_size,
-            use_mtp="auto" if settings.speculative == "auto" else settings.speculative == "mtp",
+            use_mtp=_use_mtp(settings),
             quantization=None if settings.quantization == "none" else settings.quantization,
             progress=progress,
         )
@@ -224,6 +225,13 @@ def _load_checkpoint(
         media=_media_config(settings, model, configs.path),
         ranks=ranks,
     )
+
+
+def _use_mtp(settings: Settings) -> bool | Literal["auto"]:
+    """Whether to load the checkpoint's MTP head: not beside a --draft-model, which drafts."""
+    if settings.speculative == "auto":
+        return "auto" if settings.draft_model is None else False
+    return settings.speculative == "mtp"
 
 
 def _scheduler_config(
@@ -258,7 +266,7 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     if loaded.ranks is not None:
         engine = loaded.ranks.engine(sched)
     else:
-        engine = Engine.from_model(loaded.model, sched, device=device)
+        engine = Engine.from_model(loaded.model, sched, device=device, drafter=loaded.drafter)
     logger.info("engine ready in %.1f s", time.monotonic() - started)
     metrics = ServerMetrics(engine.stats)
     logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)

@@ -127,7 +127,8 @@ class Settings(BaseSettings):
         "layout (e.g. z-lab/Qwen3.6-27B-DFlash, RadixArk/Qwen3.8-27B-DSpark), for the served "
         "model: its config.json is checked against the model's before any weight loads (a "
         "drafter for another model stops start-up naming the field), then it loads beside the "
-        "model, sharing its embedding and head. The engine does not draft with it yet",
+        "model, sharing its embedding and head; the engine drafts with it under --speculative "
+        "auto or draft_model",
     )
     tensor_parallel_size: int = engine_setting("tensor_parallel_size")
     mrope: bool = Field(

@@ -79,6 +79,7 @@ class PricedDrafter:
         check_schedule(schedule)
         self.inner = inner
         self.needs_hidden: bool = inner.needs_hidden
+        self.needs_taps: bool = getattr(inner, "needs_taps", False)
         self.continuations = continuations
         self.schedule = tuple(schedule)
         self.seed = seed
@@ -102,3 +103,47 @@ class PricedDrafter:
 
     def observe(self, step: Any) -> None:
         self.inner.observe(step)
+
+
+_PUBLISHED_TAPS = (1, 16, 31, 46, 61)  # z-lab's Qwen3.5/3.6-27B DFlash, of 64 target layers
+
+
+def random_block_drafter(model: Any, *, num_drafts: int, num_layers: int = 5) -> Any:
+    """A DFlash block drafter for `model` with random weights: the published 27B drafter's
+    dimensions at the 27B's width (32 / 8 heads of 128, intermediate 17408; docs/model.md §17),
+    scaled down for a smaller target, a block of num_drafts + 1 rows, its taps spread over the
+    target's layers as the published ones are over 64. Sets the target's tap layers."""
+    import torch
+    from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
+    from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
+
+    text = model.config.text
+    hidden, depth = text.hidden_size, text.num_hidden_layers
+    heads, kv_heads, head_dim = (32, 8, 128) if hidden == 5120 else (4, 2, hidden // 4)
+    taps = sorted({min(depth - 1, i * depth // 64) for i in _PUBLISHED_TAPS})
+    config = parse_drafter_config({
+        "architectures": ["DFlashDraftModel"],
+        "hidden_size": hidden,
+        "intermediate_size": 17_408 if hidden == 5120 else 2 * hidden,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": text.vocab_size,
+        "rope_theta": 10_000_000,
+        "block_size": num_drafts + 1,
+        "dflash_config": {"mask_token_id": text.vocab_size - 1, "target_layer_ids": taps},
+    })  # fmt: skip
+    check_drafter_fits(config, text)
+    device = model.lm_head.weight.device
+    shared = SharedTargetModules(model.model.embed_tokens, model.lm_head)
+    drafter = BlockDrafter(config, shared, ops=model.ops, device=device, dtype=model.dtype)
+    gen = torch.Generator(device=device).manual_seed(2)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)  # the drafter's norms are plain weights
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    model.set_tap_layers(config.target_layer_ids)
+    return drafter.eval()

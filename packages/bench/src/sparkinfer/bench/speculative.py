@@ -1,13 +1,19 @@
 """The `spec` mode: the same prompts decoded without and with speculation in one process.
 
-For each drafter (prompt lookup, the MTP head, or an oracle) and draft count it prints the plain
-(AR) and speculative decode rates, the speedup, the mean accepted length (tokens a verify
-emits: accepted drafts + 1) and whether every output equals the AR run's. The oracle drafts
-the target's own greedy continuation, recorded in the AR run, right on the first j of k drafts
-and wrong after: it prices the engine's gain at a given acceptance, whatever the drafter. With
-`--priced-acceptance` each real drafter also runs priced (`spec_drafters.PricedDrafter`): it
-drafts at its full cost, and its drafts are then made right by the given per-position schedule
-(seeded, `--seed`); those rows are labelled "priced", not real acceptance.
+For each drafter (prompt lookup, the MTP head, a block drafter, or an oracle) and draft count it
+prints the plain (AR) and speculative decode rates, the speedup, the mean accepted length (tokens a
+verify emits: accepted drafts + 1) and whether every output equals the AR run's. The oracle drafts
+the target's own greedy continuation, recorded in the AR run, right on the first j of k drafts and
+wrong after: it prices the engine's gain at a given acceptance, whatever the drafter. With
+`--priced-acceptance` each real drafter also runs priced (`spec_drafters.PricedDrafter`): it drafts
+at its full cost, and its drafts are then made right by the given per-position schedule (seeded,
+`--seed`); those rows are labelled "priced", not real acceptance.
+
+The block drafter (`dflash`, `spec_drafters.random_block_drafter`) has the published 27B DFlash
+drafter's dimensions (5 layers, docs/model.md §17; `--draft-layers` changes the depth) with random
+weights, and a block of k + 1 rows for k drafts: its rows price the drafter's real cost (its
+"block ms": one drafter forward proposing every drafting request's block), its random drafts
+are rarely accepted, so pair it with `--priced-acceptance` for a speed at a given acceptance.
 
 Models: a checkpoint (`--model`, with its mtp.* tensors for the MTP drafter and its tokenizer
 for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and a random MTP
@@ -28,14 +34,20 @@ from typing import TYPE_CHECKING, Any
 from sparkinfer.bench.cli_args import float_list, int_list, quantization_flag
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
-from sparkinfer.bench.spec_drafters import OracleDrafter, PricedDrafter, check_schedule
+from sparkinfer.bench.spec_drafters import (
+    OracleDrafter,
+    PricedDrafter,
+    check_schedule,
+    random_block_drafter,
+)
 
 if TYPE_CHECKING:
     import torch
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.config import SchedulerConfig
 
-DRAFTERS = ("ngram", "mtp", "oracle")
+DRAFTERS = ("ngram", "mtp", "oracle")  # the default set
+KNOWN_DRAFTERS = (*DRAFTERS, "dflash")
 _WARMUP_TOKENS = 8
 
 
@@ -50,7 +62,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--drafters",
         type=lambda s: tuple(s.split(",")),
         default=DRAFTERS,
-        help="comma-separated: ngram, mtp, oracle",
+        help="comma-separated: ngram, mtp, oracle, dflash (a block drafter, random weights)",
+    )
+    p.add_argument(
+        "--draft-layers", type=int, default=5, help="the dflash drafter's layers (published: 5)"
     )
     p.add_argument("--num-speculative-tokens", type=int_list, default=(3,))
     p.add_argument(
@@ -62,8 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--priced-acceptance",
         type=float_list,
-        help="also run each real drafter (ngram, mtp) priced: its drafts made right by this "
-        "per-position share of verifies accepting draft j (e.g. 0.92,0.84,0.65); rows "
+        help="also run each real drafter (ngram, mtp, dflash) priced: its drafts made right by "
+        "this per-position share of verifies accepting draft j (e.g. 0.92,0.84,0.65); rows "
         "labelled priced",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the priced acceptance draws")
@@ -93,9 +108,10 @@ class SpecRow:
     spec_tok_s: float
     mean_accepted_len: float  # tokens emitted per verify of a request with drafts
     accepted_per_position: tuple[float, ...]  # share of verifies accepting draft j
-    draft_ms: float | None  # the drafter's own time per draft token (MTP)
+    draft_ms: float | None  # the drafter's own time per draft token (MTP, dflash)
     is_identical: bool
     priced: tuple[float, ...] | None = None  # the acceptance schedule its drafts were made to
+    block_ms: float | None = None  # dflash: one propose call (every drafting request's block)
 
     @property
     def label(self) -> str:
@@ -155,8 +171,8 @@ def _variants(
     """(drafter, the oracle's right drafts, the priced schedule) of each row to measure."""
     out: list[tuple[str, int | None, tuple[float, ...] | None]] = []
     for name in drafters:
-        if name not in DRAFTERS:
-            raise ValueError(f"--drafters has {name!r}; choose from {', '.join(DRAFTERS)}")
+        if name not in KNOWN_DRAFTERS:
+            raise ValueError(f"--drafters has {name!r}; choose from {', '.join(KNOWN_DRAFTERS)}")
         if name == "oracle":
             out += [(name, j, None) for j in dict.fromkeys(min(a, k) for a in accepts)]
             continue
@@ -181,22 +197,28 @@ def _measure(
     ar: float,
     ar_tokens: list[list[int]],
 ) -> SpecRow:
+    method = {"mtp": "mtp", "dflash": "draft_model"}.get(drafter, "ngram")
     cfg = replace(
         base,
-        speculative="mtp" if drafter == "mtp" else "ngram",
+        speculative=method,  # pyright: ignore[reportArgumentType]
         num_speculative_tokens=k,
         speculative_max_seqs=max(len(prompts), 1),
     )
     oracle = OracleDrafter(continuations, accept or 0) if drafter == "oracle" else None
+    block = None
+    if drafter == "dflash":
+        block = random_block_drafter(model, num_drafts=k, num_layers=args.draft_layers)
 
     def pricing(inner: Any) -> Any:
         assert priced is not None
         return PricedDrafter(inner, continuations, priced, seed=args.seed)
 
     timer: list[float] = []
+    blocks: list[float] = []
     seconds, tokens, stats = _decode(
         model, cfg, device, prompts, args.new_tokens, drafter=oracle, timer=timer,
-        with_stats=True, wrap=pricing if priced is not None else None,
+        with_stats=True, wrap=pricing if priced is not None else None, block_drafter=block,
+        block_timer=blocks,
     )  # fmt: skip
     spec = stats.spec
     verifies = max(1, spec.num_drafts)
@@ -213,6 +235,7 @@ def _measure(
         1e3 * sum(timer) / spec.num_draft_tokens if timer and spec.num_draft_tokens else None,
         tokens == ar_tokens,
         priced,
+        1e3 * sum(blocks) / len(blocks) if blocks else None,
     )
 
 
@@ -227,26 +250,32 @@ def _decode(
     timer: list[float] | None = None,
     with_stats: bool = False,
     wrap: Callable[[Any], Any] | None = None,
+    block_drafter: Any = None,
+    block_timer: list[float] | None = None,
 ) -> Any:
     """Warm the engine up, then decode every prompt at once -> (seconds from the last first
     token to the last token, each prompt's tokens[, the engine's stats]). `wrap`: wraps the
-    engine's drafter (after its calls are timed)."""
+    engine's drafter (after its calls are timed); `block_drafter`: the engine's --draft-model
+    drafter, its propose calls timed into `block_timer`."""
     from sparkinfer.scheduler.engine import Engine
     from sparkinfer.scheduler.request import SamplingParams
 
-    engine = Engine.from_model(model, cfg, device=device)
+    engine = Engine.from_model(model, cfg, device=device, drafter=block_drafter)
     try:
         runner = engine.runner
         if drafter is not None:
             runner.speculative.drafter = drafter  # type: ignore[attr-defined]
-        if timer is not None and cfg.speculative == "mtp":
+        if timer is not None and cfg.speculative in ("mtp", "draft_model"):
             _time_drafter(runner.speculative.drafter, timer)  # type: ignore[attr-defined]
+        if block_timer is not None and cfg.speculative == "draft_model":
+            _time_drafter(runner.speculative.drafter, block_timer, names=("propose",))  # type: ignore[attr-defined]
         if wrap is not None:
             runner.speculative.drafter = wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
         warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
         engine.generate(prompts[0][:64], warm)
-        if timer is not None:
-            timer.clear()
+        for t in (timer, block_timer):
+            if t is not None:
+                t.clear()
         before = engine.stats().spec
         params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
         firsts: list[float] = []
@@ -276,14 +305,21 @@ def _decode(
     return (seconds, results, stats) if with_stats else (seconds, results)
 
 
-def _time_drafter(drafter: Any, timer: list[float]) -> None:
-    """Add each propose and observe call's wall time (both end reading the device) to timer."""
-    for name in ("propose", "observe"):
+def _time_drafter(
+    drafter: Any, timer: list[float], names: tuple[str, ...] = ("propose", "observe")
+) -> None:
+    """Add each call's wall time (propose ends reading the device; observe, for a drafter that
+    writes its cache at once, is synchronized here) to timer."""
+    import torch
+
+    for name in names:
         call = getattr(drafter, name)
 
         def timed(*a: Any, call: Any = call) -> Any:
             start = time.perf_counter()
             out = call(*a)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             timer.append(time.perf_counter() - start)
             return out
 
@@ -311,19 +347,21 @@ def _table(rows: list[SpecRow]) -> Table:
     return Table(
         "spec: the same prompts without (AR) and with speculation (greedy)",
         ["drafter", "k", "right", "batch", "context", "AR tok/s", "spec tok/s", "speedup",
-         "accepted len", "accepted at 1..k", "draft ms", "identical"],
+         "accepted len", "accepted at 1..k", "draft ms", "block ms", "identical"],
         [
             [r.label, r.num_drafts, _right(r),
              r.batch, r.context, r.ar_tok_s, r.spec_tok_s, r.speedup, r.mean_accepted_len,
              " ".join(f"{x:.2f}" for x in r.accepted_per_position),
-             "-" if r.draft_ms is None else r.draft_ms, "yes" if r.is_identical else "NO"]
+             "-" if r.draft_ms is None else r.draft_ms,
+             "-" if r.block_ms is None else r.block_ms, "yes" if r.is_identical else "NO"]
             for r in rows
         ],
         notes=[
             "accepted len: tokens a verify emits (accepted drafts + 1); right: the oracle's "
             "correct drafts of k, or a priced row's schedule (the share of verifies whose draft "
-            "j is made right: priced, not the drafter's real acceptance); draft ms: the MTP "
-            "drafter's time per draft token"
+            "j is made right: priced, not the drafter's real acceptance); draft ms: the MTP or "
+            "block drafter's time per draft token (its cache writes included); block ms: one "
+            "block drafter forward proposing every drafting request's block"
         ],
     )  # fmt: skip
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from sparkinfer.model.cache_spec import CacheSpec
+from sparkinfer.model.decoder import TappedOutput
 from sparkinfer.model.forward_batch import ForwardBatch
 
 
@@ -31,3 +32,34 @@ class CausalLM(Protocol):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+
+@runtime_checkable
+class TappedCausalLM(CausalLM, Protocol):
+    """A model whose forward also returns a few layers' hidden states (a block drafter's taps)."""
+
+    def forward_tapped(
+        self,
+        input_ids: torch.Tensor,
+        batch: ForwardBatch,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        logits_rows_only: bool = False,
+    ) -> TappedOutput: ...
+
+
+def forward_tapped(
+    model: CausalLM,
+    input_ids: torch.Tensor,
+    batch: ForwardBatch,
+    *,
+    inputs_embeds: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """model's forward over every row -> (final hidden [T, hidden], tapped [T, taps * hidden])."""
+    if not isinstance(model, TappedCausalLM):
+        raise TypeError(
+            f"{type(model).__name__} has no forward_tapped: a block drafter needs a model that "
+            "returns its tap layers' hidden states (Qwen3_8ForCausalLM)"
+        )
+    out = model.forward_tapped(input_ids, batch, inputs_embeds=inputs_embeds)
+    return out.hidden, out.tapped

@@ -27,7 +27,7 @@ _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128)
 # compute-bound, padding a step to the next bucket costs device time: steps of 64 keep the
 # padding under 64 rows.
 _PREFILL_GRAPH_MIN_TOKENS, _PREFILL_GRAPH_DOUBLING_UNTIL, _PREFILL_GRAPH_STEP = 16, 128, 64
-SpeculativeMethod = Literal["auto", "off", "ngram", "mtp"]
+SpeculativeMethod = Literal["auto", "off", "ngram", "mtp", "draft_model"]
 SPECULATIVE_METHODS: tuple[SpeculativeMethod, ...] = get_args(SpeculativeMethod)
 MAX_SPECULATIVE_TOKENS = 16
 # The paged-attention kernels tile a KV block in powers of two, from 16 rows (CUDA; the CPU
@@ -182,10 +182,13 @@ class SchedulerConfig:
     speculative: SpeculativeMethod = field(
         default="auto",
         metadata=_help(
-            "Speculative decoding's drafter: auto (the checkpoint's MTP head where it has one, "
-            "plain decoding where not; the engine says which in one start-up line), mtp (the "
-            "checkpoint's MTP head, loaded from its mtp.* tensors), ngram (drafts copied from the "
-            "request's own prompt and output: no weights, strong on code, JSON and edits) or off. "
+            "Speculative decoding's drafter: auto (the block drafter of --draft-model where one "
+            "is given, else the checkpoint's MTP head where it has one, else plain decoding; the "
+            "engine says which in one start-up line), draft_model (the --draft-model block "
+            "drafter: a whole block of drafts from one forward of its own, as deep as its block), "
+            "mtp (the checkpoint's MTP head, loaded from its mtp.* tensors), ngram (drafts copied "
+            "from the request's own prompt and output: no weights, strong on code, JSON and "
+            "edits) or off. "
             "Each request drafts as deep as its own acceptance pays for, and not at all where "
             "drafts do not pay (speculative_adaptive). Greedy and seeded output are unchanged "
             "(bit for bit with deterministic)"
@@ -298,14 +301,21 @@ class SchedulerConfig:
     @property
     def is_speculative(self) -> bool:
         """Whether a drafter runs: "auto" counts once resolved (`resolve_speculative`)."""
-        return self.speculative in ("ngram", "mtp")
+        return self.speculative in ("ngram", "mtp", "draft_model")
 
-    def resolve_speculative(self, *, has_mtp_head: bool) -> SchedulerConfig:
-        """This config with "auto" made concrete for a model: its MTP head where it has one,
-        plain decoding where not (any other choice stays as it is)."""
-        if self.speculative != "auto":
-            return self
-        return replace(self, speculative="mtp" if has_mtp_head else "off")
+    def resolve_speculative(
+        self, *, has_mtp_head: bool, draft_model_depth: int = 0
+    ) -> SchedulerConfig:
+        """This config with "auto" made concrete for a model: the block drafter where one is
+        given (draft_model_depth > 0: the drafts its block proposes), else its MTP head where it
+        has one, else plain decoding. A block drafter verifies its whole block: its depth
+        replaces num_speculative_tokens."""
+        method = self.speculative
+        if method == "auto":
+            method = "draft_model" if draft_model_depth else "mtp" if has_mtp_head else "off"
+        if method == "draft_model" and draft_model_depth:
+            return replace(self, speculative=method, num_speculative_tokens=draft_model_depth)
+        return self if method == self.speculative else replace(self, speculative=method)
 
     @property
     def num_spec_state_rows(self) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -98,10 +99,12 @@ class Engine:
         config: SchedulerConfig,
         *,
         device: torch.device | str | None = None,
+        drafter: BlockDrafter | None = None,
     ) -> Engine:
         """Build the runner for `model` (caches sized from memory, graphs captured), then start
-        with the runner's config ("auto" speculation made concrete for this model)."""
-        runner = Runner(model, config, device=device)
+        with the runner's config ("auto" speculation made concrete for this model). `drafter`:
+        a loaded block drafter (`--draft-model`), which "auto" and "draft_model" draft with."""
+        runner = Runner(model, config, device=device, drafter=drafter)
         return cls(runner, runner.config)
 
     def add_request(

@@ -33,9 +33,10 @@ import torch
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.tuning import kernel_tuning
 from sparkinfer.model.cache_spec import CacheSpec, ModelCaches, allocate_caches
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
 from sparkinfer.scheduler._batch_invariant import BatchInvariantMode
-from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._causal_lm import CausalLM, forward_tapped
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
@@ -71,10 +72,14 @@ class Runner:
         config: SchedulerConfig,
         *,
         device: torch.device | str | None = None,
+        drafter: BlockDrafter | None = None,
     ) -> None:
         self.model = model
         asked = config.speculative
-        config = config.resolve_speculative(has_mtp_head=getattr(model, "mtp", None) is not None)
+        config = config.resolve_speculative(
+            has_mtp_head=getattr(model, "mtp", None) is not None,
+            draft_model_depth=drafter.config.num_drafts if drafter is not None else 0,
+        )
         self.config = config  # "auto" made concrete: the engine's scheduler takes this one
         logger.info("%s", describe_speculation(asked, config))
         self.device = torch.device(device) if device else next(model.parameters()).device
@@ -85,9 +90,12 @@ class Runner:
         self.kernel_tuning = config.kernel_tuning  # every device step runs under it (on_stream)
         spec: CacheSpec = model.cache_spec()
         self.vocab_size, activation_bytes = self._profile(spec)
-        self.plan = plan_cache(
-            spec, config, budget_bytes=self._cache_budget(activation_bytes), cap_blocks=True
-        )
+        budget = self._cache_budget(activation_bytes)
+        if drafter is not None and config.speculative == "draft_model":
+            # Its K/V pages share the target's block ids: split the budget per token.
+            kv, extra = spec.kv_bytes_per_token(), drafter.cache_spec().bytes_per_token()
+            budget = budget * kv // max(1, kv + extra)
+        self.plan = plan_cache(spec, config, budget_bytes=budget, cap_blocks=True)
         logger.info(
             "caches: %d KV blocks of %d tokens, %d state slots",
             self.plan.num_blocks,
@@ -116,12 +124,15 @@ class Runner:
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.verify_graphs: VerifyGraphs | None = None
-        self.speculative = SpeculativeStep(
-            self, make_drafter(config, model, self.caches, self.device)
-        )
+        with self.on_stream():
+            made = make_drafter(
+                config, model, self.caches, self.device,
+                draft_model=drafter, num_blocks=self.plan.num_blocks,
+            )  # fmt: skip
+        self.speculative = SpeculativeStep(self, made)
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
-            if config.is_speculative:
+            if config.is_speculative and not self.speculative.needs_taps:
                 self.verify_graphs = self._capture_verify_graphs()
                 self.speculative.capture_graphs()
             if config.prefill_graph_sizes():
@@ -284,9 +295,11 @@ class Runner:
         inflight: StepInFlight | None,
         *,
         all_rows: bool,
+        use_taps: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One packed eager forward -> (logits [num sampled seqs, vocab] fp32, hidden rows: every
-        row [T, hidden] with `all_rows` or prompt logprobs, else the sampled rows')."""
+        row [T, hidden] with `all_rows` or prompt logprobs, else the sampled rows'; with
+        `use_taps` every row's tapped states [T, taps * hidden] instead)."""
         is_scoring = any(s.num_prompt_logprobs for s in seqs)
         sources = inflight.source_rows(seqs) if inflight is not None else _no_sources(seqs)
         batch = ForwardBatch.build(
@@ -303,6 +316,11 @@ class Runner:
         rows = host_to_device(_step_inputs(seqs, sources), self.device)
         input_ids = merge_inflight_inputs(rows[0], rows[1], inflight)
         embeds = self.vision.embeddings(seqs, input_ids)  # None: no media in this step
+        if use_taps:
+            hidden, tapped = forward_tapped(self.model, input_ids, batch, inputs_embeds=embeds)
+            if is_scoring:
+                prompt_logprobs.update(self._score_prompt(seqs, hidden))
+            return self.model.compute_logits(hidden[batch.logits_indices]), tapped
         if not (is_scoring or all_rows):  # the last layer's MLP runs on the sampled rows only
             hidden = self.model(input_ids, batch, inputs_embeds=embeds, logits_rows_only=True)
             return self.model.compute_logits(hidden), hidden

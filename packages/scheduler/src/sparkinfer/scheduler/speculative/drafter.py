@@ -17,7 +17,8 @@ class TargetStep:
 
     seqs: the step's rows' sequences; rows_per_seq[i] of the hidden rows are seqs[i]'s, in
     order, at positions start_positions[i] onwards, each row the final-normed hidden state
-    ([R, hidden]) of an accepted position; next_token_ids [R] int64 (on the hidden states'
+    ([R, hidden]) of an accepted position (for a block drafter, `needs_taps`: its tap layers'
+    hidden states, [R, taps * hidden]); next_token_ids [R] int64 (on the hidden states'
     device) is the token that follows each row: in a step that overlaps the next, still in
     flight.
     """
@@ -37,12 +38,13 @@ class Drafter(Protocol):
     per row. `must_read` says whether the drafter has to see a step's results before the next
     step runs (the step is then read at once, not overlapped with the next; `is_overlapped`:
     whether steps overlap at all). `observe` gets each step's accepted target rows when
-    `needs_hidden` (MTP reads the final hidden states; a block drafter of the DFlash family
-    would also read a few layers' hidden states and propose its whole block in one forward of
-    its own from them).
+    `needs_hidden` (MTP reads the final hidden states; the block drafter of `--draft-model`
+    reads a few layers' hidden states instead and proposes its whole block in one forward of
+    its own from them, `block_drafter`).
     """
 
     needs_hidden: bool
+    needs_taps: bool  # with needs_hidden: the rows are the target's tap layers' states
 
     def propose(
         self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]

@@ -96,6 +96,7 @@ class MTPDrafter:
     """Owns the head's per-request pending rows and tails (its KV lives in the runner's caches)."""
 
     needs_hidden = True
+    needs_taps = False
 
     def __init__(
         self,

@@ -49,6 +49,7 @@ class NgramDrafter:
     """The n-gram drafter (`drafter.Drafter`): drafts from host tokens, keeps no state."""
 
     needs_hidden = False
+    needs_taps = False
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         """Drafts for each decode row (its request's tokens are all on the host)."""

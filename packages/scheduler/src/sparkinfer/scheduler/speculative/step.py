@@ -24,14 +24,16 @@ from dataclasses import replace
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.forward_batch import host_to_device
-from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._causal_lm import CausalLM, forward_tapped
 from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import GraphCaptureError
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 from sparkinfer.scheduler.speculative.drafter import Drafter, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 from sparkinfer.scheduler.speculative.ngram_drafter import NgramDrafter
@@ -51,7 +53,9 @@ logger = logging.getLogger(__name__)
 def describe_speculation(asked: SpeculativeMethod, config: SchedulerConfig) -> str:
     """One line for the start-up log: what was asked, which drafter runs, and how deep."""
     k = config.num_speculative_tokens
-    if config.speculative == "mtp":
+    if config.speculative == "draft_model":
+        chosen = f"the block drafter of --draft-model drafts up to {k} tokens a request and step"
+    elif config.speculative == "mtp":
         chosen = f"the checkpoint's MTP head drafts up to {k} tokens a request and step"
     elif config.speculative == "ngram":
         chosen = f"prompt lookup drafts up to {k} tokens a request and step"
@@ -63,11 +67,31 @@ def describe_speculation(asked: SpeculativeMethod, config: SchedulerConfig) -> s
 
 
 def make_drafter(
-    config: SchedulerConfig, model: CausalLM, caches: ModelCaches, device: torch.device
+    config: SchedulerConfig,
+    model: CausalLM,
+    caches: ModelCaches,
+    device: torch.device,
+    *,
+    draft_model: BlockDrafter | None = None,
+    num_blocks: int = 0,
 ) -> Drafter | None:
-    """The drafter `config.speculative` names (None: off)."""
+    """The drafter `config.speculative` names (None: off); draft_model: the loaded block
+    drafter, whose cache pages share the target's `num_blocks` block ids."""
     if config.speculative == "ngram":
         return NgramDrafter()
+    if config.speculative == "draft_model":
+        if draft_model is None:
+            raise ValueError(
+                "speculative is 'draft_model' but no block drafter is loaded: pass --draft-model "
+                "DIR|HUB_ID (Engine.from_model(..., drafter=...)) or use speculative 'mtp'"
+            )
+        return DraftModelDrafter(
+            draft_model,
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            max_seqs=config.max_num_seqs,
+            device=device,
+        )
     if config.speculative != "mtp":
         return None
     head = getattr(model, "mtp", None)
@@ -139,6 +163,13 @@ class SpeculativeStep:
     @property
     def needs_hidden(self) -> bool:
         return self.drafter is not None and self.drafter.needs_hidden
+
+    @property
+    def needs_taps(self) -> bool:
+        """Whether the drafter reads the target's tap layers (a block drafter): the target's
+        forwards then run eagerly, tapped (the graphs keep only the final hidden states)."""
+        # getattr: a wrapping or stand-in drafter (tests, benchmarks) may not declare it
+        return self.drafter is not None and bool(getattr(self.drafter, "needs_taps", False))
 
     def must_read(self, batch: ScheduledBatch) -> bool:
         """Whether the drafter has to see this step's results before the next step runs."""
@@ -242,7 +273,7 @@ class SpeculativeStep:
             self._plain(seqs, logits, hidden, inflight)
             return rows
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
-        graphs = t.verify_graphs
+        graphs = None if self.needs_taps else t.verify_graphs
         bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
         if graphs is not None and bucket is not None:
             rank = {id(s): i for i, s in enumerate(seqs)}
@@ -267,7 +298,13 @@ class SpeculativeStep:
             feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
             ids, sources_row = verify_input_ids(rows, feeds)
             dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), t.device)
-            h = t.model(merge_inflight_inputs(dev[0], dev[1], inflight), batch)
+            input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
+            if self.needs_taps:
+                h, tapped = forward_tapped(t.model, input_ids, batch)
+                logits.append(t.model.compute_logits(h))
+                hidden.append(tapped)
+                return rows
+            h = t.model(input_ids, batch)
         logits.append(t.model.compute_logits(h))
         hidden.append(h)
         return rows
@@ -281,10 +318,14 @@ class SpeculativeStep:
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] | None = None,
     ) -> None:
         """A forward as in a step not read at once (graphed where it can be), or eager over
-        every row when the drafter needs their hidden states."""
+        every row when the drafter needs their hidden states (their taps, for a block drafter)."""
         t = self.target
         scores = {} if prompt_logprobs is None else prompt_logprobs
-        if self.needs_hidden:
+        if self.needs_taps:
+            out, tapped = t.forward_eager(seqs, scores, inflight, all_rows=True, use_taps=True)
+            logits.append(out)
+            hidden.append(tapped)
+        elif self.needs_hidden:
             graphed = self._plain_graphed(seqs, inflight)
             out, h = graphed or t.forward_eager(seqs, scores, inflight, all_rows=True)
             logits.append(out)

@@ -60,4 +60,5 @@ class Target(Protocol):
         inflight: StepInFlight | None,
         *,
         all_rows: bool,
+        use_taps: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...

@@ -1,0 +1,151 @@
+"""The block drafter of `--draft-model` (DFlash, DFlash2, DSpark; docs/model.md §17) as a
+`Drafter`: one forward of its own proposes a request's whole block of drafts.
+
+Context: every step of an engine with this drafter is read at once (`must_read`), and its
+target forwards run eagerly with the drafter's tap layers (`forward_tapped`, the same pass: no
+extra forward). `observe` gets the tapped rows of every accepted position, prompt chunks and
+verified rows alike, and writes their K/V into the drafter's cache at once. That cache is paged
+with the target's block tables (a position's drafter K/V depend only on the tokens up to it),
+so a prefix-cache hit brings the drafter's context along with the target's.
+
+Proposal: a decode row whose context is written up to right before its input token (the anchor,
+at position P = num_cached) gets a block at P: the drafter writes its block rows' K/V at P ..
+P + block_size - 1 as scratch and returns up to `num_drafts` tokens. The scratch never outlives
+the step where it matters: the accepted positions are overwritten by `observe` in the same step,
+and the rest lie at or past the request's next num_cached, which no prefix-cache block holds
+until a later `observe` has written them. Positions past a request's own pages go to scratch
+pages of the drafter's own (`SCRATCH_PAGES` per row), never to another request's.
+
+A request whose context has a gap (none is expected: every step is observed) gets no drafts,
+which makes it slower, never wrong (every draft is verified). The drafts are greedy picks of
+the drafter's scores, so the verify's acceptance equals rejection sampling's for them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import torch
+from sparkinfer.model.drafters.cache import allocate_drafter_cache
+from sparkinfer.model.drafters.dflash import BlockDrafter
+from sparkinfer.model.forward_batch import host_to_device
+from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.request import Request
+from sparkinfer.scheduler.sampler import host_list
+from sparkinfer.scheduler.speculative.drafter import TargetStep
+
+
+def scratch_pages(block_len: int, block_size: int) -> int:
+    """Pages a block of block_len rows may reach past a request's own pages."""
+    return block_len // block_size + 2
+
+
+class DraftModelDrafter:
+    """Owns the block drafter's paged KV cache and how far each request's context is written.
+
+    Args:
+        drafter: the loaded block drafter (its target's tap layers set).
+        num_blocks: the target's KV blocks (the drafter's pages share their ids).
+        block_size: tokens per page.
+        max_seqs: most requests drafting in one step (each gets its own scratch pages).
+    """
+
+    needs_hidden = True
+    needs_taps = True
+
+    def __init__(
+        self,
+        drafter: BlockDrafter,
+        *,
+        num_blocks: int,
+        block_size: int,
+        max_seqs: int,
+        device: torch.device,
+    ) -> None:
+        self.drafter = drafter
+        self.num_drafts = drafter.config.num_drafts
+        self.block_size = block_size
+        self.device = device
+        self._block_len = drafter.config.block_size
+        self._scratch = scratch_pages(self._block_len, block_size)
+        self._first_scratch = num_blocks
+        self.max_seqs = max_seqs
+        self.cache = allocate_drafter_cache(
+            drafter.cache_spec(),
+            num_blocks=num_blocks + max_seqs * self._scratch,
+            block_size=block_size,
+            device=device,
+        )
+        # Context positions written (0 .. n - 1) per request; dropped with the request.
+        self._written: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
+
+    def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
+        """Always: every accepted position's taps must reach the drafter's cache."""
+        return True
+
+    def observe(self, step: TargetStep) -> None:
+        """Write the K/V of the step's accepted positions (step.hidden: their tapped rows)."""
+        if not step.seqs:
+            return
+        positions: list[int] = []
+        seq_ids: list[int] = []
+        for i, (n, start) in enumerate(zip(step.rows_per_seq, step.start_positions, strict=True)):
+            positions += range(start, start + n)
+            seq_ids += [i] * n
+        width = max(len(s.req.block_ids) for s in step.seqs)
+        tables = [s.req.block_ids + [0] * (width - len(s.req.block_ids)) for s in step.seqs]
+        dev = host_to_device(torch.tensor([positions, seq_ids], dtype=torch.int64), self.device)
+        self.drafter.write_context(
+            step.hidden,
+            dev[0],
+            self.cache,
+            block_tables=self._ints(tables),
+            seq_ids=dev[1],
+        )
+        for seq, n, start in zip(step.seqs, step.rows_per_seq, step.start_positions, strict=True):
+            self._written[seq.req] = start + n
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        """Up to num_drafts[i] drafts (at most the drafter's block) for each decode row whose
+        context is written up to right before its input token; one drafter forward in all."""
+        out: list[list[int]] = [[] for _ in seqs]
+        going = [
+            i
+            for i, (s, k) in enumerate(zip(seqs, num_drafts, strict=True))
+            if k and not s.is_input_inflight and self._written.get(s.req) == s.num_cached_tokens
+        ][: self.max_seqs]
+        if not going:
+            return out
+        rows = [seqs[i] for i in going]
+        anchors = [s.req.token_ids[s.num_cached_tokens] for s in rows]
+        starts = [s.num_cached_tokens for s in rows]
+        num_keys = max(starts) + self._block_len
+        dev = host_to_device(torch.tensor([anchors, starts], dtype=torch.int64), self.device)
+        draft = self.drafter.propose(
+            dev[0],
+            dev[1],
+            self.cache,
+            block_tables=self._ints(self._block_tables(rows, num_keys)),
+            num_keys=num_keys,
+        )
+        tokens = self.drafter.draft_tokens(draft, dev[0]).tokens
+        table: list[list[int]] = host_list(tokens)  # the one wait
+        for i, row in zip(going, table, strict=True):
+            out[i] = row[: min(num_drafts[i], self.num_drafts)]
+        return out
+
+    def _block_tables(self, rows: Sequence[ScheduledSeq], num_keys: int) -> list[list[int]]:
+        """Each row's pages over positions 0 .. num_keys - 1: its own, then its scratch pages
+        (positions past the last one are only read, and masked)."""
+        width = -(-num_keys // self.block_size)
+        tables: list[list[int]] = []
+        for r, seq in enumerate(rows):
+            own = seq.req.block_ids[:width]
+            base = self._first_scratch + r * self._scratch
+            extra = [base + min(j, self._scratch - 1) for j in range(width - len(own))]
+            tables.append(own + extra)
+        return tables
+
+    def _ints(self, rows: list[list[int]]) -> torch.Tensor:
+        return host_to_device(torch.tensor(rows, dtype=torch.int64), self.device)
