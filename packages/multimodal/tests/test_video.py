@@ -182,7 +182,7 @@ def test_video_rejects_too_long(clip_bytes) -> None:
     with pytest.raises(MediaTooLarge, match=r"lasts 6\.0 s; the limit is 5 s"):
         decode(data, limits=MediaLimits(max_video_seconds=5))
     with pytest.raises(MediaTooLarge, match="180 frames or more; the limit is 100 frames"):
-        decode(data, limits=MediaLimits(max_video_frames=100))
+        decode(data, limits=MediaLimits(max_video_source_frames=100))
 
 
 def test_video_rejects_large_frames_before_decoding(clip_bytes) -> None:

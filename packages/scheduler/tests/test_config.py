@@ -98,3 +98,14 @@ def test_prefill_graph_sizes_double_then_step_up_to_the_setting_or_the_step_budg
 def test_chunk_alignment_is_a_whole_gdn_output_block():
     # Deterministic prompt cuts keep numerics only on the GDN prefill's output-block boundaries.
     assert PREFILL_CHUNK_ALIGNMENT % (chunk.BT * chunk.LAUNCH.out_chunks) == 0
+
+
+def test_max_seqs_per_step_is_max_num_seqs_bounded_by_the_state_slots():
+    assert SchedulerConfig(max_num_seqs=8).max_seqs_per_step == 8  # slots not known yet
+    assert SchedulerConfig(max_num_seqs=8, num_state_slots=3).max_seqs_per_step == 3
+    assert SchedulerConfig(max_num_seqs=2, num_state_slots=5).max_seqs_per_step == 2
+    cfg = SchedulerConfig(max_num_seqs=8)
+    assert cfg.resolve_state_slots(6).max_seqs_per_step == 6
+    assert cfg.resolve_state_slots(6).num_state_slots == 6 and cfg.num_state_slots is None
+    resolved = cfg.resolve_state_slots(6)
+    assert resolved.resolve_state_slots(6) is resolved

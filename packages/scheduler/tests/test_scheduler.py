@@ -307,3 +307,8 @@ def test_a_failed_step_also_ends_requests_with_samples_in_flight():
     assert outputs["c"][-1].finish_reason is FinishReason.ERROR
     assert not sched.has_work()
     assert sched.blocks.num_free_blocks == 64 and sched.slots.num_free_slots == 8
+
+
+def test_a_step_holds_no_more_sequences_than_state_slots():
+    sched, _, _ = make(num_slots=2, max_num_seqs=8)
+    assert sched.config.num_state_slots == 2 and sched.max_num_seqs == 2

@@ -106,7 +106,7 @@ def _media_config(
         max_bytes=settings.media_max_bytes,
         max_image_pixels=settings.media_max_pixels,
         max_video_seconds=settings.video_max_seconds,
-        max_video_frames=settings.video_max_source_frames,
+        max_video_source_frames=settings.video_max_source_frames,
         max_decode_seconds=settings.video_decode_timeout_s,
     )
     if not settings.mrope:

@@ -138,7 +138,10 @@ class Settings(BaseSettings):
     )
     video_fps: float = Field(2.0, gt=0.0, description="Frames sampled per second of video")
     video_max_frames: int = Field(
-        32, ge=1, description="Most frames sampled from one video (longer clips: sparser)"
+        32,
+        ge=1,
+        description="Most frames sampled from one video for the model (longer clips: sparser); "
+        "video_max_source_frames bounds the source stream",
     )
     media_max_bytes: int = Field(
         20 * 1024 * 1024, ge=1, description="Largest decoded data: URL payload of one media part"
@@ -169,7 +172,10 @@ class Settings(BaseSettings):
     )
     video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
     video_max_source_frames: int = Field(
-        36_000, ge=1, description="Most frames in one video stream (bounds decode work)"
+        36_000,
+        ge=1,
+        description="Most frames in one source video stream, counted before decoding (bounds "
+        "decode work); sampling then keeps at most video_max_frames",
     )
     video_decode_timeout_s: float = Field(
         30.0, gt=0.0, description="Seconds one video may take to decode before it is refused"

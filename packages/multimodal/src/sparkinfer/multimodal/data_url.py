@@ -30,14 +30,15 @@ class MediaLimits:
     max_image_pixels:   width * height of an image or of one video frame, read from the header
                         before any pixel is decoded (decompression-bomb guard)
     max_video_seconds:  duration of one video
-    max_video_frames:   frames in one video stream (bounds decode work; sampling keeps far fewer)
+    max_video_source_frames: frames in one source video stream, counted before decoding (bounds
+                        decode work; sampling then keeps the processor's video_max_frames)
     max_decode_seconds: wall time spent decoding one video before it is refused
     """
 
     max_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 50_000_000
     max_video_seconds: float = 600.0
-    max_video_frames: int = 36_000
+    max_video_source_frames: int = 36_000
     max_decode_seconds: float = 30.0
 
     def __post_init__(self) -> None:

@@ -220,7 +220,8 @@ def _probe(
             )
         if min(height, width) < 1:
             raise UndecodableMedia(f"{field} declares {width}x{height} frames")
-        total = stream.frames or _count_packets(container, stream, limits.max_video_frames + 1)
+        most = limits.max_video_source_frames
+        total = stream.frames or _count_packets(container, stream, most + 1)
     _check_length(total, fps, field=field, limits=limits)
     return total, fps, height, width
 
@@ -239,9 +240,10 @@ def _count_packets(container, stream, stop: int) -> int:
 def _check_length(total: int, fps: float, *, field: str, limits: MediaLimits) -> None:
     if total < 1:
         raise UndecodableMedia(f"{field} holds no video frame")
-    if total > limits.max_video_frames:
+    most = limits.max_video_source_frames
+    if total > most:
         raise MediaTooLarge(
-            f"{field} has {total} frames or more; the limit is {limits.max_video_frames} frames: "
+            f"{field} has {total} frames or more; the limit is {most} frames: "
             f"send a shorter clip or a lower frame rate"
         )
     if total / fps > limits.max_video_seconds:

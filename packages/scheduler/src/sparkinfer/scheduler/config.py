@@ -317,6 +317,24 @@ class SchedulerConfig:
             return replace(self, speculative=method, num_speculative_tokens=draft_model_depth)
         return self if method == self.speculative else replace(self, speculative=method)
 
+    def resolve_state_slots(self, num_slots: int) -> SchedulerConfig:
+        """This config with the state slots the cache plan allocated made concrete."""
+        if self.num_state_slots == num_slots:
+            return self
+        return replace(self, num_state_slots=num_slots)
+
+    @property
+    def max_seqs_per_step(self) -> int:
+        """Most sequences one engine step holds: max_num_seqs, bounded by the state slots.
+
+        Each running sequence owns one recurrent-state slot, so when memory (or num_state_slots)
+        gives fewer slots than max_num_seqs asks for, the slots are the limit. Until the slots
+        are known (`resolve_state_slots`), this is max_num_seqs.
+        """
+        if self.num_state_slots is None:
+            return self.max_num_seqs
+        return min(self.max_num_seqs, self.num_state_slots)
+
     @property
     def num_spec_state_rows(self) -> int:
         """State rows the runner keeps for verify steps' roll-back points (0: no speculation)."""

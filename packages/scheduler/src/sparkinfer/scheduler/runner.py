@@ -96,6 +96,7 @@ class Runner:
             kv, extra = spec.kv_bytes_per_token(), drafter.cache_spec().bytes_per_token()
             budget = budget * kv // max(1, kv + extra)
         self.plan = plan_cache(spec, config, budget_bytes=budget, cap_blocks=True)
+        self.config = config = config.resolve_state_slots(self.plan.num_slots)
         logger.info(
             "caches: %d KV blocks of %d tokens, %d state slots",
             self.plan.num_blocks,
@@ -429,7 +430,7 @@ class Runner:
 
     def _capture_graphs(self) -> DecodeGraphs:
         assert self._stream is not None
-        max_batch = min(self.config.max_num_seqs, self.plan.num_slots)
+        max_batch = self.config.max_seqs_per_step
         graphs = DecodeGraphs(
             self.model,
             self.caches,
@@ -467,7 +468,7 @@ class Runner:
             self.model,
             self.caches,
             token_sizes=self.config.prefill_graph_sizes(),
-            max_seqs=min(self.config.max_num_seqs, self.plan.num_slots),
+            max_seqs=self.config.max_seqs_per_step,
             max_blocks_per_seq=self.config.max_blocks_per_seq,
             block_size=self.config.block_size,
             stream=self._stream,

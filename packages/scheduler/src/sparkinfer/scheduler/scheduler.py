@@ -109,6 +109,7 @@ class Scheduler:
     ) -> None:
         """`snapshot_rows`: state-pool rows (past the `num_slots` request rows) the prefix cache
         keeps its snapshots in; none turns it off."""
+        config = config.resolve_state_slots(num_slots)
         self.config = config
         self.blocks = BlockManager(num_blocks, config.block_size)
         self.slots = StateSlots(num_slots)
@@ -116,7 +117,7 @@ class Scheduler:
         self._state_copies: list[tuple[int, int]] = []  # for the next step, in order
         self.spec = SpecPolicy(config)
         self._scheduled_at = 0.0  # when the step being run was scheduled (step times)
-        self.max_num_seqs = min(config.max_num_seqs, num_slots)
+        self.max_num_seqs = config.max_seqs_per_step
         self.vocab_size = vocab_size
         self._emit = emit
         self.waiting: deque[Request] = deque()
