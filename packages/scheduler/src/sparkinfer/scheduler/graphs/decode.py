@@ -24,7 +24,6 @@ from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
-    merge_inflight_inputs,
 )
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
@@ -106,14 +105,7 @@ class DecodeGraphs(DecodeRowBuffers):
             rows[5, i] = seq.req.state_slot
             tables[i, : len(table)] = table
         with torch.cuda.stream(self.stream):
-            dev = self._rows_cpu[:, :bucket].to(self.stream.device, non_blocking=True)
-            self.input_ids[:bucket].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
-            self.positions[:bucket].copy_(dev[1])
-            self.slot_mapping[:bucket].copy_(dev[2])
-            self.cached_lens[:bucket].copy_(dev[3])
-            self.context_lens[:bucket].copy_(dev[4])
-            self.state_slots[:bucket].copy_(dev[5])
-            self.block_tables[:bucket].copy_(self._tables_cpu[:bucket], non_blocking=True)
+            self._copy_staged_rows(self._rows_cpu, self._tables_cpu, bucket, inflight)
             return self.buckets.replay(bucket)[: len(seqs)]
 
     def hidden(self, bucket: int, num_rows: int) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 
 
 class DecodeRowBuffers:
@@ -31,6 +32,27 @@ class DecodeRowBuffers:
         self.state_slots = buf(n, dtype=torch.int64, fill=state_slot_fill)
         self.block_tables = buf(n, max_blocks_per_seq, dtype=torch.int32)
         self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=device)
+
+    def _copy_staged_rows(
+        self,
+        rows_cpu: torch.Tensor,
+        tables_cpu: torch.Tensor,
+        num_rows: int,
+        inflight: StepInFlight | None,
+    ) -> None:
+        """Copy the first num_rows staged rows into the static buffers on the current stream.
+
+        rows_cpu: pinned [7, n] int64: ids, positions, KV slots, cached and context lengths,
+        state slots and each row's source row in `inflight` (ids still on the device).
+        tables_cpu: pinned [n, max_blocks_per_seq] int32 block tables."""
+        dev = rows_cpu[:, :num_rows].to(self.input_ids.device, non_blocking=True)
+        self.input_ids[:num_rows].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
+        self.positions[:num_rows].copy_(dev[1])
+        self.slot_mapping[:num_rows].copy_(dev[2])
+        self.cached_lens[:num_rows].copy_(dev[3])
+        self.context_lens[:num_rows].copy_(dev[4])
+        self.state_slots[:num_rows].copy_(dev[5])
+        self.block_tables[:num_rows].copy_(tables_cpu[:num_rows], non_blocking=True)
 
     def _rows_batch(self, num_rows: int, logits_indices: torch.Tensor) -> ForwardBatch:
         """Views of the first num_rows rows' buffers (the graph reads these addresses), each

@@ -17,7 +17,7 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.scheduler._causal_lm import CausalLM
-from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
+from sparkinfer.scheduler._inflight import StepInFlight
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
@@ -96,14 +96,7 @@ class VerifyGraphs(DecodeRowBuffers):
         self._fill(seqs, drafts, bucket, sources)
         num_rows = bucket * (self.num_drafts + 1)
         with torch.cuda.stream(self.stream):
-            dev = self._rows_cpu[:, :num_rows].to(self.stream.device, non_blocking=True)
-            self.input_ids[:num_rows].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
-            self.positions[:num_rows].copy_(dev[1])
-            self.slot_mapping[:num_rows].copy_(dev[2])
-            self.cached_lens[:num_rows].copy_(dev[3])
-            self.context_lens[:num_rows].copy_(dev[4])
-            self.state_slots[:num_rows].copy_(dev[5])
-            self.block_tables[:num_rows].copy_(self._tables_cpu[:num_rows], non_blocking=True)
+            self._copy_staged_rows(self._rows_cpu, self._tables_cpu, num_rows, inflight)
             return self.buckets.replay(bucket)
 
     def _fill(
