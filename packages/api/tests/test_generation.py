@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.generation import ChoiceJob, merge, start_choices
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.scheduler.config import SchedulerConfig
+from sparkinfer.scheduler.engine import EngineLimits
 from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
 
 
@@ -24,8 +24,7 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.callbacks: dict[str, Any] = {}
         self.aborted: list[str] = []
-        self.config = SchedulerConfig()  # no queue limit: every request is admitted
-        self.scheduler = SimpleNamespace(max_num_seqs=self.config.max_num_seqs)
+        self.limits = EngineLimits.of(SchedulerConfig())  # no queue limit: all are admitted
 
     def add_request(
         self, request_id: str, prompt: Sequence[int], params: SamplingParams, **kw: Any

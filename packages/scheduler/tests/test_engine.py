@@ -5,7 +5,7 @@ import time
 import pytest
 from scheduler_testing import FakeRunner
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.engine import Engine, EngineLimits
 from sparkinfer.scheduler.errors import ContextLengthExceeded, EngineStopped, QueueFull
 from sparkinfer.scheduler.request import FinishReason, RequestOutput, SamplingParams
 
@@ -39,6 +39,16 @@ def engine():
     eng = Engine(FakeRunner(), SchedulerConfig(block_size=4, max_model_len=64))
     yield eng
     eng.shutdown()
+
+
+def test_limits_are_the_configs_bounds():
+    """A client reads the admission bounds from `limits`, never from the scheduler."""
+    config = SchedulerConfig(max_model_len=64, max_num_seqs=8, num_state_slots=3, max_queue_depth=5)
+    eng = Engine(FakeRunner(), config)
+    try:
+        assert eng.limits == EngineLimits(max_model_len=64, max_seqs_per_step=3, max_queue_depth=5)
+    finally:
+        eng.shutdown()
 
 
 def test_generate_and_metrics(engine):

@@ -152,13 +152,13 @@ class EngineClient:
     def _check_fits(self, num_jobs: int) -> None:
         """400 for more choices than free seats plus the queue could ever take: a 429's retry
         would never succeed."""
-        depth = self.engine.config.max_queue_depth
-        seats = self.engine.scheduler.max_num_seqs
+        limits = self.engine.limits
+        depth, seats = limits.max_queue_depth, limits.max_seqs_per_step
         if depth and num_jobs > seats + depth:
             raise InvalidRequest(
                 f"the request has {num_jobs} choices (prompts x n); at most {seats + depth} are "
-                f"ever admitted at once (max_num_seqs {seats} + max_queue_depth {depth}): lower "
-                "n or send fewer prompts per request",
+                f"ever admitted at once ({seats} sequences per step + max_queue_depth {depth}): "
+                "lower n or send fewer prompts per request",
                 param="n",
             )
 

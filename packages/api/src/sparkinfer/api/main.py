@@ -269,12 +269,13 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
         engine = Engine.from_model(loaded.model, sched, device=device, drafter=loaded.drafter)
     logger.info("engine ready in %.1f s", time.monotonic() - started)
     metrics = ServerMetrics(engine.stats)
-    logger.info("serving %r: max_model_len %d on %s", loaded.served, max_model_len, device)
+    limits = engine.limits
+    logger.info("serving %r: max_model_len %d on %s", loaded.served, limits.max_model_len, device)
     gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
     return ServerState(
         settings=settings,
         model_id=loaded.served,
-        max_model_len=max_model_len,
+        max_model_len=limits.max_model_len,
         model_vocab_size=vocab_size,
         has_vision=loaded.media is not None,
         tokenizer=loaded.tokenizer,

@@ -48,6 +48,19 @@ class StepRunner(Protocol):
 
 
 @dataclass(frozen=True)
+class EngineLimits:
+    """What a client of the engine may rely on: the bounds it admits requests under."""
+
+    max_model_len: int  # prompt + output tokens of one request
+    max_seqs_per_step: int  # sequences one step holds (max_num_seqs, bounded by the state slots)
+    max_queue_depth: int  # requests waiting before add_request raises QueueFull; 0: unlimited
+
+    @classmethod
+    def of(cls, config: SchedulerConfig) -> EngineLimits:
+        return cls(config.max_model_len, config.max_seqs_per_step, config.max_queue_depth)
+
+
+@dataclass(frozen=True)
 class _Add:
     request_id: str
     prompt_token_ids: list[int]
@@ -75,6 +88,7 @@ class Engine:
     def __init__(self, runner: StepRunner, config: SchedulerConfig) -> None:
         self.config = config
         self.runner = runner
+        self.limits = EngineLimits.of(config)
         self.scheduler = Scheduler(
             config,
             num_blocks=runner.num_blocks,
