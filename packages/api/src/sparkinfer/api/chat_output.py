@@ -123,14 +123,17 @@ class ChatOutput:
     def final_message(self, engine_reason: str | None) -> tuple[ResponseMessage, str | None]:
         """The whole message (non-streaming) and its finish reason."""
         self.finish(engine_reason)
+        return self.message(), self.finish_reason(engine_reason)
+
+    def message(self) -> ResponseMessage:
+        """The message as parsed so far (whole once `finish` was called)."""
         reasoning = None if self._is_excluded or not self.reasoning else self.reasoning
-        message = ResponseMessage(
+        return ResponseMessage(
             content=self.content or (None if self.tool_calls else ""),
             reasoning_content=reasoning,
             reasoning=reasoning,
             tool_calls=self.tool_calls or None,
         )
-        return message, self.finish_reason(engine_reason)
 
     def content_matches_schema(self) -> bool:
         """True when there is no response schema, or the content is JSON that matches it."""

@@ -36,7 +36,7 @@ from sparkinfer.api.errors import ApiError, InternalError, InvalidRequest, to_ap
 from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
 from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id
-from sparkinfer.api.sampling import build_params
+from sparkinfer.api.sampling import Sampling, SamplingRules, build_params
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
 from sparkinfer.api.schemas.common import TokenLogprobEntry, Usage
 from sparkinfer.api.tools import (
@@ -59,6 +59,10 @@ class Conversation:
     request: ChatCompletionRequest
     # (internal field, protocol field) pairs; the longest internal prefix of a param wins.
     paths: tuple[tuple[str, str], ...] = ()
+    sampling: Sampling = field(init=False)  # the request's sampling fields, read once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sampling", Sampling.of(self.request))
 
     def remap(self, err: ApiError) -> ApiError:
         """`err` with its param and message naming the protocol's fields."""
@@ -97,34 +101,38 @@ def output_parser(req: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
 
 @dataclass
 class Turn:
-    """One started answer of a conversation: its engine choice and its output parser."""
+    """One started answer of a conversation (choice `index` of its `n`): its output parser."""
 
     conversation: Conversation
     prepared: PreparedChat
     output: ChatOutput
-    choices: Choices
+    choices: Choices  # the request's engine choices, shared by its n answers
     num_prompt_tokens: int
+    index: int = 0  # which of the request's answers this is
     stop_string: str | None = None  # the stop sequence that ended the answer, if one did
     finish_reason: str | None = None  # chat's reason (stop, length, tool_calls), once finished
     is_context_bound: bool = False  # the context window, not max_tokens, bounds the answer
-    reasoning_tokens: ReasoningTokenCounter | None = None  # fed by turn_steps
+    reasoning_tokens: ReasoningTokenCounter | None = None  # fed by answer_steps
     content_logprobs: ContentLogprobs | None = None  # when logprobs were asked for
     logprobs: list[TokenLogprobEntry] = field(default_factory=list[TokenLogprobEntry])
 
     @property
     def usage(self) -> Usage:
+        """The request's usage (every answer's output tokens; the prompt counted once)."""
         return make_usage(self.choices.results, [self.num_prompt_tokens])
 
 
 @dataclass(frozen=True)
 class TurnStep:
-    """What one engine step added: output deltas, and the finish reason on the last step."""
+    """What one engine step added to answer `index`: output deltas, and the finish reason on
+    its last step."""
 
     deltas: list[ChoiceDelta]
     finish_reason: str | None = None
     logprobs: list[TokenLogprobEntry] = field(
         default_factory=list[TokenLogprobEntry]
     )  # of the content it released
+    index: int = 0
 
 
 async def start_turn(
@@ -135,8 +143,23 @@ async def start_turn(
     client: str = "",
     is_fit_to_context: bool = False,
 ) -> Turn:
-    """Check and render the conversation, then queue its one answer (errors name the protocol's
-    fields; nothing is queued when one is raised).
+    """`start_turns` for a conversation of one answer (Messages, Responses)."""
+    (turn,) = await start_turns(
+        conv, state, rid, client=client, is_fit_to_context=is_fit_to_context
+    )
+    return turn
+
+
+async def start_turns(
+    conv: Conversation,
+    state: ServerState,
+    rid: str,
+    *,
+    client: str = "",
+    is_fit_to_context: bool = False,
+) -> list[Turn]:
+    """Check and render the conversation once, then queue its `n` answers, one engine choice
+    each (errors name the protocol's fields; nothing is queued when one is raised).
 
     `is_fit_to_context`: a max_tokens beyond the room the prompt leaves is lowered to that room
     instead of refused (Anthropic's behaviour: clients send their own model's output limit).
@@ -156,24 +179,61 @@ async def start_turn(
     max_tokens = req.output_limit
     if is_fit_to_context and limit is not None:
         max_tokens = min(limit, state.max_model_len - num_prompt)
+    jobs = _jobs(conv, state, prep, rid, max_tokens=max_tokens)
+    choices = await start_choices(state.engine, state.tokenizer, jobs)
+    is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
+    return [
+        _turn(conv, state, prep, choices, job.index, is_context_bound=is_context_bound)
+        for job in jobs
+    ]
+
+
+def _jobs(
+    conv: Conversation,
+    state: ServerState,
+    prep: PreparedChat,
+    rid: str,
+    *,
+    max_tokens: int | None,
+) -> list[ChoiceJob]:
+    """One engine job per answer, each with its own seed offset and grammar matcher."""
+    req, sampling, rules = conv.request, conv.sampling, SamplingRules.of(state)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    params = build_params(req, state, max_tokens=max_tokens, logprobs=logprobs)
-    params = with_processor(params, prep, state)
-    job = ChoiceJob(
-        0, engine_request_id(rid, 0), prep.prompt_token_ids, params, req.stop_strings,
-        prep.multimodal,
-    )  # fmt: skip
-    choices = await start_choices(state.engine, state.tokenizer, [job])
-    turn = Turn(conv, prep, output_parser(req, prep), choices, num_prompt)
-    turn.reasoning_tokens = ReasoningTokenCounter(
-        state.tokenizer, is_thinking=prep.thinking.is_enabled
-    )
-    if req.logprobs:
-        turn.content_logprobs = ContentLogprobs(
-            state.tokenizer, is_thinking=prep.thinking.is_enabled
+    jobs: list[ChoiceJob] = []
+    for c in range(req.n):
+        params = build_params(
+            sampling, rules, max_tokens=max_tokens, logprobs=logprobs, choice_idx=c
         )
-    turn.is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
-    return turn
+        params = with_processor(params, prep, state)
+        jobs.append(
+            ChoiceJob(
+                c, engine_request_id(rid, c), prep.prompt_token_ids, params,
+                sampling.stop_strings, prep.multimodal,
+            )
+        )  # fmt: skip
+    return jobs
+
+
+def _turn(
+    conv: Conversation,
+    state: ServerState,
+    prep: PreparedChat,
+    choices: Choices,
+    index: int,
+    *,
+    is_context_bound: bool,
+) -> Turn:
+    """Answer `index` with fresh parsers (the same for every protocol)."""
+    is_thinking = prep.thinking.is_enabled
+    req = conv.request
+    return Turn(
+        conv, prep, output_parser(req, prep), choices, len(prep.prompt_token_ids), index,
+        is_context_bound=is_context_bound,
+        reasoning_tokens=ReasoningTokenCounter(state.tokenizer, is_thinking=is_thinking),
+        content_logprobs=(
+            ContentLogprobs(state.tokenizer, is_thinking=is_thinking) if req.logprobs else None
+        ),
+    )  # fmt: skip
 
 
 def _mapped(conv: Conversation, exc: Exception) -> Exception:
@@ -184,25 +244,33 @@ def _mapped(conv: Conversation, exc: Exception) -> Exception:
     return conv.remap(err)
 
 
-async def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
-    """The answer's deltas step by step; the last step carries the finish reason (closes the
-    engine choice in any case, so a client that leaves aborts it)."""
-    async with contextlib.aclosing(turn.choices):
-        async for ev in turn.choices.events:
+def turn_steps(turn: Turn) -> AsyncGenerator[TurnStep, None]:
+    """The deltas of a conversation's one answer (`answer_steps` of it alone)."""
+    return answer_steps([turn])
+
+
+async def answer_steps(turns: Sequence[Turn]) -> AsyncGenerator[TurnStep, None]:
+    """The answers' deltas step by step, as the engine gives them; each answer's last step
+    carries its finish reason (closes the engine choices in any case, so a client that leaves
+    aborts them). `turns`: every answer of one `start_turns`."""
+    choices = turns[0].choices
+    async with contextlib.aclosing(choices):
+        async for ev in choices.events:
+            turn = turns[ev.index]
             if turn.reasoning_tokens is not None:
                 turn.reasoning_tokens.push(ev.token_ids)
             deltas = turn.output.feed(ev.text)
             if ev.finish_reason is None:
                 logprobs = _content_logprobs(turn, ev.logprobs, is_final=False)
                 if deltas:
-                    yield TurnStep(deltas, logprobs=logprobs)
+                    yield TurnStep(deltas, logprobs=logprobs, index=ev.index)
                 continue
             # The engine's reason: a call cut by the token limit is dropped, never raw markup.
             deltas += turn.output.finish(ev.finish_reason)
             turn.stop_string = ev.stop_string
             turn.finish_reason = turn.output.finish_reason(ev.finish_reason)
             logprobs = _content_logprobs(turn, ev.logprobs, is_final=True)
-            yield TurnStep(deltas, turn.finish_reason, logprobs)
+            yield TurnStep(deltas, turn.finish_reason, logprobs, ev.index)
 
 
 def _content_logprobs(

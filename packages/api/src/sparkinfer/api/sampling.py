@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sparkinfer.api.dependencies import ServerState
+from sparkinfer.api.dependencies import SamplingDefaults, ServerState
 from sparkinfer.api.errors import ContextLengthError, InvalidRequest
 from sparkinfer.api.schemas.common import SamplingFields
 from sparkinfer.model.bounded_encode import TokenBudgetExceeded
@@ -76,32 +77,84 @@ def check_prompt_ids(ids: list[int], param: str, tokenizer: Tokenizer) -> list[i
     return ids
 
 
-def _logit_bias(req: SamplingFields, state: ServerState) -> tuple[tuple[int, float], ...]:
-    bias = req.logit_bias or {}
-    limit = state.settings.max_logit_bias
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampling and stopping fields, read once at the edge from any protocol's
+    body (chat, completions, and the conversations Messages and Responses become); None: the
+    checkpoint's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    min_tokens: int = 0
+    stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[str, float], ...] = ()  # (token id as the client wrote it, bias)
+
+    @classmethod
+    def of(cls, fields: SamplingFields) -> Sampling:
+        return cls(
+            temperature=fields.temperature,
+            top_p=fields.top_p,
+            top_k=fields.top_k,
+            min_p=fields.min_p,
+            seed=fields.seed,
+            min_tokens=fields.min_tokens,
+            stop_strings=tuple(fields.stop_strings),
+            stop_token_ids=tuple(fields.stop_token_ids or ()),
+            ignore_eos=fields.ignore_eos,
+            presence_penalty=fields.presence_penalty,
+            frequency_penalty=fields.frequency_penalty,
+            repetition_penalty=fields.repetition_penalty,
+            logit_bias=tuple((fields.logit_bias or {}).items()),
+        )
+
+
+@dataclass(frozen=True)
+class SamplingRules:
+    """What the server adds to a request's `Sampling`: the checkpoint's defaults, the token ids
+    there are, and the cap on logit_bias."""
+
+    defaults: SamplingDefaults
+    tokenizer: Tokenizer
+    max_logit_bias: int
+
+    @classmethod
+    def of(cls, state: ServerState) -> SamplingRules:
+        return cls(state.defaults, state.tokenizer, state.settings.max_logit_bias)
+
+
+def _logit_bias(sampling: Sampling, rules: SamplingRules) -> tuple[tuple[int, float], ...]:
+    bias = sampling.logit_bias
+    limit = rules.max_logit_bias
     if len(bias) > limit:
         raise InvalidRequest(
             f"logit_bias has {len(bias)} entries; at most {limit} are allowed: bias fewer tokens",
             param="logit_bias",
         )
-    ids = [int(key) for key in bias]
-    check_token_ids(ids, "logit_bias", state.tokenizer)
-    return tuple((t, float(b)) for t, b in zip(ids, bias.values(), strict=True))
+    ids = [int(key) for key, _ in bias]
+    check_token_ids(ids, "logit_bias", rules.tokenizer)
+    return tuple((t, float(b)) for t, (_, b) in zip(ids, bias, strict=True))
 
 
 def build_params(
-    req: SamplingFields,
-    state: ServerState,
+    sampling: Sampling,
+    rules: SamplingRules,
     *,
     max_tokens: int | None,
     logprobs: int | None,
     choice_idx: int = 0,
 ) -> SamplingParams:
     """The engine parameters of one choice (seeded choices get seed + index, so they differ)."""
-    d = state.defaults
+    d, req = rules.defaults, sampling
     top_k = d.top_k if req.top_k is None else req.top_k
-    stop_ids = tuple(req.stop_token_ids or ())
-    check_token_ids(stop_ids, "stop_token_ids", state.tokenizer)
+    check_token_ids(req.stop_token_ids, "stop_token_ids", rules.tokenizer)
     seed = None if req.seed is None else (req.seed + choice_idx) % 2**63
     return SamplingParams(
         temperature=d.temperature if req.temperature is None else req.temperature,
@@ -111,11 +164,11 @@ def build_params(
         seed=seed,
         max_tokens=max_tokens,
         min_tokens=req.min_tokens,
-        stop_token_ids=stop_ids,
+        stop_token_ids=req.stop_token_ids,
         ignore_eos=req.ignore_eos,
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         repetition_penalty=req.repetition_penalty,
-        logit_bias=_logit_bias(req, state),
+        logit_bias=_logit_bias(req, rules),
         logprobs=logprobs,
     )

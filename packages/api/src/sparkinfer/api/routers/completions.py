@@ -26,7 +26,14 @@ from sparkinfer.api.generation import (
 )
 from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
-from sparkinfer.api.sampling import build_params, check_context, check_prompt_ids, encode_prompt
+from sparkinfer.api.sampling import (
+    Sampling,
+    SamplingRules,
+    build_params,
+    check_context,
+    check_prompt_ids,
+    encode_prompt,
+)
 from sparkinfer.api.schemas.completions import (
     CompletionChoice,
     CompletionLogprobs,
@@ -107,18 +114,19 @@ def _jobs(
 ) -> list[ChoiceJob]:
     """n engine jobs per prompt, indexed prompt by prompt."""
     jobs: list[ChoiceJob] = []
+    sampling, rules = Sampling.of(body), SamplingRules.of(state)
     # max_tokens 0: the engine draws one token (prefill yields the prompt's logprobs), dropped.
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens
     for p, ids in enumerate(prompts):
         for c in range(body.n):
             index = p * body.n + c
             params = build_params(
-                body, state, max_tokens=max_tokens, logprobs=body.logprobs, choice_idx=c
+                sampling, rules, max_tokens=max_tokens, logprobs=body.logprobs, choice_idx=c
             )
             if body.echo and body.logprobs is not None:
                 params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
             engine_id = engine_request_id(rid, index)
-            jobs.append(ChoiceJob(index, engine_id, ids, params, body.stop_strings))
+            jobs.append(ChoiceJob(index, engine_id, ids, params, sampling.stop_strings))
     return jobs
 
 
