@@ -15,10 +15,12 @@ from sparkinfer.api.settings import (
     build_parser,
     env_name,
     load_settings,
+    media_limits,
     parse_args,
     scheduler_config,
 )
 from sparkinfer.kernels.linear.shape_table import ShapeTable
+from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import HELP, SchedulerConfig
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -190,3 +192,12 @@ def test_engine_rule_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("SPARKINFER_BLOCK_SIZE", "24")
     with pytest.raises(SettingsError, match="SPARKINFER_BLOCK_SIZE: block_size is 24"):
         load_settings()
+
+
+def test_media_limits_are_declared_once_in_media_limits() -> None:
+    """The media settings take MediaLimits' defaults, and a setting reaches its field."""
+    assert media_limits(load_settings(environ={})) == MediaLimits()
+    limits = media_limits(load_settings({"video_max_seconds": 5.0}, environ={}))
+    assert limits == MediaLimits(max_video_seconds=5.0)
+    with pytest.raises(SettingsError, match="--media-max-bytes"):
+        load_settings({"media_max_bytes": 0}, environ={})

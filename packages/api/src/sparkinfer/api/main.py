@@ -45,6 +45,7 @@ from sparkinfer.api.settings import (
     Settings,
     SettingsError,
     env_name,
+    media_limits,
     scheduler_config,
 )
 from sparkinfer.model import embedded
@@ -56,7 +57,6 @@ from sparkinfer.model.errors import CheckpointError, ConfigError
 from sparkinfer.model.hub import fetch_checkpoint
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model, quantize_model_fp8, read_checkpoint_configs
-from sparkinfer.multimodal import MediaLimits
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.distributed.launch import TensorParallelRanks
 from sparkinfer.scheduler.engine import Engine
@@ -102,13 +102,7 @@ def _media_config(
     if not model.has_vision:
         return None
     context = _max_model_len(settings, model.config)
-    limits = MediaLimits(
-        max_bytes=settings.media_max_bytes,
-        max_image_pixels=settings.media_max_pixels,
-        max_video_seconds=settings.video_max_seconds,
-        max_video_source_frames=settings.video_max_source_frames,
-        max_decode_seconds=settings.video_decode_timeout_s,
-    )
+    limits = media_limits(settings)
     if not settings.mrope:
         logger.warning(
             "--no-mrope: image and video tokens get sequential positions; the model loses their "

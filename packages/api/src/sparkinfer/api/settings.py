@@ -17,18 +17,36 @@ from typing import Any, Literal, NoReturn, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sparkinfer.multimodal import MediaLimits
+from sparkinfer.multimodal.data_url import HELP as MEDIA_HELP
 from sparkinfer.scheduler.config import HELP, SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import InvalidConfig
 
 ENV_PREFIX = "SPARKINFER_"
 ENV_ONLY = frozenset({"api_key"})  # secrets: no flag, whose value any user could read in ps
 _ENGINE_FIELDS = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
+_MEDIA_FIELDS = {f.name: f for f in dataclasses.fields(MediaLimits)}
+# setting -> MediaLimits field: the settings keep their names, MediaLimits owns the values
+MEDIA_SETTINGS = {
+    "media_max_bytes": "max_bytes",
+    "media_max_pixels": "max_image_pixels",
+    "video_max_seconds": "max_video_seconds",
+    "video_max_source_frames": "max_video_source_frames",
+    "video_decode_timeout_s": "max_decode_seconds",
+}
 
 
 def engine_setting(name: str) -> Any:
     """The pydantic field of engine knob `name`: SchedulerConfig's default and description."""
     spec = _ENGINE_FIELDS[name]
     return Field(spec.default, description=spec.metadata[HELP])
+
+
+def media_setting(name: str) -> Any:
+    """The pydantic field of media limit `name` (a MediaLimits field): its default and
+    description, and MediaLimits' rule (every limit > 0)."""
+    spec = _MEDIA_FIELDS[name]
+    return Field(spec.default, gt=0, description=spec.metadata[MEDIA_HELP])
 
 
 class SettingsError(ValueError):
@@ -143,12 +161,8 @@ class Settings(BaseSettings):
         description="Most frames sampled from one video for the model (longer clips: sparser); "
         "video_max_source_frames bounds the source stream",
     )
-    media_max_bytes: int = Field(
-        20 * 1024 * 1024, ge=1, description="Largest decoded data: URL payload of one media part"
-    )
-    media_max_pixels: int = Field(
-        50_000_000, ge=1, description="Largest width x height of an image or video frame"
-    )
+    media_max_bytes: int = media_setting("max_bytes")
+    media_max_pixels: int = media_setting("max_image_pixels")
     max_media_parts: int = Field(
         32, ge=0, description="Most image and video parts in one request (counted before decoding)"
     )
@@ -170,16 +184,9 @@ class Settings(BaseSettings):
         description="Most decoded data: URL bytes of one request's images and videos in all, "
         "counted before any is decoded",
     )
-    video_max_seconds: float = Field(600.0, gt=0.0, description="Longest video in seconds")
-    video_max_source_frames: int = Field(
-        36_000,
-        ge=1,
-        description="Most frames in one source video stream, counted before decoding (bounds "
-        "decode work); sampling then keeps at most video_max_frames",
-    )
-    video_decode_timeout_s: float = Field(
-        30.0, gt=0.0, description="Seconds one video may take to decode before it is refused"
-    )
+    video_max_seconds: float = media_setting("max_video_seconds")
+    video_max_source_frames: int = media_setting("max_video_source_frames")
+    video_decode_timeout_s: float = media_setting("max_decode_seconds")
     max_logit_bias: int = Field(
         300, ge=0, description="Most logit_bias entries in one request (OpenAI's limit)"
     )
@@ -321,6 +328,11 @@ def scheduler_config(
         del knobs["max_model_len"]
     knobs["eos_token_ids"] = eos_token_ids
     return dataclasses.replace(SchedulerConfig(), **knobs)
+
+
+def media_limits(settings: Settings) -> MediaLimits:
+    """Settings -> MediaLimits: the media limits the settings share with it."""
+    return MediaLimits(**{field: getattr(settings, name) for name, field in MEDIA_SETTINGS.items()})
 
 
 def _with_key_file(settings: Settings) -> Settings:

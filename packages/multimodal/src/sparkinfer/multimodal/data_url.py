@@ -9,7 +9,7 @@ from __future__ import annotations
 import binascii
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from sparkinfer.multimodal.errors import (
     InvalidDataUrl,
@@ -22,24 +22,40 @@ _WHITESPACE = b" \t\r\n"  # deleted from a payload that is not strict base64 as 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31}):")
 
 
+HELP = "help"  # the metadata key of each MediaLimits field's description
+
+
 @dataclass(frozen=True)
 class MediaLimits:
     """Per-request media limits; the api builds one from its settings and passes it down.
 
-    max_bytes:          decoded size of one data: URL payload (the encoded image or video file)
-    max_image_pixels:   width * height of an image or of one video frame, read from the header
-                        before any pixel is decoded (decompression-bomb guard)
-    max_video_seconds:  duration of one video
-    max_video_source_frames: frames in one source video stream, counted before decoding (bounds
-                        decode work; sampling then keeps the processor's video_max_frames)
-    max_decode_seconds: wall time spent decoding one video before it is refused
+    Each field's default and description (metadata `HELP`) are the server's: its settings take
+    them from here (`sparkinfer.api.settings.media_setting`), so a limit is declared once.
     """
 
-    max_bytes: int = 20 * 1024 * 1024
-    max_image_pixels: int = 50_000_000
-    max_video_seconds: float = 600.0
-    max_video_source_frames: int = 36_000
-    max_decode_seconds: float = 30.0
+    max_bytes: int = field(
+        default=20 * 1024 * 1024,
+        metadata={HELP: "Largest decoded data: URL payload of one media part"},
+    )
+    max_image_pixels: int = field(
+        default=50_000_000,
+        metadata={
+            HELP: "Largest width x height of an image or video frame, read from the header "
+            "before any pixel is decoded"
+        },
+    )
+    max_video_seconds: float = field(default=600.0, metadata={HELP: "Longest video in seconds"})
+    max_video_source_frames: int = field(
+        default=36_000,
+        metadata={
+            HELP: "Most frames in one source video stream, counted before decoding (bounds "
+            "decode work); sampling then keeps at most video_max_frames"
+        },
+    )
+    max_decode_seconds: float = field(
+        default=30.0,
+        metadata={HELP: "Seconds one video may take to decode before it is refused"},
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
