@@ -100,12 +100,15 @@ async def prepare_chat(
     state: ServerState,
     media: list[ProcessedMedia] | None = None,
     *,
+    max_tokens: int | None,
     client: str = "",
 ) -> PreparedChat:
     """Edge checks and rendering, all before anything is queued.
 
     `media`: the request's decoded images and videos in message order (`media.load_media`);
-    `client`: who sent it (`edge.client_id`), for its share of the grammar compiles.
+    `max_tokens`: the output limit the context check and the reasoning budget hold to (None: up
+    to the context); `client`: who sent it (`edge.client_id`), for its share of the grammar
+    compiles.
     """
     limits = schema_limits(state)
     tools = check_tools(req, limits=limits)
@@ -132,11 +135,13 @@ async def prepare_chat(
     )  # fmt: skip
     if req.continue_final_message:  # the prompt closed any reasoning: the answer goes on
         thinking = ThinkingControls(is_enabled=False, is_excluded=thinking.is_excluded)
-    check_context(len(ids), req.output_limit, state.max_model_len, prompt_param="messages")
+    check_context(len(ids), max_tokens, state.max_model_len, prompt_param="messages")
     forced = tools is not None and (
         req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
     )
-    grammar, budget = await _grammar(req, state, tools, forced, schema, thinking, client=client)
+    grammar, budget = await _grammar(
+        req, state, tools, forced, schema, thinking, max_tokens=max_tokens, client=client
+    )
     thinking = dataclasses.replace(thinking, budget=budget)
     return PreparedChat(ids, thinking, tools, forced, schema, grammar, multimodal)
 
@@ -183,6 +188,7 @@ async def _grammar(
     schema: dict[str, Any] | bool | None,
     thinking: ThinkingControls,
     *,
+    max_tokens: int | None,
     client: str,
 ) -> tuple[Any, int | None]:
     """The compiled grammar (None: free output) and the reasoning budget it enforces."""
@@ -191,7 +197,7 @@ async def _grammar(
         is_named = isinstance(req.tool_choice, NamedToolChoice)
         if isinstance(req.tool_choice, NamedToolChoice):
             chosen = tuple(t for t in chosen if t.function.name == req.tool_choice.function.name)
-        budget = _forced_budget(thinking, req.output_limit)
+        budget = _forced_budget(thinking, max_tokens)
         tag = tool_call_grammar(
             [(t.function.name, t.function.parameters) for t in chosen],
             # A named choice is one call of that tool, as in OpenAI's API.
@@ -201,7 +207,7 @@ async def _grammar(
         )
         return await _compile(state, tag, "tools", InvalidToolSchema, client), budget
     if schema is not None:
-        budget = _forced_budget(thinking, req.output_limit)
+        budget = _forced_budget(thinking, max_tokens)
         tag = json_grammar(schema, is_thinking=thinking.is_enabled, reasoning_budget=budget)
         param = "response_format.json_schema.schema"
         return await _compile(state, tag, param, InvalidRequest, client), budget

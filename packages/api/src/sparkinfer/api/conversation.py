@@ -53,16 +53,40 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 @dataclass(frozen=True)
+class AnswerLimits:
+    """How many answers a conversation asks for, and how long, read once at the edge."""
+
+    n: int = 1
+    max_tokens: int | None = None  # None: up to the context window
+    logprobs: int | None = None  # top logprobs per content token (0: the sampled one); None: off
+    # A max_tokens beyond the room the prompt leaves is lowered to that room instead of refused
+    # (Anthropic's behaviour: clients send their own model's output limit).
+    is_fit_to_context: bool = False
+
+
+@dataclass(frozen=True)
 class Conversation:
-    """A request of any protocol as the internal conversation, plus where its fields came from."""
+    """A request of any protocol, built once at its edge: the internal conversation (messages,
+    tools, output format, thinking controls), its sampling, its limits, and where its fields
+    came from. Build it with `Conversation.of`."""
 
     request: ChatCompletionRequest
+    sampling: Sampling
+    limits: AnswerLimits
     # (internal field, protocol field) pairs; the longest internal prefix of a param wins.
     paths: tuple[tuple[str, str], ...] = ()
-    sampling: Sampling = field(init=False)  # the request's sampling fields, read once
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sampling", Sampling.of(self.request))
+    @classmethod
+    def of(
+        cls,
+        request: ChatCompletionRequest,
+        paths: Sequence[tuple[str, str]] = (),
+        *,
+        is_fit_to_context: bool = False,
+    ) -> Conversation:
+        logprobs = (request.top_logprobs or 0) if request.logprobs else None
+        limits = AnswerLimits(request.n, request.output_limit, logprobs, is_fit_to_context)
+        return cls(request, Sampling.of(request), limits, tuple(paths))
 
     def remap(self, err: ApiError) -> ApiError:
         """`err` with its param and message naming the protocol's fields."""
@@ -141,12 +165,9 @@ async def start_turn(
     rid: str,
     *,
     client: str = "",
-    is_fit_to_context: bool = False,
 ) -> Turn:
     """`start_turns` for a conversation of one answer (Messages, Responses)."""
-    (turn,) = await start_turns(
-        conv, state, rid, client=client, is_fit_to_context=is_fit_to_context
-    )
+    (turn,) = await start_turns(conv, state, rid, client=client)
     return turn
 
 
@@ -156,32 +177,25 @@ async def start_turns(
     rid: str,
     *,
     client: str = "",
-    is_fit_to_context: bool = False,
 ) -> list[Turn]:
     """Check and render the conversation once, then queue its `n` answers, one engine choice
-    each (errors name the protocol's fields; nothing is queued when one is raised).
-
-    `is_fit_to_context`: a max_tokens beyond the room the prompt leaves is lowered to that room
-    instead of refused (Anthropic's behaviour: clients send their own model's output limit).
-    """
-    req = conv.request
-    limit = req.output_limit
-    if is_fit_to_context:
-        req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
+    each (errors name the protocol's fields; nothing is queued when one is raised)."""
+    req, limits = conv.request, conv.limits
+    checked_limit = None if limits.is_fit_to_context else limits.max_tokens
     try:
         check_response_format_stops(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        prep = await prepare_chat(req, state, media, client=client)
+        prep = await prepare_chat(req, state, media, max_tokens=checked_limit, client=client)
     except Exception as exc:
         raise _mapped(conv, exc) from None
-    num_prompt = len(prep.prompt_token_ids)
-    max_tokens = req.output_limit
-    if is_fit_to_context and limit is not None:
-        max_tokens = min(limit, state.max_model_len - num_prompt)
+    max_tokens = limits.max_tokens
+    if limits.is_fit_to_context and max_tokens is not None:
+        max_tokens = min(max_tokens, state.max_model_len - len(prep.prompt_token_ids))
     jobs = _jobs(conv, state, prep, rid, max_tokens=max_tokens)
     choices = await start_choices(state.engine, state.tokenizer, jobs)
-    is_context_bound = limit is not None and max_tokens is not None and max_tokens < limit
+    asked = limits.max_tokens
+    is_context_bound = asked is not None and max_tokens is not None and max_tokens < asked
     return [
         _turn(conv, state, prep, choices, job.index, is_context_bound=is_context_bound)
         for job in jobs
@@ -197,12 +211,11 @@ def _jobs(
     max_tokens: int | None,
 ) -> list[ChoiceJob]:
     """One engine job per answer, each with its own seed offset and grammar matcher."""
-    req, sampling, rules = conv.request, conv.sampling, SamplingRules.of(state)
-    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    sampling, rules, limits = conv.sampling, SamplingRules.of(state), conv.limits
     jobs: list[ChoiceJob] = []
-    for c in range(req.n):
+    for c in range(limits.n):
         params = build_params(
-            sampling, rules, max_tokens=max_tokens, logprobs=logprobs, choice_idx=c
+            sampling, rules, max_tokens=max_tokens, logprobs=limits.logprobs, choice_idx=c
         )
         params = with_processor(params, prep, state)
         jobs.append(
@@ -231,7 +244,9 @@ def _turn(
         is_context_bound=is_context_bound,
         reasoning_tokens=ReasoningTokenCounter(state.tokenizer, is_thinking=is_thinking),
         content_logprobs=(
-            ContentLogprobs(state.tokenizer, is_thinking=is_thinking) if req.logprobs else None
+            ContentLogprobs(state.tokenizer, is_thinking=is_thinking)
+            if conv.limits.logprobs is not None
+            else None
         ),
     )  # fmt: skip
 
@@ -370,10 +385,12 @@ def _path_in(data: Any, loc: Sequence[int | str]) -> str:
     return out
 
 
-def internal_request(fields: dict[str, Any], paths: Sequence[tuple[str, str]]) -> Conversation:
+def internal_request(
+    fields: dict[str, Any], paths: Sequence[tuple[str, str]], *, is_fit_to_context: bool = False
+) -> Conversation:
     """Build the internal conversation; a value it refuses is a 400 naming the protocol field."""
     try:
         req = ChatCompletionRequest.model_validate(fields)
     except pydantic.ValidationError as exc:
         raise remap_error(body_error(exc, fields), paths) from None
-    return Conversation(req, tuple(paths))
+    return Conversation.of(req, paths, is_fit_to_context=is_fit_to_context)

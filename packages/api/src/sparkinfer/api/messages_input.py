@@ -218,7 +218,8 @@ def _thinking(req: CountTokensRequest, max_tokens: int | None) -> dict[str, Any]
 
 
 def to_conversation(req: CountTokensRequest) -> Conversation:
-    """The internal conversation of a Messages (or count_tokens) body."""
+    """The internal conversation of a Messages (or count_tokens) body; a max_tokens beyond the
+    room the prompt leaves is lowered to it, as in Anthropic's API."""
     b = _Builder()
     system = _system(req)
     if system is not None:
@@ -258,4 +259,4 @@ def to_conversation(req: CountTokensRequest) -> Conversation:
         fields["response_format"] = {"type": "json_schema", "json_schema": schema}
         paths.append(("response_format.json_schema.schema", "output_config.format.schema"))
         paths.append(("response_format", "output_config.format"))
-    return internal_request(fields, paths)
+    return internal_request(fields, paths, is_fit_to_context=True)

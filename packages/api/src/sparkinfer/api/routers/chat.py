@@ -49,7 +49,7 @@ async def create_chat_completion(
     """Check and render the messages, queue the choices, then stream them or answer whole."""
     state.check_model(body.model)
     rid = f"chatcmpl-{request_id(request)}"
-    turns = await start_turns(Conversation(body), state, rid, client=client_id(request.scope))
+    turns = await start_turns(Conversation.of(body), state, rid, client=client_id(request.scope))
     prep = turns[0].prepared
     num_media = len(prep.multimodal.kinds) if prep.multimodal is not None else 0
     logger.info(

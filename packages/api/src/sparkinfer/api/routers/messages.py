@@ -54,9 +54,7 @@ async def create_message(
     """Check and render the conversation, queue it, then stream the events or answer whole."""
     state.check_model(body.model)
     rid = f"msg_{request_id(request)}"
-    turn = await start_turn(
-        to_conversation(body), state, rid, client=client_id(request.scope), is_fit_to_context=True
-    )
+    turn = await start_turn(to_conversation(body), state, rid, client=client_id(request.scope))
     logger.info("request %s: %d prompt tokens (messages)", rid, turn.num_prompt_tokens)
     if not body.stream:
         whole = await unless_disconnected(request, run_turn(turn))
