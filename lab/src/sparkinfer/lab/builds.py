@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 from sparkinfer.bench import engine as offline
+from sparkinfer.bench.engine_config import offline_config
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
-from sparkinfer.scheduler.config import SchedulerConfig
 
 # Each step: the prompt lengths of requests sent together (chunked past the token budget).
 SWEEP: tuple[tuple[int, ...], ...] = (
@@ -73,10 +73,10 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         knobs.cache.dir = tempfile.mkdtemp(prefix="sparkinfer-builds-")
     cfg = offline.full_size_config(args.num_layers)
     model = offline.random_model(cfg, device, "builds")
-    sched = SchedulerConfig(
+    sched = offline_config(
+        args,
         max_num_seqs=max(len(step) for step in SWEEP),
         max_model_len=max(max(step) for step in SWEEP) + 8,
-        max_num_batched_tokens=args.max_batched_tokens,
     )
     builds = BuildLog()
     builds.start()

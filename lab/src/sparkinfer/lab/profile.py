@@ -251,9 +251,10 @@ def profile_prefill(engine, *, prompt_len: int) -> Window:
 
 def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     """Room for the widest decode batch at its context and for the longest prompt."""
-    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.bench.engine_config import offline_config
 
-    return SchedulerConfig(
+    return offline_config(
+        args,
         max_num_seqs=max(args.decode_batches),
         max_model_len=max(
             max(args.prefill_lengths) + 1,
@@ -261,9 +262,6 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
             + max(decode_room(b, args.context, args.window) for b in args.decode_batches),
             1024,
         ),
-        max_num_batched_tokens=args.max_batched_tokens,
-        dependent_launch=args.dependent_launch,
-        deterministic=args.deterministic,
     )
 
 

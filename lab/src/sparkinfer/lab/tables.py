@@ -52,8 +52,8 @@ def parse_table(text: str) -> tuple[str, str | None]:
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = offline.require_cuda()
+    from sparkinfer.bench.engine_config import offline_config
     from sparkinfer.kernels.linear.shape_table import ShapeTable
-    from sparkinfer.scheduler.config import SchedulerConfig
 
     tables = [parse_table(t) for t in args.table]
     if len({name for name, _ in tables}) != len(tables):
@@ -61,10 +61,10 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     cfg = offline.full_size_config(args.num_layers)
     peaks = roofline.measure_peaks(device)
     model = offline.random_model(cfg, device, "tables")
-    sched = SchedulerConfig(
+    sched = offline_config(
+        args,
         max_num_seqs=max(args.concurrency),
         max_model_len=max(args.context + args.new_tokens, offline.WARMUP_PROMPT + 16) + 1,
-        max_num_batched_tokens=args.max_batched_tokens,
     )
     loaded = {name: ShapeTable.load(path) for name, path in tables}
     runs: list[TableRun] = []

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from sparkinfer.bench import join_load, offline_report, prefix_reuse, roofline
+from sparkinfer.bench.engine_config import offline_config
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.offline_report import DecodeRow, PrefillRow
 from sparkinfer.bench.provenance import RunInfo
@@ -326,20 +327,14 @@ def _measure_prefix_reuse(
 
 def _scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     """Room for the widest decode batch and the longest prompt or decoded context."""
-    return SchedulerConfig(
+    return offline_config(
+        args,
         max_num_seqs=max(args.concurrency),
         max_model_len=max(
             max(args.prefill_lengths) + 1,
             args.context + args.new_tokens,
             WARMUP_PROMPT + _WARMUP_TOKENS,
         ),
-        max_num_batched_tokens=args.max_batched_tokens,
-        enforce_eager=args.enforce_eager,
-        prefill_graph_tokens=args.prefill_graph_tokens,
-        overlap_steps=args.overlap_steps,
-        dependent_launch=args.dependent_launch,
-        deterministic=args.deterministic,
-        prefix_cache_snapshots=args.prefix_cache_snapshots,
     )
 
 

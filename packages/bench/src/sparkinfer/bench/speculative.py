@@ -379,15 +379,13 @@ def _require_cuda() -> torch.device:
 
 
 def _base_config(args: argparse.Namespace) -> SchedulerConfig:
-    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.bench.engine_config import offline_config
 
     max_len = args.context + args.new_tokens + 64
-    return SchedulerConfig(
-        max_num_seqs=max(max(args.concurrency), 1),
-        max_model_len=max_len,
+    base = offline_config(args, max_num_seqs=max(max(args.concurrency), 1), max_model_len=max_len)
+    return replace(
+        base,
         max_num_batched_tokens=max(2048, max(args.concurrency) * 32),
-        deterministic=args.deterministic,
-        enforce_eager=args.enforce_eager,
         speculative="off",  # the AR run; each speculative row sets its drafter
         speculative_adaptive=args.adaptive,
         block_size=16 if args.tiny else 64,

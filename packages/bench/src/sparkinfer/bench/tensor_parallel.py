@@ -21,7 +21,7 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,7 @@ from sparkinfer.bench.engine import (
     random_prompts,
     run_requests,
 )
+from sparkinfer.bench.engine_config import offline_config
 from sparkinfer.model.parallel.group import TensorParallelGroup
 from sparkinfer.model.parallel.sharded_model import build_sharded_model
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -67,12 +68,9 @@ class RandomShards:
 
 
 def _config(*, is_eager: bool) -> SchedulerConfig:
-    return SchedulerConfig(
-        max_num_seqs=32,
-        max_model_len=LONG_PROMPT + 2 * DECODE_TOKENS,
-        max_num_batched_tokens=8192,
-        enforce_eager=is_eager,
-        prefix_cache_snapshots=0,
+    config = offline_config(None, max_num_seqs=32, max_model_len=LONG_PROMPT + 2 * DECODE_TOKENS)
+    return replace(
+        config, max_num_batched_tokens=8192, enforce_eager=is_eager, prefix_cache_snapshots=0
     )
 
 

@@ -10,7 +10,7 @@ CPU fp32 server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from sparkinfer.bench.errors import UsageError
@@ -54,7 +54,7 @@ def _load(source: str) -> _Loaded:
 
 def fill(results: list[DepthResult], source: str, *, max_tokens: int) -> None:
     """Set each result's `reference` to the offline greedy answer to the same prompt."""
-    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.bench.engine_config import offline_config
     from sparkinfer.scheduler.engine import Engine
     from sparkinfer.scheduler.request import SamplingParams
 
@@ -62,9 +62,9 @@ def fill(results: list[DepthResult], source: str, *, max_tokens: int) -> None:
     loaded = _load(source)
     tok = loaded.tokenizer
     prompts = [tok.encode(r.prompt, allow_special=True) for r in results]
-    config = SchedulerConfig(
-        max_num_seqs=1,
-        max_model_len=max(len(p) for p in prompts) + max_tokens + 1,
+    room = max(len(p) for p in prompts) + max_tokens + 1
+    config = replace(
+        offline_config(None, max_num_seqs=1, max_model_len=room),
         eos_token_ids=loaded.eos_token_ids,
         deterministic=True,
     )
