@@ -36,7 +36,7 @@ from sparkinfer.api.errors import ApiError, InternalError, InvalidRequest, to_ap
 from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
 from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id
-from sparkinfer.api.sampling import Sampling, SamplingRules, build_params
+from sparkinfer.api.sampling import Sampling, build_params
 from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
 from sparkinfer.api.schemas.common import TokenLogprobEntry, Usage
 from sparkinfer.api.tools import (
@@ -211,7 +211,7 @@ def _jobs(
     max_tokens: int | None,
 ) -> list[ChoiceJob]:
     """One engine job per answer, each with its own seed offset and grammar matcher."""
-    sampling, rules, limits = conv.sampling, SamplingRules.of(state), conv.limits
+    sampling, rules, limits = conv.sampling, state.sampling, conv.limits
     jobs: list[ChoiceJob] = []
     for c in range(limits.n):
         params = build_params(

@@ -13,18 +13,10 @@ from sparkinfer.api.errors import ModelNotFound, Unauthorized
 from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig
 from sparkinfer.api.metrics import ServerMetrics
+from sparkinfer.api.sampling import SamplingRules
 from sparkinfer.api.settings import Settings
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.tokenizer import Tokenizer
-
-
-@dataclass(frozen=True)
-class SamplingDefaults:
-    """The checkpoint's generation_config sampling values, used when a request leaves them out."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +33,7 @@ class ServerState:
     has_vision: bool
     tokenizer: Tokenizer
     chat_template: ChatTemplate
-    defaults: SamplingDefaults
+    sampling: SamplingRules  # the checkpoint's sampling defaults, the vocabulary, the caps
     engine: EngineClient
     metrics: ServerMetrics
     grammars: GrammarCompiler

@@ -19,7 +19,7 @@ from sparkinfer.api import tensor_parallel
 from sparkinfer.api.anthropic_errors import AnthropicErrorMiddleware
 from sparkinfer.api.cli import main as main  # the command, here for `python -c` callers
 from sparkinfer.api.cors import cors_options
-from sparkinfer.api.dependencies import SamplingDefaults, ServerState, require_api_key
+from sparkinfer.api.dependencies import ServerState, require_api_key
 from sparkinfer.api.draft_model import check_draft_model, load_draft_model
 from sparkinfer.api.edge import EdgeMiddleware, edge_config
 from sparkinfer.api.engine_client import EngineClient
@@ -40,6 +40,7 @@ from sparkinfer.api.routers import (
     score,
     tokenize,
 )
+from sparkinfer.api.sampling import SamplingDefaults, SamplingRules
 from sparkinfer.api.serve import build_server
 from sparkinfer.api.settings import (
     Settings,
@@ -274,7 +275,11 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
         has_vision=loaded.media is not None,
         tokenizer=loaded.tokenizer,
         chat_template=loaded.chat_template,
-        defaults=SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
+        sampling=SamplingRules(
+            SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
+            loaded.tokenizer,
+            settings.max_logit_bias,
+        ),
         engine=EngineClient(engine, metrics),
         metrics=metrics,
         grammars=GrammarCompiler(loaded.tokenizer, model_vocab_size=vocab_size),

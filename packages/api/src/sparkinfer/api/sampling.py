@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sparkinfer.api.dependencies import SamplingDefaults, ServerState
 from sparkinfer.api.errors import ContextLengthError, InvalidRequest
 from sparkinfer.api.schemas.common import SamplingFields
 from sparkinfer.model.bounded_encode import TokenBudgetExceeded
@@ -117,17 +116,22 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class SamplingDefaults:
+    """The checkpoint's generation_config sampling values, used when a request leaves them out."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
 class SamplingRules:
-    """What the server adds to a request's `Sampling`: the checkpoint's defaults, the token ids
-    there are, and the cap on logit_bias."""
+    """What the server adds to a request's `Sampling` (built once at start-up): the
+    checkpoint's defaults, the token ids there are, and the cap on logit_bias."""
 
     defaults: SamplingDefaults
     tokenizer: Tokenizer
     max_logit_bias: int
-
-    @classmethod
-    def of(cls, state: ServerState) -> SamplingRules:
-        return cls(state.defaults, state.tokenizer, state.settings.max_logit_bias)
 
 
 def _logit_bias(sampling: Sampling, rules: SamplingRules) -> tuple[tuple[int, float], ...]:

@@ -28,7 +28,6 @@ from sparkinfer.api.request_body import JsonBody
 from sparkinfer.api.request_ids import engine_request_id, request_id
 from sparkinfer.api.sampling import (
     Sampling,
-    SamplingRules,
     build_params,
     check_context,
     check_prompt_ids,
@@ -114,7 +113,7 @@ def _jobs(
 ) -> list[ChoiceJob]:
     """n engine jobs per prompt, indexed prompt by prompt."""
     jobs: list[ChoiceJob] = []
-    sampling, rules = Sampling.of(body), SamplingRules.of(state)
+    sampling, rules = Sampling.of(body), state.sampling
     # max_tokens 0: the engine draws one token (prefill yields the prompt's logprobs), dropped.
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens
     for p, ids in enumerate(prompts):
