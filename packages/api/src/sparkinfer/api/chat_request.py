@@ -100,22 +100,22 @@ async def prepare_chat(
     state: ServerState,
     media: list[ProcessedMedia] | None = None,
     *,
+    thinking: ThinkingControls,
     max_tokens: int | None,
     client: str = "",
 ) -> PreparedChat:
     """Edge checks and rendering, all before anything is queued.
 
     `media`: the request's decoded images and videos in message order (`media.load_media`);
-    `max_tokens`: the output limit the context check and the reasoning budget hold to (None: up
-    to the context); `client`: who sent it (`edge.client_id`), for its share of the grammar
-    compiles.
+    `thinking`: the request's resolved controls (`resolve_thinking`); `max_tokens`: the output
+    limit the context check and the reasoning budget hold to (None: up to the context);
+    `client`: who sent it (`edge.client_id`), for its share of the grammar compiles.
     """
     limits = schema_limits(state)
     tools = check_tools(req, limits=limits)
     schema = check_response_format_schema(req, limits=limits)
     if req.response_format is not None and req.response_format.type == "json_object":
         schema = {"type": "object"}
-    thinking = resolve_thinking(req)
     if thinking.budget is not None:  # a budget beyond the context window is no budget
         thinking = dataclasses.replace(thinking, budget=min(thinking.budget, state.max_model_len))
     extra = {k: v for k, v in (req.chat_template_kwargs or {}).items() if k not in _THINKING_KWARGS}

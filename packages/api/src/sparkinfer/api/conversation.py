@@ -24,6 +24,7 @@ import pydantic
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import (
     PreparedChat,
+    ThinkingControls,
     chat_prompt_ids,
     prepare_chat,
     resolve_thinking,
@@ -73,6 +74,7 @@ class Conversation:
     request: ChatCompletionRequest
     sampling: Sampling
     limits: AnswerLimits
+    thinking: ThinkingControls  # resolved once (enable_thinking > reasoning > effort > kwargs)
     # (internal field, protocol field) pairs; the longest internal prefix of a param wins.
     paths: tuple[tuple[str, str], ...] = ()
 
@@ -86,7 +88,8 @@ class Conversation:
     ) -> Conversation:
         logprobs = (request.top_logprobs or 0) if request.logprobs else None
         limits = AnswerLimits(request.n, request.output_limit, logprobs, is_fit_to_context)
-        return cls(request, Sampling.of(request), limits, tuple(paths))
+        thinking = resolve_thinking(request)
+        return cls(request, Sampling.of(request), limits, thinking, tuple(paths))
 
     def remap(self, err: ApiError) -> ApiError:
         """`err` with its param and message naming the protocol's fields."""
@@ -186,7 +189,9 @@ async def start_turns(
         check_response_format_stops(req)
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        prep = await prepare_chat(req, state, media, max_tokens=checked_limit, client=client)
+        prep = await prepare_chat(
+            req, state, media, thinking=conv.thinking, max_tokens=checked_limit, client=client
+        )
     except Exception as exc:
         raise _mapped(conv, exc) from None
     max_tokens = limits.max_tokens
@@ -318,7 +323,7 @@ async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
         check_response_format_schema(req, limits=schema_limits(state))
         parts = media_parts(req.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        thinking = resolve_thinking(req)
+        thinking = conv.thinking
         options = ChatOptions(enable_thinking=thinking.is_enabled, reasoning_effort=thinking.effort)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         ids, _ = await run_in_threadpool(
@@ -393,4 +398,10 @@ def internal_request(
         req = ChatCompletionRequest.model_validate(fields)
     except pydantic.ValidationError as exc:
         raise remap_error(body_error(exc, fields), paths) from None
-    return Conversation.of(req, paths, is_fit_to_context=is_fit_to_context)
+    try:
+        return Conversation.of(req, paths, is_fit_to_context=is_fit_to_context)
+    except Exception as exc:  # a control the conversation refuses, such as a reasoning effort
+        err = to_api_error(exc)
+        if isinstance(err, InternalError):
+            raise
+        raise remap_error(err, paths) from None
