@@ -18,6 +18,7 @@ prints it, so one failure never hides the others.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -130,12 +131,12 @@ def measure_engine(model, cfg, device, peaks, args, *, deterministic: bool) -> d
         run_requests,
         started_engine,
     )  # fmt: skip
-    from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.bench.engine_config import offline_config
 
     concurrency = [int(c) for c in args.concurrency.split(",")]
-    sched = SchedulerConfig(
-        max_num_seqs=max(*concurrency, args.probe_batch),
-        max_model_len=max(args.context + args.new_tokens, args.prompt_len + 1, 8192),
+    room = max(args.context + args.new_tokens, args.prompt_len + 1, 8192)
+    sched = dataclasses.replace(
+        offline_config(None, max_num_seqs=max(*concurrency, args.probe_batch), max_model_len=room),
         deterministic=deterministic,
     )
     out: dict[str, object] = {}
