@@ -104,7 +104,6 @@ def _decode(model: Any, cfg: Any, device: torch.device, prompts: list[list[int]]
               f"accepted {s.num_accepted_tokens}")  # fmt: skip
     finally:
         engine.shutdown()
-        engine.runner.close()  # type: ignore[attr-defined]
     return seconds
 
 

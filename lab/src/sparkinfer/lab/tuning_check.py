@@ -72,7 +72,6 @@ def _engine_tokens(dependent_launch: bool) -> tuple[list[int], float]:
         return tokens, time.perf_counter() - start
     finally:
         engine.shutdown()
-        engine.runner.close()
 
 
 def _engine_modes() -> str:

@@ -147,8 +147,7 @@ def started_engine(
     try:
         yield engine
     finally:
-        engine.shutdown()
-        engine.runner.close()
+        engine.shutdown()  # the loop frees the runner's graphs and caches as it ends
 
 
 def run_requests(engine, prompts: list[list[int]], max_tokens: int, tag: str) -> OutputTracker:

@@ -301,7 +301,6 @@ def _decode(
         stats = replace(stats, spec=_minus(stats.spec, before))
     finally:
         engine.shutdown()
-        engine.runner.close()  # type: ignore[attr-defined]
     return (seconds, results, stats) if with_stats else (seconds, results)
 
 

@@ -197,7 +197,9 @@ class Engine:
         return self.scheduler.stats()
 
     def shutdown(self, timeout: float | None = 60.0) -> None:
-        """Stop the loop after the current step; unfinished requests end with ABORT."""
+        """Stop the loop after the current step; unfinished requests end with ABORT, and the
+        loop frees the runner's graphs and caches as it ends (an engine started next in this
+        process sizes its caches from that memory)."""
         with self._cond:
             self._is_stopping = True
             self._cond.notify()
