@@ -20,7 +20,7 @@ from sparkinfer.api.settings import (
     scheduler_config,
 )
 from sparkinfer.kernels.linear.shape_table import ShapeTable
-from sparkinfer.multimodal import MediaLimits
+from sparkinfer.multimodal import MediaLimits, VideoSampling
 from sparkinfer.scheduler.config import HELP, SchedulerConfig
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -201,3 +201,8 @@ def test_media_limits_are_declared_once_in_media_limits() -> None:
     assert limits == MediaLimits(max_video_seconds=5.0)
     with pytest.raises(SettingsError, match="--media-max-bytes"):
         load_settings({"media_max_bytes": 0}, environ={})
+    defaults = load_settings(environ={})
+    assert (defaults.video_fps, defaults.video_max_frames) == (
+        VideoSampling.fps,
+        VideoSampling.max_frames,
+    )

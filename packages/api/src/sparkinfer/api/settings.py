@@ -17,7 +17,7 @@ from typing import Any, Literal, NoReturn, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sparkinfer.multimodal import MediaLimits
+from sparkinfer.multimodal import MediaLimits, VideoSampling
 from sparkinfer.multimodal.data_url import HELP as MEDIA_HELP
 from sparkinfer.scheduler.config import HELP, SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import InvalidConfig
@@ -25,7 +25,6 @@ from sparkinfer.scheduler.errors import InvalidConfig
 ENV_PREFIX = "SPARKINFER_"
 ENV_ONLY = frozenset({"api_key"})  # secrets: no flag, whose value any user could read in ps
 _ENGINE_FIELDS = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
-_MEDIA_FIELDS = {f.name: f for f in dataclasses.fields(MediaLimits)}
 # setting -> MediaLimits field: the settings keep their names, MediaLimits owns the values
 MEDIA_SETTINGS = {
     "media_max_bytes": "max_bytes",
@@ -42,10 +41,10 @@ def engine_setting(name: str) -> Any:
     return Field(spec.default, description=spec.metadata[HELP])
 
 
-def media_setting(name: str) -> Any:
-    """The pydantic field of media limit `name` (a MediaLimits field): its default and
-    description, and MediaLimits' rule (every limit > 0)."""
-    spec = _MEDIA_FIELDS[name]
+def media_setting(owner: type[MediaLimits | VideoSampling], name: str) -> Any:
+    """The pydantic field of media setting `name` of `owner` (MediaLimits or VideoSampling):
+    its default and description, and their one rule (every value > 0)."""
+    spec = next(f for f in dataclasses.fields(owner) if f.name == name)
     return Field(spec.default, gt=0, description=spec.metadata[MEDIA_HELP])
 
 
@@ -154,15 +153,10 @@ class Settings(BaseSettings):
         description="3-axis (t, h, w) rotary positions for image and video tokens (off: "
         "sequential positions, spatial layout lost; for debugging)",
     )
-    video_fps: float = Field(2.0, gt=0.0, description="Frames sampled per second of video")
-    video_max_frames: int = Field(
-        32,
-        ge=1,
-        description="Most frames sampled from one video for the model (longer clips: sparser); "
-        "video_max_source_frames bounds the source stream",
-    )
-    media_max_bytes: int = media_setting("max_bytes")
-    media_max_pixels: int = media_setting("max_image_pixels")
+    video_fps: float = media_setting(VideoSampling, "fps")
+    video_max_frames: int = media_setting(VideoSampling, "max_frames")
+    media_max_bytes: int = media_setting(MediaLimits, "max_bytes")
+    media_max_pixels: int = media_setting(MediaLimits, "max_image_pixels")
     max_media_parts: int = Field(
         32, ge=0, description="Most image and video parts in one request (counted before decoding)"
     )
@@ -184,9 +178,9 @@ class Settings(BaseSettings):
         description="Most decoded data: URL bytes of one request's images and videos in all, "
         "counted before any is decoded",
     )
-    video_max_seconds: float = media_setting("max_video_seconds")
-    video_max_source_frames: int = media_setting("max_video_source_frames")
-    video_decode_timeout_s: float = media_setting("max_decode_seconds")
+    video_max_seconds: float = media_setting(MediaLimits, "max_video_seconds")
+    video_max_source_frames: int = media_setting(MediaLimits, "max_video_source_frames")
+    video_decode_timeout_s: float = media_setting(MediaLimits, "max_decode_seconds")
     max_logit_bias: int = Field(
         300, ge=0, description="Most logit_bias entries in one request (OpenAI's limit)"
     )

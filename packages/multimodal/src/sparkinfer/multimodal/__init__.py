@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         process_image,
         process_video,
     )
+    from sparkinfer.multimodal.video_sampling import VideoSampling
 
 __all__ = [
     "MediaError",
@@ -33,6 +34,7 @@ __all__ = [
     "MediaSize",
     "ProcessedMedia",
     "ProcessorConfig",
+    "VideoSampling",
     "VisionTokenIds",
     "content_hash",
     "expand_prompt",
@@ -43,10 +45,11 @@ __all__ = [
     "process_image",
     "process_video",
 ]
-# Where each name lives: the processor's module, but for the two torch-free ones.
+# Where each name lives: the processor's module, but for the torch-free ones.
 _HOMES = dict.fromkeys(__all__, "sparkinfer.multimodal.processor") | {
     "MediaError": "sparkinfer.multimodal.errors",
     "MediaLimits": "sparkinfer.multimodal.data_url",
+    "VideoSampling": "sparkinfer.multimodal.video_sampling",
 }
 
 

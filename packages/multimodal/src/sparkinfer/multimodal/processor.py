@@ -35,6 +35,7 @@ from sparkinfer.multimodal.video import (
     group_timestamps,
     video_to_patches,
 )
+from sparkinfer.multimodal.video_sampling import VideoSampling
 
 _ARTICLE = {"image": "an image", "video": "a video"}
 # sha256 releases the GIL on large inputs: the content hash runs here while the caller's thread
@@ -102,8 +103,8 @@ def parse_processor_config(
     preprocessor: Mapping[str, Any] | None,
     video_preprocessor: Mapping[str, Any] | None = None,
     *,
-    video_fps: float = 2.0,
-    video_max_frames: int = 32,
+    video_fps: float = VideoSampling.fps,
+    video_max_frames: int = VideoSampling.max_frames,
 ) -> ProcessorConfig:
     """Build a ProcessorConfig from preprocessor_config.json / video_preprocessor_config.json.
 
