@@ -137,7 +137,7 @@ def test_activation_quantization_matches_ref(m, k, row_multiple, assert_same_bit
 
 def test_the_swap_ab_gemm_shares_the_signature_of_the_decode_gemm():
     sig = inspect.signature(fp8_gemm_swap_ab)
-    assert list(sig.parameters) == list(inspect.signature(fp8_gemm_decode).parameters)
+    assert list(sig.parameters) == [*inspect.signature(fp8_gemm_decode).parameters, "x_fp8"]
 
 
 @pytest.mark.parametrize(("m", "split_k"), [(1, 1), (5, 3), (17, 1), (16, 2)])
@@ -173,7 +173,9 @@ def test_dispatch_follows_the_routes_and_keeps_a_fixed_tile_per_invariant_phase(
     calls = []
     for name, kind in [("fp8_gemv", "g"), ("fp8_gemm_decode", "d"), ("fp8_gemm_prompt", "p"),
                        ("fp8_gemm_swap_ab", "a")]:  # fmt: skip
-        monkeypatch.setattr(dispatch, name, lambda x, w, s, c=None, k=kind: calls.append((k, c)))
+        monkeypatch.setattr(
+            dispatch, name, lambda x, w, s, c=None, k=kind, **_: calls.append((k, c))
+        )
     w, s = _weight(8, 128, 6)
     for m in (1, 32, 33, 65):  # CPU x: no cuBLAS, so the decode then the prompt GEMM
         fp8_linear(torch.randn(m, 128), w, s)

@@ -7,7 +7,8 @@ weight tile goes to the tensor cores as stored, in e4m3: no conversion per weigh
 kernel streams the weight near the memory's pace. x is quantized per token and 128-column group
 (scale = amax / 448, the prompt path's scheme, `fp8_linear_prompt_ref` is the specification):
 in registers, each program its step's tile (no second launch; the work grows with BM), or with
-PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch. Each step's dot is
+PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch, or taken as the norm
+before it quantized it (`x_fp8`). Each step's dot is
 scaled by the weight rows' block scales and x's group scales in fp32. SPLIT_K cuts K into
 slices summed by the last slice to finish (`_split_k`, deterministic). Under the CPU
 interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded on the bits
@@ -24,11 +25,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._checks import check_fp8_activation, check_fp8_operands
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8, round_to_e4m3
-from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX
+from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX, Fp8Activation
 from sparkinfer.kernels.split_k import split_k_plan
 
 
@@ -95,6 +96,8 @@ def fp8_gemm_swap_ab(
     weight: torch.Tensor,
     weight_scale_inv: torch.Tensor,
     config: Fp8SwapAbConfig | None = None,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T for a few rows of x, quantized per token and 128-column group in registers,
     and the block-scaled e4m3 weight W, e4m3 tensor-core dots with fp32 accumulate.
@@ -104,6 +107,9 @@ def fp8_gemm_swap_ab(
         weight: [N, K] float8_e4m3fn, contiguous.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32, contiguous.
         config: tiles; with SPLIT_K > 1 the rows' sums run in another order.
+        x_fp8: x already quantized (`quantize_activation_fp8`'s bits, e.g. by the norm before
+            it): read instead of x whatever PREQUANTIZE says (the same e4m3 values and scales as
+            the registers' quantization, so the same y).
 
     Returns:
         y: [M, N] contiguous in x.dtype (the specification is `fp8_linear_prompt_ref`).
@@ -117,7 +123,11 @@ def fp8_gemm_swap_ab(
     if k == 0:
         return y.zero_()
     bm = cfg.BM or decode_row_tile(m)
-    x_in, x_scale = quantize_activation_fp8(x) if cfg.PREQUANTIZE else (x, x)
+    if x_fp8 is not None:
+        check_fp8_activation("fp8_gemm_swap_ab", x, x_fp8)
+    elif cfg.PREQUANTIZE:
+        x_fp8 = Fp8Activation(*quantize_activation_fp8(x))
+    x_in, x_scale = x_fp8 if x_fp8 is not None else (x, x)
     num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
     grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
     part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
@@ -125,7 +135,7 @@ def fp8_gemm_swap_ab(
         x_in, x_scale, weight, weight_scale_inv, y, part, arrived,
         m, n, k, x_in.stride(0), x_scale.stride(-1), weight_scale_inv.shape[1], k_per_split,
         BN=cfg.BN, BM=bm, BK=BLOCK, SCALE_ROWS=rows_per_scale, FP8_LIMIT=FP8_MAX,
-        SPLIT_K=num_slices, X_QUANTIZED=cfg.PREQUANTIZE, IS_INTERPRETED=not x.is_cuda,
+        SPLIT_K=num_slices, X_QUANTIZED=x_fp8 is not None, IS_INTERPRETED=not x.is_cuda,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y
