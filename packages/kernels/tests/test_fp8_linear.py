@@ -327,6 +327,17 @@ def test_decode_bf16_bits_conversion_gives_the_same_bits_on_gpu(m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("n", "k", "split_k"), [(16384, 5120, 1), (5120, 17408, 4)])
+def test_gemv_bf16_bits_conversion_gives_the_same_bits_on_gpu(n, k, split_k):
+    torch.manual_seed(n + k)
+    w, s = quantize_weight_fp8(torch.randn(n, k, device="cuda") * 0.02)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    plain = Fp8GemvConfig(BN=32, SPLIT_K=split_k)
+    bits = Fp8GemvConfig(BN=32, SPLIT_K=split_k, BF16_BITS=True)
+    assert torch.equal(fp8_gemv(x, w, s, bits), fp8_gemv(x, w, s, plain))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 3, 16, 40, 4096])
 def test_cublas_and_swap_ab_match_the_prompt_ref_on_gpu(m):
     torch.manual_seed(12)
