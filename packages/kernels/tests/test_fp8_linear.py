@@ -327,6 +327,20 @@ def test_decode_bf16_bits_conversion_gives_the_same_bits_on_gpu(m):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 32])
+def test_swap_ab_as_a_dependent_with_prefetch_gives_the_same_bits_on_gpu(m):
+    torch.manual_seed(m)
+    w, s = quantize_weight_fp8(torch.randn(16384, 5120, device="cuda") * 0.02)
+    x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+    plain = Fp8SwapAbConfig(SPLIT_K=2)
+    early = Fp8SwapAbConfig(SPLIT_K=2, DEPENDENT=True, PREFETCH=2)
+    first = fp8_gemm_swap_ab(x, w, s, plain)
+    torch.cuda.synchronize()
+    for _ in range(3):  # each launch after the last: its prefetch overlaps that one's tail
+        assert torch.equal(fp8_gemm_swap_ab(x, w, s, early), first)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("n", "k", "split_k"), [(16384, 5120, 1), (5120, 17408, 4)])
 def test_gemv_bf16_bits_conversion_gives_the_same_bits_on_gpu(n, k, split_k):
     torch.manual_seed(n + k)

@@ -17,8 +17,8 @@ from sparkinfer.lab.kernels._graph_timing import rotation_copies, time_graph
 
 Row = dict[str, Any]
 ROUTES = ("gemv", "decode", "swap_ab", "prompt", "cublas")  # the kernels `routes.py` names
-_CELL_IMPLS = ("gemv", "gemv_bits", "decode", "swap_ab", "swap_ab+normq", "prompt", "cublas",
-               "cublas+normq", "invariant", "bf16")  # fmt: skip
+_CELL_IMPLS = ("gemv", "gemv_bits", "decode", "swap_ab", "swap_ab+normq", "swap_ab+normq+pdl",
+               "prompt", "cublas", "cublas+normq", "invariant", "bf16")  # fmt: skip
 DECODE_ROWS = 64  # up to here a cell gives its fraction of the copy rate, beyond its TFLOP/s
 
 

@@ -74,6 +74,10 @@ SWAP_AB_CANDIDATES += [  # wide N at few rows: more programs (a K split) or wide
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=4, num_warps=w)
     for bn, st, w in ((64, 4, 4), (128, 4, 4), (128, 4, 8), (256, 3, 8))
 ]
+SWAP_AB_CANDIDATES += [  # launched as a dependent, the first weight steps asked of L2 first
+    Fp8SwapAbConfig(BN=64, num_stages=st, SPLIT_K=sk, DEPENDENT=True, PREFETCH=pf)
+    for st, sk, pf in itertools.product((3, 4), (1, 2), (0, 2, 4))
+]
 SWAP_AB_CANDIDATES += [  # x quantized once before the launch: less work per program at 32-64 rows
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk, PREQUANTIZE=True)
     for bn, st, sk in itertools.product((64, 128), (2, 3), (1, 2))

@@ -25,6 +25,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from sparkinfer.kernels.dependent_launch import (
+    dependent_launch,
+    prefetch_to_l2,
+    wait_for_prior_kernels,
+)
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_activation, check_fp8_operands
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
@@ -37,7 +42,10 @@ from sparkinfer.kernels.split_k import split_k_plan
 class Fp8SwapAbConfig:
     """Tiles of one swap-AB launch: BN weight rows per program, BM rows of x (None: 16, 32 or 64,
     the smallest holding M), K cut into at most SPLIT_K slices run by separate programs; x
-    quantized before the launch (PREQUANTIZE) or in registers by every program."""
+    quantized before the launch (PREQUANTIZE) or in registers by every program. DEPENDENT:
+    launch as a programmatic dependent where the tuning allows (`dependent_launch`), each
+    program first asking L2 for its first PREFETCH K steps of weight (CUDA only), which no
+    kernel before writes, while the kernel before ends."""
 
     BN: int = 64
     BM: int | None = None
@@ -45,6 +53,8 @@ class Fp8SwapAbConfig:
     num_stages: int = 4
     SPLIT_K: int = 1
     PREQUANTIZE: bool = False
+    DEPENDENT: bool = False
+    PREFETCH: int = 0
 
 
 @triton.jit
@@ -53,7 +63,7 @@ def _fp8_swap_ab_kernel(
     M, N, K, stride_xm, stride_xs_k, num_k_blocks, K_PER_SPLIT,
     BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
     FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, X_QUANTIZED: tl.constexpr,
-    IS_INTERPRETED: tl.constexpr,
+    IS_INTERPRETED: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     i_n, i_m, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
@@ -62,6 +72,11 @@ def _fp8_swap_ab_kernel(
     p_sn = p_s + (o_n // SCALE_ROWS) * num_k_blocks  # each weight row's row of scales
     k_start = i_k.to(tl.int64) * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    if PREFETCH > 0:  # one 128-byte line per weight row and step: a step's 128 e4m3 columns
+        o_pk = k_start + tl.arange(0, PREFETCH).to(tl.int64) * BK
+        m_pf = m_n[:, None] & (o_pk < k_end)[None, :]
+        prefetch_to_l2(tl.where(m_pf, p_w + o_n[:, None] * K + o_pk[None, :], p_w))
+    wait_for_prior_kernels(USE_PDL)  # x, y and the split-K counters only after it
     b_acc = tl.zeros((BN, BM), dtype=tl.float32)
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
@@ -128,6 +143,9 @@ def fp8_gemm_swap_ab(
     elif cfg.PREQUANTIZE:
         x_fp8 = Fp8Activation(*quantize_activation_fp8(x))
     x_in, x_scale = x_fp8 if x_fp8 is not None else (x, x)
+    if cfg.PREFETCH & (cfg.PREFETCH - 1) or cfg.PREFETCH < 0:
+        raise ValueError(f"fp8_gemm_swap_ab: PREFETCH is {cfg.PREFETCH}; use 0 or a power of 2")
+    pdl = cfg.DEPENDENT and dependent_launch(x)
     num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
     grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
     part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
@@ -136,6 +154,7 @@ def fp8_gemm_swap_ab(
         m, n, k, x_in.stride(0), x_scale.stride(-1), weight_scale_inv.shape[1], k_per_split,
         BN=cfg.BN, BM=bm, BK=BLOCK, SCALE_ROWS=rows_per_scale, FP8_LIMIT=FP8_MAX,
         SPLIT_K=num_slices, X_QUANTIZED=x_fp8 is not None, IS_INTERPRETED=not x.is_cuda,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        USE_PDL=pdl, PREFETCH=cfg.PREFETCH if x.is_cuda else 0,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y
