@@ -357,3 +357,18 @@ def test_fp8_kernels_within_transformers_bf16_noise_on_gpu(published, paged_runn
         noise = ((theirs - ref).abs().mean() / ref.abs().mean()).item()
         err = ((ours - ref).abs().mean() / ref.abs().mean()).item()
         assert err <= FP8_NOISE_FACTOR * noise + FP8_SLACK, (err, noise)
+
+
+@pytest.mark.gpu
+def test_the_norms_quantized_output_leaves_the_fp8_logits_bits_on_gpu(
+    published, paged_runner, monkeypatch
+):
+    """The in-projections reading x as their norm quantized it give the logits of quantizing x
+    in the GEMMs, bit for bit (prompt rows and decode steps)."""
+    from sparkinfer.model.layers.norm import RMSNorm
+
+    model = load_model(published["fp8"], device="cuda", dtype=torch.bfloat16, progress=False)
+    fused = _our_logits(model, paged_runner)
+    monkeypatch.setattr(RMSNorm, "forward_for", lambda self, linear, x, r=None: (*self(x, r), None))
+    for a, b in zip(fused, _our_logits(model, paged_runner), strict=True):
+        assert torch.equal(a, b)
