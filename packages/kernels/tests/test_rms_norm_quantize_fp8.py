@@ -38,7 +38,9 @@ def test_the_fused_norm_shares_the_signature_of_its_reference():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("m", "n", "row_multiple"), [(1, 256, 4), (3, 300, 4), (17, 640, 1)])
+@pytest.mark.parametrize(
+    ("m", "n", "row_multiple"), [(1, 256, 4), (3, 300, 4), (17, 640, 1), (18, 256, 4)]
+)
 @pytest.mark.parametrize("has_residual", [False, True])
 def test_outputs_are_the_norm_and_the_quantizer_bits(
     dtype, m, n, row_multiple, has_residual, assert_same_bits, assert_close
