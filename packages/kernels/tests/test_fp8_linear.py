@@ -137,7 +137,7 @@ def test_activation_quantization_matches_ref(m, k, row_multiple, assert_same_bit
 
 def test_the_swap_ab_gemm_shares_the_signature_of_the_decode_gemm():
     sig = inspect.signature(fp8_gemm_swap_ab)
-    assert list(sig.parameters) == list(inspect.signature(fp8_gemm_decode).parameters)
+    assert list(sig.parameters) == [*inspect.signature(fp8_gemm_decode).parameters, "x_fp8"]
 
 
 @pytest.mark.parametrize(("m", "split_k"), [(1, 1), (5, 3), (17, 1), (16, 2)])
@@ -173,7 +173,9 @@ def test_dispatch_follows_the_routes_and_keeps_a_fixed_tile_per_invariant_phase(
     calls = []
     for name, kind in [("fp8_gemv", "g"), ("fp8_gemm_decode", "d"), ("fp8_gemm_prompt", "p"),
                        ("fp8_gemm_swap_ab", "a")]:  # fmt: skip
-        monkeypatch.setattr(dispatch, name, lambda x, w, s, c=None, k=kind: calls.append((k, c)))
+        monkeypatch.setattr(
+            dispatch, name, lambda x, w, s, c=None, k=kind, **_: calls.append((k, c))
+        )
     w, s = _weight(8, 128, 6)
     for m in (1, 32, 33, 65):  # CPU x: no cuBLAS, so the decode then the prompt GEMM
         fp8_linear(torch.randn(m, 128), w, s)
@@ -322,6 +324,31 @@ def test_decode_bf16_bits_conversion_gives_the_same_bits_on_gpu(m):
     x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
     plain = fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32))
     assert torch.equal(fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BN=32, BF16_BITS=True)), plain)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 32])
+def test_swap_ab_as_a_dependent_with_prefetch_gives_the_same_bits_on_gpu(m):
+    torch.manual_seed(m)
+    w, s = quantize_weight_fp8(torch.randn(16384, 5120, device="cuda") * 0.02)
+    x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+    plain = Fp8SwapAbConfig(SPLIT_K=2)
+    early = Fp8SwapAbConfig(SPLIT_K=2, DEPENDENT=True, PREFETCH=2)
+    first = fp8_gemm_swap_ab(x, w, s, plain)
+    torch.cuda.synchronize()
+    for _ in range(3):  # each launch after the last: its prefetch overlaps that one's tail
+        assert torch.equal(fp8_gemm_swap_ab(x, w, s, early), first)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "k", "split_k"), [(16384, 5120, 1), (5120, 17408, 4)])
+def test_gemv_bf16_bits_conversion_gives_the_same_bits_on_gpu(n, k, split_k):
+    torch.manual_seed(n + k)
+    w, s = quantize_weight_fp8(torch.randn(n, k, device="cuda") * 0.02)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    plain = Fp8GemvConfig(BN=32, SPLIT_K=split_k)
+    bits = Fp8GemvConfig(BN=32, SPLIT_K=split_k, BF16_BITS=True)
+    assert torch.equal(fp8_gemv(x, w, s, bits), fp8_gemv(x, w, s, plain))
 
 
 @pytest.mark.gpu

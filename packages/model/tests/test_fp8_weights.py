@@ -7,6 +7,7 @@ GPU kernels within transformers' bf16 noise)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from sparkinfer.kernels.fp8_linear import (
     BLOCK,
+    CUBLAS_ROW_MULTIPLE,
+    Fp8Activation,
     dequantize_weight_fp8,
+    fp8_linear_ref,
     quantize_activation_fp8_ref,
     quantize_weight_fp8,
 )
@@ -177,6 +181,26 @@ def test_fp8_logits_equal_the_dequantized_model(checkpoints, paged_runner):
     assert not torch.equal(fp8, bf16)  # the weights did change by quantization
 
 
+def test_the_norms_hand_each_fp8_in_projection_its_input_quantized(checkpoints, paged_runner):
+    """The input and post-attention norms quantize their output for GDN's in_proj, attention's
+    qkv_proj and the MLP's gate_up_proj (K = hidden): quantize_activation_fp8's bits."""
+    model = load_model(checkpoints["fp8"], device="cpu", dtype=torch.float32, progress=False)
+    seen: list[tuple[int, bool]] = []
+
+    def fp8_linear(x, weight, weight_scale_inv, *, x_fp8: Fp8Activation | None = None):
+        if x_fp8 is not None:
+            q, scale = quantize_activation_fp8_ref(x, CUBLAS_ROW_MULTIPLE)
+            assert torch.equal(x_fp8.q.float(), q.float()) and torch.equal(x_fp8.scale, scale)
+        seen.append((weight.shape[1], x_fp8 is not None))
+        return fp8_linear_ref(x, weight, weight_scale_inv)
+
+    model.use_ops(dataclasses.replace(model.ops, fp8_linear=fp8_linear))
+    _logits(model, paged_runner)
+    hidden = TEXT_FP8["hidden_size"]
+    assert {k == hidden for k, _ in seen} == {True, False}  # in- and out-projections ran
+    assert all(is_quantized == (k == hidden) for k, is_quantized in seen)
+
+
 def test_fp8_on_load_equals_the_fp8_checkpoint(checkpoints, paged_runner):
     kw = {"device": "cpu", "dtype": torch.float32, "progress": False}
     on_load = load_model(checkpoints["bf16"], quantization="fp8", **kw)
@@ -333,3 +357,18 @@ def test_fp8_kernels_within_transformers_bf16_noise_on_gpu(published, paged_runn
         noise = ((theirs - ref).abs().mean() / ref.abs().mean()).item()
         err = ((ours - ref).abs().mean() / ref.abs().mean()).item()
         assert err <= FP8_NOISE_FACTOR * noise + FP8_SLACK, (err, noise)
+
+
+@pytest.mark.gpu
+def test_the_norms_quantized_output_leaves_the_fp8_logits_bits_on_gpu(
+    published, paged_runner, monkeypatch
+):
+    """The in-projections reading x as their norm quantized it give the logits of quantizing x
+    in the GEMMs, bit for bit (prompt rows and decode steps)."""
+    from sparkinfer.model.layers.norm import RMSNorm
+
+    model = load_model(published["fp8"], device="cuda", dtype=torch.bfloat16, progress=False)
+    fused = _our_logits(model, paged_runner)
+    monkeypatch.setattr(RMSNorm, "forward_for", lambda self, linear, x, r=None: (*self(x, r), None))
+    for a, b in zip(fused, _our_logits(model, paged_runner), strict=True):
+        assert torch.equal(a, b)

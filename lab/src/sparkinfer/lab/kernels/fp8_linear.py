@@ -1,28 +1,41 @@
-"""FP8 GEMM benchmark: every FP8 kernel candidate at the 27B projections and the row counts the
-dispatch table covers, each checked against its reference and timed beside cuBLAS's block-scaled
-FP8 GEMM (`F.scaled_mm`, 1x128 activation and 128x128 weight blocks) and the bf16 dispatcher.
+"""FP8 GEMM benchmark: every FP8 route at the 27B projections and the row counts the routes
+cover, each checked against its reference and timed beside cuBLAS's block-scaled FP8 GEMM
+(`F.scaled_mm`, 1x128 activation and 128x128 weight blocks) and the bf16 dispatcher.
 
-Candidates: our one-row GEMV, decode GEMM and swap-AB GEMM with the tiles `fp8_linear.tiles`
-names, our prompt GEMM, cuBLAS (rows padded as `fp8_linear.cublas` pads them), the batch-invariant
-kernel of the phase (what deterministic mode runs) and bf16. `picked` marks the kernel
-`fp8_kernel_for` chooses at that row count; the dispatcher's own output is checked too. Each
-row's rel_err is ||y - ref|| / ||ref|| against the dequantizing reference (bf16 activations) or
-the prompt reference (activations quantized per token and group); ok: rel_err <= 1e-2.
-Decode rows (M <= 64) are bound by the weight's bytes: `of_copy_bw` is the FP8 roofline (bytes
-read, e4m3 weight plus scales plus x and y, over this run's copy rate); prompt rows report
-TFLOP/s. A last row per shape lists the row counts cuBLAS takes without padding. Run alone:
-``python -m sparkinfer.lab.kernels.fp8_linear [--quick]``; with JSON:
-``sparkinfer-lab kernels --only fp8_linear --out DIR``.
+Implementations per shape and row count M (`IMPLS`): our one-row GEMV (the tile `fp8_linear.tiles`
+names, and the same tile converting the weight by bit moves, a candidate), the decode GEMM, the
+swap-AB GEMM (x quantized in the launch, as the tile says), the swap-AB GEMM and cuBLAS reading x
+as the norm before an in-projection quantized it (`+normq`: `rms_norm_quantize_fp8`, its cost in
+the norm, timed apart), the latter swap-AB GEMM launched as a programmatic dependent that
+first asks L2 for its first two weight steps (`+pdl`, a candidate: `Fp8SwapAbConfig.DEPENDENT`,
+`PREFETCH`), the prompt GEMM, cuBLAS quantizing x per call, the batch-invariant kernel
+of the phase (deterministic mode) and bf16. The one table (`fp8_linear_table`) gives each in ms
+beside its fraction of this run's copy rate (`of_copy`: the FP8 roofline, e4m3 weight plus scales
+plus x and y; bf16 over its own bytes) or, past 64 rows, its TFLOP/s; the fastest route; the
+route `fp8_kernel_for` picks now; and FP8 over bf16. A summary sums the five projections per M
+and names the fastest route per row bucket, as an `FP8_ROUTES` literal; a last line lists the
+row counts cuBLAS takes unpadded. rel_err is
+||y - ref|| / ||ref|| against the dequantizing reference (bf16 activations) or the prompt
+reference (activations quantized per token and group); a row above REL_TOL is flagged.
+Run (meant to finish in under 4 minutes on an H200, most of it Triton compiling; `--json PATH`
+also writes every figure):
+``python3 -m sparkinfer.lab.kernels.fp8_linear [--rows 1,8,32,64,4096] [--json out.json]``,
+or through ``sparkinfer-lab kernels --only fp8_linear``.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.fp8_linear import (
+    Fp8Activation,
     fp8_gemm_cublas,
     fp8_gemm_decode,
     fp8_gemm_prompt,
@@ -39,9 +52,10 @@ from sparkinfer.kernels.fp8_linear.dispatch import PROMPT_CONFIG
 from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS
 from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile, swap_ab_tile
 from sparkinfer.kernels.linear import batch_invariant, linear
+from sparkinfer.kernels.rms_norm import rms_norm_quantize_fp8
 from sparkinfer.lab.kernels import KernelBenchArgs
-from sparkinfer.lab.kernels._cli import run_alone, standalone_parser
 from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
+from sparkinfer.lab.kernels.fp8_linear_table import norm_rows, render, summary
 
 # (name, N, K) of the 27B projections: GDN in_proj_qkv+z, attention qkv, gate_up, down, o/out.
 SHAPES = (
@@ -51,62 +65,125 @@ SHAPES = (
     ("down", 5120, 17408),
     ("out_proj", 5120, 6144),
 )
-ROWS = (1, 8, 16, 32, 64, 4096)
-QUICK_ROWS = (1, 16)
+NORMED = frozenset({"gdn_in_proj", "attn_qkv", "gate_up"})  # a norm before: x comes quantized
+ROWS = (1, 8, 32, 64, 4096)
+QUICK_ROWS = (1, 32)
 PROBE_ROWS = (1, 2, 3, 4, 5, 8, 12, 16, 17, 24, 33)  # cuBLAS's acceptance, unpadded
 REL_TOL = 1e-2
 
 Row = dict[str, Any]
-Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Fp8Activation], torch.Tensor]
+Ref = Callable[..., torch.Tensor]
 
 
-def _invariant(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    """One implementation timed: its name, the route kernel it stands for ("" for none), the
+    call and its reference."""
+
+    name: str
+    kernel: str
+    fn: Gemm
+    ref: Ref
+
+
+def _invariant(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, _: Fp8Activation):
     with batch_invariant("decode" if x.shape[0] <= DECODE_MAX_ROWS else "prefill"):
         return fp8_linear(x, w, s)
 
 
-def _candidates(m: int, n: int, k: int) -> list[tuple[str, str, Gemm, Gemm]]:
-    """(impl, kernel name in the routes, op, reference) timed at M rows of an [N, K] weight."""
-    out: list[tuple[str, str, Gemm, Gemm]] = []
+def impls(m: int, n: int, k: int) -> list[Impl]:
+    """The implementations timed at M rows of an [N, K] weight (IMPLS order)."""
+    out: list[Impl] = []
     if m == 1:
         g = gemv_tile(n, k)
-        out.append(("gemv", "gemv", lambda x, w, s: fp8_gemv(x, w, s, g), fp8_linear_ref))
+        bits = dataclasses.replace(g, BF16_BITS=True)
+        out.append(Impl("gemv", "gemv", lambda x, w, s, q: fp8_gemv(x, w, s, g), fp8_linear_ref))
+        out.append(Impl("gemv_bits", "gemv", lambda x, w, s, q: fp8_gemv(x, w, s, bits),
+                        fp8_linear_ref))  # fmt: skip
     if m <= DECODE_MAX_ROWS:
         d, a = decode_tile(m, n, k), swap_ab_tile(m, n, k)
-        out.append(("decode_gemm", "decode", lambda x, w, s: fp8_gemm_decode(x, w, s, d),
-                    fp8_linear_ref))  # fmt: skip
-        out.append(("swap_ab", "swap_ab", lambda x, w, s: fp8_gemm_swap_ab(x, w, s, a),
+        out.append(Impl("decode", "decode", lambda x, w, s, q: fp8_gemm_decode(x, w, s, d),
+                        fp8_linear_ref))  # fmt: skip
+        out.append(Impl("swap_ab", "swap_ab", lambda x, w, s, q: fp8_gemm_swap_ab(x, w, s, a),
+                        fp8_linear_prompt_ref))  # fmt: skip
+        out.append(Impl("swap_ab+normq", "swap_ab",
+                        lambda x, w, s, q: fp8_gemm_swap_ab(x, w, s, a, x_fp8=q),
+                        fp8_linear_prompt_ref))  # fmt: skip
+        pdl = dataclasses.replace(a, DEPENDENT=True, PREFETCH=2)
+        out.append(Impl("swap_ab+normq+pdl", "",
+                        lambda x, w, s, q: fp8_gemm_swap_ab(x, w, s, pdl, x_fp8=q),
+                        fp8_linear_prompt_ref))  # fmt: skip
+    if m >= 32:
+        out.append(Impl("prompt", "prompt",
+                        lambda x, w, s, q: fp8_gemm_prompt(x, w, s, PROMPT_CONFIG),
+                        fp8_linear_prompt_ref))  # fmt: skip
+    out.append(Impl("cublas", "cublas", lambda x, w, s, q: fp8_gemm_cublas(x, w, s),
                     fp8_linear_prompt_ref))  # fmt: skip
-    if m >= 16:
-        out.append(("prompt_gemm", "prompt",
-                    lambda x, w, s: fp8_gemm_prompt(x, w, s, PROMPT_CONFIG),
+    out.append(Impl("cublas+normq", "cublas", lambda x, w, s, q: fp8_gemm_cublas(x, w, s, x_fp8=q),
                     fp8_linear_prompt_ref))  # fmt: skip
-    out.append(("cublas_blockwise", "cublas", fp8_gemm_cublas, fp8_linear_prompt_ref))
     inv_ref = fp8_linear_ref if m <= DECODE_MAX_ROWS else fp8_linear_prompt_ref
-    out.append(("invariant (deterministic)", "-", _invariant, inv_ref))
+    out.append(Impl("invariant", "", _invariant, inv_ref))
     return out
 
 
+IMPLS = ("gemv", "gemv_bits", "decode", "swap_ab", "swap_ab+normq", "swap_ab+normq+pdl", "prompt",
+         "cublas", "cublas+normq", "invariant", "bf16")  # fmt: skip
+
+
+def fp8_bytes(m: int, n: int, k: int) -> int:
+    """The FP8 roofline's bytes: e4m3 weight, its fp32 block scales, bf16 x and y."""
+    return n * k + 4 * (-(-n // 128)) * (-(-k // 128)) + 2 * m * (k + n)
+
+
 def _figures(m: int, n: int, k: int, ms: float, copy: float, is_bf16: bool) -> Row:
-    nbytes = n * k + 4 * (-(-n // 128)) * (-(-k // 128)) + 2 * m * (k + n)
-    if is_bf16:
-        nbytes = 2 * n * k + 2 * m * (k + n)
-    return {
-        "median_ms": ms,
-        "of_copy_bw": nbytes / (ms / 1e3) / copy,
-        "TFLOP/s": 2 * m * n * k / ms / 1e9,
-    }
+    nbytes = 2 * n * k + 2 * m * (k + n) if is_bf16 else fp8_bytes(m, n, k)
+    return {"ms": ms, "of_copy": nbytes / (ms / 1e3) / copy, "TFLOP/s": 2 * m * n * k / ms / 1e9}
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.float() - ref.float()).norm() / ref.float().norm().clamp(min=1e-30)).item()
 
 
-def _probe(op: str, n: int, k: int, w: torch.Tensor, s: torch.Tensor) -> Row:
-    """The row counts cuBLAS's block-scaled GEMM takes without padding."""
+def _normed_x(m: int, k: int, device: torch.device) -> tuple[torch.Tensor, Fp8Activation]:
+    """A normed activation and its quantization, as the norm before an in-projection gives."""
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    w = torch.randn(k, device=device, dtype=torch.bfloat16) * 0.1
+    y, _, x_fp8 = rms_norm_quantize_fp8(x, w, 1e-6)
+    return y, x_fp8
+
+
+def _bench_shape_rows(op: str, m: int, n: int, k: int, w16s, weights, copy: float, args) -> Row:
+    """Every implementation at one shape and row count: one row of the table."""
+    x, x_fp8 = _normed_x(m, k, w16s[0].device)
+    w0, s0 = weights[0]
+    row: Row = {"op": op, "M": m, "N": n, "K": k, "picked": fp8_kernel_for(x, w0, s0)}
+    refs: dict[Ref, torch.Tensor] = {}
+    for impl in impls(m, n, k):
+        try:
+            if impl.ref not in refs:
+                refs[impl.ref] = impl.ref(x, w0, s0)
+            err = _rel_err(impl.fn(x, w0, s0, x_fp8), refs[impl.ref])
+            calls = [lambda ws=ws, fn=impl.fn: fn(x, *ws, x_fp8) for ws in weights]
+            t = time_graph(calls, warmup=args.warmup, iters=args.iters)
+        except Exception as e:  # a refused layout, a failed build: say so, go on
+            row[impl.name] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
+            print(f"fp8_linear: {op} M={m} {impl.name}: {row[impl.name]['error']}", flush=True)
+            continue
+        fig = _figures(m, n, k, t.median_ms, copy, is_bf16=False)
+        row[impl.name] = {**fig, "rel_err": err, "ok": err <= REL_TOL, "kernel": impl.kernel}
+    t = time_graph([lambda w=w: linear(x, w) for w in w16s], warmup=args.warmup, iters=args.iters)
+    row["bf16"] = _figures(m, n, k, t.median_ms, copy, is_bf16=True)
+    return row
+
+
+def probe_cublas_rows(device: torch.device) -> Row:
+    """The row counts cuBLAS's block-scaled GEMM takes without padding (the first shape)."""
+    _, n, k = SHAPES[0]
+    w, s = quantize_weight_fp8(torch.randn(n, k, device=device) * 0.02)
     taken, refused = [], []
     for m in PROBE_ROWS:
-        x_q, x_s = quantize_activation_fp8(torch.randn(m, k, device=w.device, dtype=torch.bfloat16))
+        x_q, x_s = quantize_activation_fp8(torch.randn(m, k, device=device, dtype=torch.bfloat16))
         try:
             F.scaled_mm(x_q, w.t(), x_s, F.ScalingType.BlockWise1x128, s.t(),
                         F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)  # fmt: skip
@@ -114,66 +191,72 @@ def _probe(op: str, n: int, k: int, w: torch.Tensor, s: torch.Tensor) -> Row:
             taken.append(m)
         except RuntimeError:
             refused.append(m)
-    return {"op": op, "impl": "cublas_blockwise unpadded", "shape": f"N={n} K={k}",
-            "taken": str(taken), "refused": str(refused)}  # fmt: skip
+    return {"taken": taken, "refused": refused}
 
 
-def _bench_rows(op: str, m: int, n: int, k: int, w16s, weights, copy: float, args) -> list[Row]:
-    x = torch.randn(m, k, device=w16s[0].device, dtype=torch.bfloat16)
-    w0, s0 = weights[0]
-    picked = fp8_kernel_for(x, w0, s0)
-    refs: dict[Gemm, torch.Tensor] = {}
-    base = {"op": op, "M": m, "shape": f"M={m} N={n} K={k}"}
-    rows: list[Row] = []
-    for impl, kernel, fn, ref in _candidates(m, n, k):
-        row: Row = {**base, "impl": impl, "picked": kernel == picked}
-        try:
-            if ref not in refs:
-                refs[ref] = ref(x, w0, s0)
-            err = _rel_err(fn(x, w0, s0), refs[ref])
-            t = time_graph([lambda ws=ws, fn=fn: fn(x, *ws) for ws in weights],
-                           warmup=args.warmup, iters=args.iters)  # fmt: skip
-        except (RuntimeError, ValueError, TypeError) as e:  # a refused layout, a failed build
-            rows.append({**row, "error": f"{type(e).__name__}: {str(e)[:60]}"})
-            continue
-        row |= _figures(m, n, k, t.median_ms, copy, is_bf16=False)
-        rows.append({**row, "rel_err": err, "ok": err <= REL_TOL})
-        print(f"fp8_linear: {op} M={m} {impl}: {t.median_ms * 1e3:.1f} us, "
-              f"{row['of_copy_bw']:.3f} of copy, rel_err {err:.1e}", flush=True)  # fmt: skip
-    is_bf16_x = picked in ("gemv", "decode")
-    dispatch_ref = refs.get(fp8_linear_ref if is_bf16_x else fp8_linear_prompt_ref)
-    if dispatch_ref is not None:
-        err = _rel_err(fp8_linear(x, w0, s0), dispatch_ref)
-        rows.append({**base, "impl": f"fp8_linear -> {picked}", "rel_err": err,
-                     "ok": err <= REL_TOL})  # fmt: skip
-    t = time_graph([lambda w=w: linear(x, w) for w in w16s], warmup=args.warmup, iters=args.iters)
-    rows.append({**base, "impl": "bf16 dispatcher", **_figures(m, n, k, t.median_ms, copy, True)})
-    print(f"fp8_linear: {op} M={m} bf16: {t.median_ms * 1e3:.1f} us", flush=True)
-    return rows
+def _weights(n: int, k: int, device: torch.device):
+    w16 = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
+    weights = [quantize_weight_fp8(w16) for _ in range(rotation_copies(n * k))]
+    return [w16.clone() for _ in range(rotation_copies(2 * n * k))], weights
 
 
-def bench(device: torch.device, args: KernelBenchArgs) -> list[Row]:
+def measure(device: torch.device, rows: tuple[int, ...], args) -> tuple[float, list[Row]]:
+    """(copy rate in bytes/s, one row per projection and row count)."""
     copy = copy_bandwidth(device)
-    rows: list[Row] = []
-    for op, n, k in SHAPES[:1] if args.is_quick else SHAPES:
-        w16 = torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
-        weights = [quantize_weight_fp8(w16) for _ in range(rotation_copies(n * k))]
-        w16s = [w16.clone() for _ in range(rotation_copies(2 * n * k))]
-        rows.append(_probe(op, n, k, *weights[0]))
-        for m in QUICK_ROWS if args.is_quick else ROWS:
-            rows += _bench_rows(op, m, n, k, w16s, weights, copy, args)
-        del weights, w16s, w16
+    start = time.perf_counter()
+    table: list[Row] = []
+    for op, n, k in SHAPES:
+        w16s, weights = _weights(n, k, device)
+        for m in rows:
+            table.append(_bench_shape_rows(op, m, n, k, w16s, weights, copy, args))
+            print(f"fp8_linear: {op} M={m} done ({time.perf_counter() - start:.0f} s)", flush=True)
+        del w16s, weights
         torch.cuda.empty_cache()
-    return rows
+    return copy, table
+
+
+def _long_rows(table: list[Row]) -> list[Row]:
+    """The table as one row per implementation (the `sparkinfer-lab kernels` protocol)."""
+    out = []
+    for row in table:
+        base = {"op": row["op"], "impl": "", "shape": f"M={row['M']} N={row['N']} K={row['K']}"}
+        for name in IMPLS:
+            if name in row:
+                cell = row[name]
+                out.append({**base, "impl": name, "picked": cell.get("kernel") == row["picked"],
+                            **{k: v for k, v in cell.items() if k != "kernel"}})  # fmt: skip
+    return out
 
 
 def run(args: KernelBenchArgs) -> list[Row]:
     """`sparkinfer-lab kernels` entry point."""
-    return bench(args.device, args)
+    _, table = measure(args.device, QUICK_ROWS if args.is_quick else ROWS, args)
+    return _long_rows(table)
 
 
 def main() -> None:
-    run_alone(run, standalone_parser(__doc__, warmup=5, iters=20).parse_args(), __doc__)
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=15)
+    parser.add_argument("--json", default=None, help="also write every figure to this path")
+    cli = parser.parse_args()
+    device = torch.device("cuda")
+    start = time.perf_counter()
+    rows = tuple(int(r) for r in cli.rows.split(","))
+    copy, table = measure(device, rows, cli)
+    norms = norm_rows(device, rows, SHAPES[0][2], copy, cli)
+    probe = probe_cublas_rows(device)
+    totals = summary(table, NORMED, copy)
+    print(render(table, totals, norms, NORMED, copy))
+    print(f"cuBLAS block-scaled, unpadded rows: takes {probe['taken']}, refuses {probe['refused']}")
+    print(f"fp8_linear: {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")
+    if cli.json:
+        with open(cli.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "copy_GBps": copy / 1e9,
+                       "table": table, "summary": totals, "norms": norms,
+                       "cublas_unpadded_rows": probe}, f, indent=1)  # fmt: skip
+        print(f"fp8_linear: wrote {cli.json}")
 
 
 if __name__ == "__main__":

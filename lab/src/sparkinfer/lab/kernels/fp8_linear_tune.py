@@ -1,13 +1,16 @@
 """Sweeps of the FP8 decode kernels' tiles at the 27B projections, for a person choosing the
 entries of `fp8_linear.tiles` (it prints rather than returns rows): the one-row GEMV's BN, BK,
 warps and K splits, and the decode GEMM's BN, BK, stages, K splits and weight conversion at each
-row count, and with `--kernel swap_ab` the swap-AB GEMM's BN, stages and K splits, each candidate
+row count, and with `--kernel swap_ab` the swap-AB GEMM's BN, stages and K splits (with `--x-fp8`
+reading x quantized before the launch, as the norm before an in-projection gives it; the GEMV's
+candidates include the weight converted by bit moves, BF16_BITS), each candidate
 CUDA-graph timed over weights rotated out of L2 and quoted as its
 fraction of this run's copy rate (the FP8 roofline: e4m3 weight bytes, scales, x and y). Per
 shape and row count it prints the kernel's default tile, the table's entry and the best three
 candidates; K splits are swept only for the narrow weights (`tiles.NARROW_N`), where programs
 are few.
-Run: ``python -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32] [--kernel swap_ab]``.
+Run: ``python3 -m sparkinfer.lab.kernels.fp8_linear_tune [--rows 1,8,32] [--kernel swap_ab]
+[--x-fp8]``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 import torch
 from sparkinfer.kernels.fp8_linear import (
+    CUBLAS_ROW_MULTIPLE,
+    Fp8Activation,
     Fp8DecodeConfig,
     Fp8GemvConfig,
     Fp8SwapAbConfig,
@@ -27,6 +32,7 @@ from sparkinfer.kernels.fp8_linear import (
     fp8_gemv,
     fp8_linear_prompt_ref,
     fp8_linear_ref,
+    quantize_activation_fp8,
     quantize_weight_fp8,
 )
 from sparkinfer.kernels.fp8_linear.tiles import NARROW_N, decode_tile, gemv_tile, swap_ab_tile
@@ -34,12 +40,16 @@ from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies
 from sparkinfer.lab.kernels.fp8_linear import SHAPES
 
 GEMV_CANDIDATES = [
-    Fp8GemvConfig(BN=bn, BK=bk, num_warps=w)
-    for bn, bk, w in itertools.product((8, 16, 32), (256, 512), (4, 8))
+    Fp8GemvConfig(BN=bn, BK=bk, num_warps=w, BF16_BITS=bits)
+    for bn, bk, w, bits in itertools.product((8, 16, 32), (256, 512), (4, 8), (False, True))
+]
+GEMV_CANDIDATES += [  # deeper pipelines: more weight bytes in flight per SM
+    Fp8GemvConfig(BN=bn, BK=256, num_warps=4, num_stages=st, BF16_BITS=True)
+    for bn, st in itertools.product((16, 32), (4, 5))
 ]
 GEMV_SPLIT_CANDIDATES = [
-    Fp8GemvConfig(BN=bn, BK=256, SPLIT_K=sk, num_warps=4)
-    for bn, sk in itertools.product((16, 32), (2, 4, 8))
+    Fp8GemvConfig(BN=bn, BK=256, SPLIT_K=sk, num_warps=4, BF16_BITS=bits)
+    for bn, sk, bits in itertools.product((16, 32), (2, 4, 8), (False, True))
 ]
 DECODE_CANDIDATES = [
     Fp8DecodeConfig(BN=bn, BK=bk, num_warps=4, num_stages=st)
@@ -57,8 +67,16 @@ DECODE_SPLIT_CANDIDATES = [
 ]
 SWAP_AB_CANDIDATES = [
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk, num_warps=w)
-    for bn, st, sk, w in itertools.product((64, 128), (2, 3), (1, 2), (4, 8))
+    for bn, st, sk, w in itertools.product((64, 128), (2, 3, 4, 5), (1, 2), (4, 8))
     if w == 4 or bn == 128
+]
+SWAP_AB_CANDIDATES += [  # wide N at few rows: more programs (a K split) or wider tiles
+    Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=4, num_warps=w)
+    for bn, st, w in ((64, 4, 4), (128, 4, 4), (128, 4, 8), (256, 3, 8))
+]
+SWAP_AB_CANDIDATES += [  # launched as a dependent, the first weight steps asked of L2 first
+    Fp8SwapAbConfig(BN=64, num_stages=st, SPLIT_K=sk, DEPENDENT=True, PREFETCH=pf)
+    for st, sk, pf in itertools.product((3, 4), (1, 2), (0, 2, 4))
 ]
 SWAP_AB_CANDIDATES += [  # x quantized once before the launch: less work per program at 32-64 rows
     Fp8SwapAbConfig(BN=bn, num_stages=st, SPLIT_K=sk, PREQUANTIZE=True)
@@ -76,6 +94,12 @@ SWAP_AB_SPLIT_CANDIDATES = [
 def _fraction(m: int, n: int, k: int, ms: float, copy: float) -> float:
     nbytes = n * k + 4 * (-(-n // 128)) * (-(-k // 128)) + 2 * m * (k + n)
     return nbytes / (ms / 1e3) / copy
+
+
+def _with_x_fp8(x: torch.Tensor):
+    """The swap-AB GEMM reading x as the norm before quantized it (`--x-fp8`)."""
+    x_fp8 = Fp8Activation(*quantize_activation_fp8(x, CUBLAS_ROW_MULTIPLE))
+    return lambda x, w, s, cfg: fp8_gemm_swap_ab(x, w, s, cfg, x_fp8=x_fp8)
 
 
 def _time(fn, x, weights, cfg, warmup: int, iters: int) -> float:
@@ -108,6 +132,8 @@ def _sweep_one(m: int, n: int, k: int, weights, copy: float, args: argparse.Name
     warmup, iters = args.warmup, args.iters
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
     fn, default, entry, candidates = _candidates(m, n, k, args.kernel)
+    if args.kernel == "swap_ab" and args.x_fp8:
+        fn = _with_x_fp8(x)
     w0, s0 = weights[0]
     ref = fp8_linear_prompt_ref if args.kernel == "swap_ab" else fp8_linear_ref
     err = (fn(x, w0, s0, entry).float() - ref(x, w0, s0).float()).abs().max().item()
@@ -164,6 +190,11 @@ def main() -> None:
         choices=("ours", "swap_ab"),
         default="ours",
         help="ours: the GEMV at one row, the decode GEMM beyond; swap_ab: the swap-AB GEMM",
+    )
+    p.add_argument(
+        "--x-fp8",
+        action="store_true",
+        help="swap_ab: x quantized before the launch, as the norm before an in-projection gives it",
     )
     args = p.parse_args()
     sweep(tuple(int(r) for r in args.rows.split(",")), args)

@@ -28,9 +28,10 @@ REGISTRY: dict[str, KernelOp] = {
     "fp8_linear": KernelOp(
         "fp8_linear",
         "x [M, K] bf16 against each projection's e4m3 weight [N, K] with 128x128 block scales: "
-        "every candidate (GEMV, decode, swap-AB, prompt GEMM, invariant) checked and timed beside "
-        "cuBLAS's block-scaled FP8 GEMM (F.scaled_mm) and bf16; the routed one marked",
-        "decode M=1/8/16/32/64 (of the FP8 copy roofline), prompt M=4096, the 27B projections",
+        "every route (GEMV, decode, swap-AB, prompt GEMM; swap-AB and cuBLAS also on x quantized "
+        "by the norm before) and the invariant kernel, checked and timed beside cuBLAS's "
+        "block-scaled FP8 GEMM (F.scaled_mm) and bf16; the routed one marked",
+        "decode M=1/8/32/64 (of the FP8 copy roofline), prompt M=4096, the 27B projections",
     ),
     "gated_delta_rule": KernelOp(
         "gated_delta_rule",

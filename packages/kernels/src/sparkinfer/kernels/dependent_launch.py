@@ -44,3 +44,19 @@ def wait_for_prior_kernels(USE_PDL: tl.constexpr):
     if USE_PDL:
         gdc_wait()
         gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_to_l2(p):
+    """Ask for the 128-byte line at each pointer of p to be brought into L2 (CUDA only: inline
+    PTX; nothing is read into registers). A dependent kernel may do it before
+    `wait_for_prior_kernels` for data no kernel before it writes (weights), so its first loads
+    find L2 warm while the kernel before ends."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;",
+        "=r,l",
+        [p],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )

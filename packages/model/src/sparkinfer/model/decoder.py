@@ -74,15 +74,21 @@ class DecoderLayer(nn.Module):
         it writes every token's KV or state, but only these rows go on to its output projection
         and the MLP.
         """
-        h, stream = self.input_layernorm(x, residual)
+        # An FP8 projection after a norm takes its input quantized by the norm's kernel (h_fp8).
         if self.is_linear:
-            h = self.linear_attn(h, batch, output_rows)
+            mixer = self.linear_attn
+            h, stream, h_fp8 = self.input_layernorm.forward_for(mixer.in_proj, x, residual)
+            h = mixer(h, batch, output_rows, h_fp8)
         else:
-            h = self.self_attn(h, *rope, batch, output_rows)
+            mixer = self.self_attn
+            h, stream, h_fp8 = self.input_layernorm.forward_for(mixer.qkv_proj, x, residual)
+            h = mixer(h, *rope, batch, output_rows, h_fp8)
         if output_rows is not None:
             stream = stream[output_rows]
-        h, stream = self.post_attention_layernorm(h, stream)
-        return self.mlp(h), stream
+        h, stream, h_fp8 = self.post_attention_layernorm.forward_for(
+            self.mlp.gate_up_proj, h, stream
+        )
+        return self.mlp(h, h_fp8), stream
 
 
 class TextModel(nn.Module):

@@ -59,10 +59,12 @@ class MTPLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        h, stream = self.input_layernorm(x)
-        h = self.self_attn(h, *rope, batch)
-        h, stream = self.post_attention_layernorm(h, stream)
-        return self.mlp(h), stream
+        h, stream, h_fp8 = self.input_layernorm.forward_for(self.self_attn.qkv_proj, x)
+        h = self.self_attn(h, *rope, batch, x_fp8=h_fp8)
+        h, stream, h_fp8 = self.post_attention_layernorm.forward_for(
+            self.mlp.gate_up_proj, h, stream
+        )
+        return self.mlp(h, h_fp8), stream
 
 
 class MTPHead(nn.Module):

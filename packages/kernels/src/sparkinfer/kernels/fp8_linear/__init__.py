@@ -10,8 +10,10 @@ from sparkinfer.kernels.fp8_linear.prompt import Fp8PromptConfig, fp8_gemm_promp
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8
 from sparkinfer.kernels.fp8_linear.ref import (
     BLOCK,
+    CUBLAS_ROW_MULTIPLE,
     FP8_DTYPE,
     FP8_MAX,
+    Fp8Activation,
     dequantize_weight_fp8,
     fp8_linear_prompt_ref,
     fp8_linear_ref,
@@ -23,9 +25,11 @@ from sparkinfer.kernels.fp8_linear.swap_ab import Fp8SwapAbConfig, fp8_gemm_swap
 
 __all__ = [
     "BLOCK",
+    "CUBLAS_ROW_MULTIPLE",
     "FP8_DTYPE",
     "FP8_MAX",
     "FP8_ROUTES",
+    "Fp8Activation",
     "Fp8DecodeConfig",
     "Fp8GemvConfig",
     "Fp8PromptConfig",

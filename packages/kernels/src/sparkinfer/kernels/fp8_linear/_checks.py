@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from sparkinfer.kernels._triton import check_device
-from sparkinfer.kernels.fp8_linear.ref import FP8_DTYPE, scale_rows
+from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_DTYPE, Fp8Activation, scale_rows
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -32,3 +32,28 @@ def check_fp8_operands(
         )
     check_device(op, {"x": x, "weight": weight, "weight_scale_inv": weight_scale_inv})
     return scale_rows(weight, weight_scale_inv)
+
+
+def check_fp8_activation(op: str, x: torch.Tensor, x_fp8: Fp8Activation) -> None:
+    """x_fp8 holds x [M, K] quantized per token and group: e4m3 [P >= M, K] contiguous and fp32
+    scales [P, ceil(K/128)] with strides (1, P)."""
+    (m, k), (q, scale) = x.shape, x_fp8
+    num_rows = q.shape[0] if q.dim() == 2 else -1
+    if (
+        q.dtype != FP8_DTYPE
+        or q.dim() != 2
+        or num_rows < m
+        or q.shape[1] != k
+        or not q.is_contiguous()
+        or scale.dtype != torch.float32
+        or scale.shape != (num_rows, -(-k // BLOCK))
+        or (num_rows > 1 and scale.stride(0) != 1)
+        or q.device != x.device
+        or scale.device != x.device
+    ):
+        raise ValueError(
+            f"{op}: x_fp8 must be x [{m}, {k}] quantized by quantize_activation_fp8: e4m3 "
+            f"[P >= {m}, {k}] and fp32 scales [P, {-(-k // BLOCK)}] with strides (1, P) on "
+            f"{x.device}; got {q.dtype} {tuple(q.shape)}, {scale.dtype} {tuple(scale.shape)} "
+            f"strides {scale.stride()}"
+        )

@@ -6,24 +6,21 @@ Layouts torch checks (and cuBLAS reads): x's scales [M, ceil(K/128)] outer-dim m
 (1, M)); the weight passed as its transpose [K, N] with its scales transposed to
 [ceil(K/128), ceil(N/128)] (the stored [ceil(N/128), ceil(K/128)] contiguous block, read
 transposed), whose row stride must be 16-byte aligned (ceil(K/128) a multiple of 4). cuBLAS
-refuses row counts that are not multiples of 4, so the quantizer pads x to CUBLAS_ROW_MULTIPLE
-rows (zeros) and the padded
-rows of y are dropped. cuBLAS picks its algorithm by shape, so a row's bits depend on the batch:
-the batch-invariant mode never routes here. Per-row weight scales, non-bf16 activations and
-shapes cuBLAS cannot take go to the Triton kernels (`cublas_accepts`).
+refuses row counts that are not multiples of 4, so the quantizer pads x to
+`ref.CUBLAS_ROW_MULTIPLE` rows (zeros) and the padded rows of y are dropped; x quantized before
+(by the norm, `x_fp8`) comes padded so. cuBLAS picks its algorithm by shape, so a row's bits
+depend on the batch: the batch-invariant mode never routes here. Per-row weight scales, non-bf16
+activations and shapes cuBLAS cannot take go to the Triton kernels (`cublas_accepts`).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._checks import check_fp8_activation, check_fp8_operands
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8
-from sparkinfer.kernels.fp8_linear.ref import BLOCK
+from sparkinfer.kernels.fp8_linear.ref import BLOCK, CUBLAS_ROW_MULTIPLE, Fp8Activation
 
-# x's rows padded to a multiple of this: on an H200 cuBLAS takes 4, 8, 12, 16 and 24 rows and
-# refuses 1, 2, 3, 5, 17 and 33 (`sparkinfer.lab.kernels.fp8_linear`'s probe row).
-CUBLAS_ROW_MULTIPLE = 4
 _ALIGN = 16  # bytes: e4m3 rows of x and W, and the weight scales' row stride
 
 
@@ -43,7 +40,11 @@ def cublas_accepts(x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torc
 
 
 def fp8_gemm_cublas(
-    x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale_inv: torch.Tensor,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T by cuBLAS, x quantized per token and 128-column group (1x128 blocks) and W's
     128x128 blocks.
@@ -52,6 +53,8 @@ def fp8_gemm_cublas(
         x: [M, K] bf16 on CUDA, unit stride along K.
         weight: [N, K] float8_e4m3fn, contiguous, N and K multiples of 16.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] fp32, contiguous, ceil(K/128) % 4 == 0.
+        x_fp8: x already quantized (`quantize_activation_fp8`'s bits, e.g. by the norm before
+            it); taken when its rows are a multiple of CUBLAS_ROW_MULTIPLE, else x is quantized.
 
     Returns:
         y: [M, N] contiguous bf16 (the specification is `fp8_linear_prompt_ref`).
@@ -66,7 +69,12 @@ def fp8_gemm_cublas(
     m = x.shape[0]
     if m == 0:
         return torch.empty((0, weight.shape[0]), dtype=x.dtype, device=x.device)
-    x_q, x_scale = quantize_activation_fp8(x, CUBLAS_ROW_MULTIPLE)
+    if x_fp8 is not None:
+        check_fp8_activation("fp8_gemm_cublas", x, x_fp8)
+    if x_fp8 is not None and x_fp8.q.shape[0] % CUBLAS_ROW_MULTIPLE == 0:
+        x_q, x_scale = x_fp8
+    else:
+        x_q, x_scale = quantize_activation_fp8(x, CUBLAS_ROW_MULTIPLE)
     y = F.scaled_mm(
         x_q,
         weight.t(),

@@ -11,7 +11,9 @@ the shape. Two cases override the routes:
 - "cublas" where cuBLAS cannot take the operands (`cublas.cublas_accepts`): the Triton kernel of
   the same rows.
 
-CPU tensors (outside the interpreter) run the reference.
+An x quantized before (`x_fp8`, by the norm before the linear) goes to the kernels that take e4m3
+activations; the others, and the batch-invariant kernels, read x. CPU tensors (outside the
+interpreter) run the reference.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sparkinfer.kernels.fp8_linear.cublas import cublas_accepts, fp8_gemm_cublas
 from sparkinfer.kernels.fp8_linear.decode import Fp8DecodeConfig, fp8_gemm_decode
 from sparkinfer.kernels.fp8_linear.gemv import fp8_gemv
 from sparkinfer.kernels.fp8_linear.prompt import Fp8PromptConfig, fp8_gemm_prompt
-from sparkinfer.kernels.fp8_linear.ref import fp8_linear_ref
+from sparkinfer.kernels.fp8_linear.ref import Fp8Activation, fp8_linear_ref
 from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS, FP8_ROUTES, Fp8Kernel, route_for
 from sparkinfer.kernels.fp8_linear.swap_ab import fp8_gemm_swap_ab
 from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile, swap_ab_tile
@@ -50,7 +52,11 @@ def fp8_kernel_for(
 
 
 def fp8_linear(
-    x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale_inv: torch.Tensor,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T with W the block-scaled FP8 weight, by the kernel `fp8_kernel_for` picks.
 
@@ -58,6 +64,10 @@ def fp8_linear(
         x: [M, K] activations (bf16, fp16 or fp32), unit stride along K.
         weight: [N, K] float8_e4m3fn, contiguous.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32 scales.
+        x_fp8: x already quantized per token and group, `quantize_activation_fp8(x)`'s bits (the
+            norm before the linear gives it, `rms_norm_quantize_fp8`): the kernels that take e4m3
+            activations (swap-AB, cuBLAS) read it instead of quantizing x, the others read x, so
+            the kernel and y are the same either way.
 
     Returns:
         y: [M, N] in x.dtype, accumulated in fp32.
@@ -69,9 +79,10 @@ def fp8_linear(
     if kernel == "gemv":
         return fp8_gemv(x, weight, weight_scale_inv, gemv_tile(n, k))
     if kernel == "swap_ab":
-        return fp8_gemm_swap_ab(x, weight, weight_scale_inv, swap_ab_tile(m, n, k))
+        tile = swap_ab_tile(m, n, k)
+        return fp8_gemm_swap_ab(x, weight, weight_scale_inv, tile, x_fp8=x_fp8)
     if kernel == "cublas":
-        return fp8_gemm_cublas(x, weight, weight_scale_inv)
+        return fp8_gemm_cublas(x, weight, weight_scale_inv, x_fp8=x_fp8)
     if kernel == "prompt":
         return fp8_gemm_prompt(x, weight, weight_scale_inv, PROMPT_CONFIG)
     if current_phase() == "decode":

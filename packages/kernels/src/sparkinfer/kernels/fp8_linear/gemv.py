@@ -7,7 +7,11 @@ vector loads (no tensor cores). Each thread sums its own 16-column run of a row 
 (the e4m3 -> fp16 -> fp32 conversion is exact), then scales the run's sum by the row's block
 scale, so a weight element costs its conversion and one FMA and the scales are read once per
 row and 128-column block, not per element. SPLIT_K cuts K into slices run by separate programs
-(`_split_k`, a deterministic reduction) for the projections with few rows. The sum order differs
+(`_split_k`, a deterministic reduction) for the projections with few rows. BF16_BITS converts
+the weight by bit moves on the integer and FMA pipes (`_e4m3`, exact; then bf16 -> fp32 is a
+shift) instead of the two conversions e4m3 -> fp16 -> fp32 per element, which at one row can
+hold the kernel below the copy rate (the conversion unit issues fewer elements per clock than
+HBM delivers); the sums are the same. The sum order differs
 from the decode GEMM's, so the batch-invariant mode, which needs one kernel for every row count,
 keeps the decode GEMM.
 """
@@ -23,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.fp8_linear._e4m3 import e4m3_to_bf16
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.ref import BLOCK
 from sparkinfer.kernels.split_k import split_k_plan
@@ -31,13 +36,15 @@ from sparkinfer.kernels.split_k import split_k_plan
 @dataclass(frozen=True)
 class Fp8GemvConfig:
     """Tiles of one GEMV launch: BN weight rows per program, K tiles of BK (a multiple of 128 or
-    a divisor of it), K cut into at most SPLIT_K slices run by separate programs."""
+    a divisor of it), K cut into at most SPLIT_K slices run by separate programs, the weight
+    converted by bit moves (BF16_BITS, CUDA only) or through fp16."""
 
     BN: int = 16
     BK: int = 256
     SPLIT_K: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    BF16_BITS: bool = False
 
 
 @triton.jit
@@ -45,7 +52,7 @@ def _fp8_gemv_kernel(
     p_x, p_w, p_s, p_y, p_part, p_arrived,
     N, K, num_k_blocks, K_PER_SPLIT,
     BN: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr, SCALE_K: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, BF16_BITS: tl.constexpr,
 ):  # fmt: skip
     # The tile is [BN, NB, NC, VEC]: NB scale blocks of BB = min(BK, 128) columns, each cut in
     # NC runs of VEC (one thread's vector load). A run is summed alone (one FMA per element),
@@ -78,7 +85,9 @@ def _fp8_gemv_kernel(
         i_blk = k0 // SCALE_K + o_b * BB // SCALE_K  # [NB] scale columns
         m_s = m_n[:, None] & (i_blk < num_k_blocks)[None, :]
         b_s = tl.load(p_sn[:, None] + i_blk[None, :], mask=m_s, other=0.0)  # [BN, NB]
-        b_run = tl.sum(b_w.to(tl.float32) * b_x[None, :, :, :], axis=3)  # [BN, NB, NC]
+        # exact either way: e4m3 values are bf16 and fp16 values
+        b_wf = e4m3_to_bf16(b_w).to(tl.float32) if BF16_BITS else b_w.to(tl.float32)
+        b_run = tl.sum(b_wf * b_x[None, :, :, :], axis=3)  # [BN, NB, NC]
         b_acc += b_run * b_s[:, :, None]
     b_y = tl.sum(tl.sum(b_acc, axis=2), axis=1)
     store_or_reduce(p_y, p_part, p_arrived, b_y, o_n, m_n, i_n, i_k, N, SPLIT_K)
@@ -120,6 +129,6 @@ def fp8_gemv(
         x, weight, weight_scale_inv, y, part, arrived,
         n, k, weight_scale_inv.shape[1], k_per_split,
         BN=cfg.BN, BK=cfg.BK, SCALE_ROWS=rows_per_scale, SCALE_K=BLOCK, SPLIT_K=num_slices,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BF16_BITS=cfg.BF16_BITS and x.is_cuda, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y

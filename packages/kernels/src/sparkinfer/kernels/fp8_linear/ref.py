@@ -11,12 +11,27 @@ Activations of the prompt path are quantized per token and per 128-column group 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3 value
 BLOCK = 128  # rows and columns of a weight's scale block; columns of an activation group
+# Rows of x quantized for cuBLAS's block-scaled GEMM are padded to a multiple of this (zero rows):
+# on an H200 it takes 4, 8, 12, 16 and 24 rows and refuses 1, 2, 3, 5, 17 and 33
+# (`sparkinfer.lab.kernels.fp8_linear`'s probe row); the Triton GEMMs read the first M rows.
+CUBLAS_ROW_MULTIPLE = 4
 _MIN_AMAX = 1e-12  # an all-zero block gets a tiny scale instead of a division by zero
+
+
+class Fp8Activation(NamedTuple):
+    """Activations [M, K] quantized per token and 128-column group, as `quantize_activation_fp8`
+    returns them: q [P, K] float8_e4m3fn (P >= M, rows past M zero) and scale [P, ceil(K/128)]
+    fp32 with strides (1, P)."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
 
 
 def scale_rows(weight: torch.Tensor, weight_scale_inv: torch.Tensor) -> int:
@@ -90,7 +105,11 @@ def quantize_activation_fp8_ref(
 
 
 def fp8_linear_ref(
-    x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale_inv: torch.Tensor,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T for the block-scaled FP8 weight W, accumulated in fp32.
 
@@ -98,6 +117,8 @@ def fp8_linear_ref(
         x: [M, K] activations (bf16, fp16 or fp32).
         weight: [N, K] float8_e4m3fn.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32 scales.
+        x_fp8: x already quantized per token and group (`quantize_activation_fp8(x)`'s bits),
+            for the kernels that take e4m3 activations; the reference reads x alone.
 
     Returns:
         y: [M, N] in x.dtype.
@@ -106,11 +127,15 @@ def fp8_linear_ref(
 
 
 def fp8_linear_prompt_ref(
-    x: torch.Tensor, weight: torch.Tensor, weight_scale_inv: torch.Tensor
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale_inv: torch.Tensor,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """What the prompt path computes: x quantized per token and 128-column group first.
 
-    Args and returns as `fp8_linear_ref`.
+    Args and returns as `fp8_linear_ref` (x_fp8, the same quantization of x, is not read).
     """
     x_q, x_scale = quantize_activation_fp8_ref(x)
     x_deq = x_q.float() * x_scale.repeat_interleave(BLOCK, dim=1)[:, : x.shape[1]]

@@ -7,7 +7,8 @@ weight tile goes to the tensor cores as stored, in e4m3: no conversion per weigh
 kernel streams the weight near the memory's pace. x is quantized per token and 128-column group
 (scale = amax / 448, the prompt path's scheme, `fp8_linear_prompt_ref` is the specification):
 in registers, each program its step's tile (no second launch; the work grows with BM), or with
-PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch. Each step's dot is
+PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch, or taken as the norm
+before it quantized it (`x_fp8`). Each step's dot is
 scaled by the weight rows' block scales and x's group scales in fp32. SPLIT_K cuts K into
 slices summed by the last slice to finish (`_split_k`, deterministic). Under the CPU
 interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded on the bits
@@ -24,11 +25,16 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels.fp8_linear._checks import check_fp8_operands
+from sparkinfer.kernels.dependent_launch import (
+    dependent_launch,
+    prefetch_to_l2,
+    wait_for_prior_kernels,
+)
+from sparkinfer.kernels.fp8_linear._checks import check_fp8_activation, check_fp8_operands
 from sparkinfer.kernels.fp8_linear._split_k import split_k_buffers, store_or_reduce
 from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8, round_to_e4m3
-from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX
+from sparkinfer.kernels.fp8_linear.ref import BLOCK, FP8_MAX, Fp8Activation
 from sparkinfer.kernels.split_k import split_k_plan
 
 
@@ -36,7 +42,10 @@ from sparkinfer.kernels.split_k import split_k_plan
 class Fp8SwapAbConfig:
     """Tiles of one swap-AB launch: BN weight rows per program, BM rows of x (None: 16, 32 or 64,
     the smallest holding M), K cut into at most SPLIT_K slices run by separate programs; x
-    quantized before the launch (PREQUANTIZE) or in registers by every program."""
+    quantized before the launch (PREQUANTIZE) or in registers by every program. DEPENDENT:
+    launch as a programmatic dependent where the tuning allows (`dependent_launch`), each
+    program first asking L2 for its first PREFETCH K steps of weight (CUDA only), which no
+    kernel before writes, while the kernel before ends."""
 
     BN: int = 64
     BM: int | None = None
@@ -44,6 +53,8 @@ class Fp8SwapAbConfig:
     num_stages: int = 4
     SPLIT_K: int = 1
     PREQUANTIZE: bool = False
+    DEPENDENT: bool = False
+    PREFETCH: int = 0
 
 
 @triton.jit
@@ -52,7 +63,7 @@ def _fp8_swap_ab_kernel(
     M, N, K, stride_xm, stride_xs_k, num_k_blocks, K_PER_SPLIT,
     BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
     FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, X_QUANTIZED: tl.constexpr,
-    IS_INTERPRETED: tl.constexpr,
+    IS_INTERPRETED: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     i_n, i_m, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
@@ -61,6 +72,11 @@ def _fp8_swap_ab_kernel(
     p_sn = p_s + (o_n // SCALE_ROWS) * num_k_blocks  # each weight row's row of scales
     k_start = i_k.to(tl.int64) * K_PER_SPLIT
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    if PREFETCH > 0:  # one 128-byte line per weight row and step: a step's 128 e4m3 columns
+        o_pk = k_start + tl.arange(0, PREFETCH).to(tl.int64) * BK
+        m_pf = m_n[:, None] & (o_pk < k_end)[None, :]
+        prefetch_to_l2(tl.where(m_pf, p_w + o_n[:, None] * K + o_pk[None, :], p_w))
+    wait_for_prior_kernels(USE_PDL)  # x, y and the split-K counters only after it
     b_acc = tl.zeros((BN, BM), dtype=tl.float32)
     for k0 in range(k_start, k_end, BK):
         o_k = k0 + tl.arange(0, BK).to(tl.int64)
@@ -95,6 +111,8 @@ def fp8_gemm_swap_ab(
     weight: torch.Tensor,
     weight_scale_inv: torch.Tensor,
     config: Fp8SwapAbConfig | None = None,
+    *,
+    x_fp8: Fp8Activation | None = None,
 ) -> torch.Tensor:
     """y = x @ W.T for a few rows of x, quantized per token and 128-column group in registers,
     and the block-scaled e4m3 weight W, e4m3 tensor-core dots with fp32 accumulate.
@@ -104,6 +122,9 @@ def fp8_gemm_swap_ab(
         weight: [N, K] float8_e4m3fn, contiguous.
         weight_scale_inv: [ceil(N/128), ceil(K/128)] (or [N, ceil(K/128)]) fp32, contiguous.
         config: tiles; with SPLIT_K > 1 the rows' sums run in another order.
+        x_fp8: x already quantized (`quantize_activation_fp8`'s bits, e.g. by the norm before
+            it): read instead of x whatever PREQUANTIZE says (the same e4m3 values and scales as
+            the registers' quantization, so the same y).
 
     Returns:
         y: [M, N] contiguous in x.dtype (the specification is `fp8_linear_prompt_ref`).
@@ -117,7 +138,14 @@ def fp8_gemm_swap_ab(
     if k == 0:
         return y.zero_()
     bm = cfg.BM or decode_row_tile(m)
-    x_in, x_scale = quantize_activation_fp8(x) if cfg.PREQUANTIZE else (x, x)
+    if x_fp8 is not None:
+        check_fp8_activation("fp8_gemm_swap_ab", x, x_fp8)
+    elif cfg.PREQUANTIZE:
+        x_fp8 = Fp8Activation(*quantize_activation_fp8(x))
+    x_in, x_scale = x_fp8 if x_fp8 is not None else (x, x)
+    if cfg.PREFETCH & (cfg.PREFETCH - 1) or cfg.PREFETCH < 0:
+        raise ValueError(f"fp8_gemm_swap_ab: PREFETCH is {cfg.PREFETCH}; use 0 or a power of 2")
+    pdl = cfg.DEPENDENT and dependent_launch(x)
     num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
     grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
     part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
@@ -125,7 +153,8 @@ def fp8_gemm_swap_ab(
         x_in, x_scale, weight, weight_scale_inv, y, part, arrived,
         m, n, k, x_in.stride(0), x_scale.stride(-1), weight_scale_inv.shape[1], k_per_split,
         BN=cfg.BN, BM=bm, BK=BLOCK, SCALE_ROWS=rows_per_scale, FP8_LIMIT=FP8_MAX,
-        SPLIT_K=num_slices, X_QUANTIZED=cfg.PREQUANTIZE, IS_INTERPRETED=not x.is_cuda,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        SPLIT_K=num_slices, X_QUANTIZED=x_fp8 is not None, IS_INTERPRETED=not x.is_cuda,
+        USE_PDL=pdl, PREFETCH=cfg.PREFETCH if x.is_cuda else 0,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -42,7 +42,21 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
-    i_r = tl.program_id(0)
+    norm_rows(
+        p_x, p_res, p_w, p_y, p_res_out, tl.program_id(0),
+        num_rows, R2, N, eps, stride_x1, stride_x2, stride_r1, stride_r2,
+        HAS_RESIDUAL, BR, BN,
+    )  # fmt: skip
+
+
+@triton.jit
+def norm_rows(
+    p_x, p_res, p_w, p_y, p_res_out, i_r,
+    num_rows, R2, N, eps, stride_x1, stride_x2, stride_r1, stride_r2,
+    HAS_RESIDUAL: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    """Rows i_r*BR .. i_r*BR+BR-1 of `rms_norm`: y (and the residual sum) stored contiguous
+    [num_rows, N]; kernels that fuse the norm call it, so their rows get the same bits."""
     o_x, o_r = _row_offsets(i_r, R2, stride_x1, stride_x2, BR)
     o_n = tl.arange(0, BN)
     m = (o_r < num_rows)[:, None] & (o_n < N)[None, :]
@@ -95,7 +109,7 @@ def gated_norm_rows(b_x, b_z, b_w, N, eps, OUT_DTYPE: tl.constexpr, ROUND_PRODUC
     return b_y * (b_z * tl.sigmoid(b_z))
 
 
-def _as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
+def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
     """View t [..., N] as [R1, R2, N] without copying; raise if its layout does not allow it."""
     if t.dim() == 0:
         raise ValueError(f"{name} must have at least one dim, got a scalar")
@@ -112,9 +126,11 @@ def _as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
         ) from err
 
 
-def _check(
+def check_norm_operands(
     op: str, x: torch.Tensor, weight: torch.Tensor, name: str, other: torch.Tensor | None
 ) -> None:
+    """Raise TypeError/ValueError unless x, its norm weight and `other` (named `name`: the
+    residual or gate, or None) fit the norm kernels."""
     if x.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
     if weight.dtype not in (x.dtype, torch.float32):
@@ -135,11 +151,19 @@ def _check(
         )
 
 
-def _tiles(num_rows: int, n: int) -> tuple[int, int, int]:
+def norm_tiles(num_rows: int, n: int) -> tuple[int, int, int]:
     """(BR, BN, grid) with about 4K elements per program."""
     bn = triton.next_power_of_2(n)
     br = max(1, min(4096 // bn, triton.next_power_of_2(num_rows)))
     return br, bn, triton.cdiv(num_rows, br)
+
+
+def rms_norm_warps(num_rows: int, bn: int) -> int:
+    """Warps of an `rms_norm` program of BN columns; kernels that fuse the norm take the same, so
+    their rows sum in the same order."""
+    if num_rows == 1 and bn >= 4096 and current_phase() is None:
+        return ONE_ROW_WARPS
+    return 4 if bn <= 2048 else 8
 
 
 def rms_norm(
@@ -161,18 +185,16 @@ def rms_norm(
         (y, residual_out): y [..., N] contiguous in x.dtype; residual_out is the new contiguous
         residual stream x + residual when a residual is given, else x itself.
     """
-    _check("rms_norm", x, weight, "residual", residual)
-    x3 = _as_rows(x, "x")
-    res3 = _as_rows(residual, "residual") if residual is not None else x3
+    check_norm_operands("rms_norm", x, weight, "residual", residual)
+    x3 = as_rows(x, "x")
+    res3 = as_rows(residual, "residual") if residual is not None else x3
     num_rows, n = x3.shape[0] * x3.shape[1], x3.shape[2]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res_out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else x
     if num_rows == 0:
         return y, res_out
-    br, bn, grid = _tiles(num_rows, n)
-    num_warps = 4 if bn <= 2048 else 8
-    if num_rows == 1 and bn >= 4096 and current_phase() is None:
-        num_warps = ONE_ROW_WARPS
+    br, bn, grid = norm_tiles(num_rows, n)
+    num_warps = rms_norm_warps(num_rows, bn)
     pdl = dependent_launch(x)
     _rms_norm_kernel[(grid,)](
         x3, res3, weight, y, res_out,
@@ -203,13 +225,13 @@ def gated_rms_norm(
     Returns:
         y: [..., N] contiguous in x.dtype.
     """
-    _check("gated_rms_norm", x, weight, "z", z)
-    x3, z3 = _as_rows(x, "x"), _as_rows(z, "z")
+    check_norm_operands("gated_rms_norm", x, weight, "z", z)
+    x3, z3 = as_rows(x, "x"), as_rows(z, "z")
     num_rows, n = x3.shape[0] * x3.shape[1], x3.shape[2]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if num_rows == 0:
         return y
-    br, bn, grid = _tiles(num_rows, n)
+    br, bn, grid = norm_tiles(num_rows, n)
     round_product = rounds_weight_product(weight, x)
     pdl = dependent_launch(x)
     _gated_rms_norm_kernel[(grid,)](

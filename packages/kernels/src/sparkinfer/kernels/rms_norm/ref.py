@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.fp8_linear.ref import (
+    CUBLAS_ROW_MULTIPLE,
+    Fp8Activation,
+    quantize_activation_fp8_ref,
+)
 
 
 def rms_norm_ref(
@@ -35,6 +40,29 @@ def rms_norm_ref(
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = y * (1.0 + weight.float())
     return y.to(x.dtype), x
+
+
+def rms_norm_quantize_fp8_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    residual: torch.Tensor | None = None,
+    row_multiple: int = CUBLAS_ROW_MULTIPLE,
+) -> tuple[torch.Tensor, torch.Tensor, Fp8Activation]:
+    """`rms_norm_ref`, then its output quantized per token and 128-column group to e4m3
+    (`quantize_activation_fp8_ref`), for an FP8 linear after the norm.
+
+    Args:
+        x: [T, N] activations; weight, eps and residual as `rms_norm_ref`.
+        row_multiple: the quantized rows are T rounded up to a multiple of it (zero rows past T).
+
+    Returns:
+        (y, residual_out, y_fp8): y [T, N] and residual_out as `rms_norm_ref`; y_fp8: e4m3
+        [P, N] and scales [P, ceil(N/128)] fp32 with strides (1, P).
+    """
+    y, residual_out = rms_norm_ref(x, weight, eps, residual=residual)
+    return y, residual_out, Fp8Activation(*quantize_activation_fp8_ref(y, row_multiple))
 
 
 def gated_rms_norm_ref(

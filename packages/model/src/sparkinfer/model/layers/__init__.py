@@ -24,7 +24,11 @@ from sparkinfer.kernels.paged_attention import (
     paged_attention_prefill_ref,
 )
 from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary_ref
-from sparkinfer.kernels.rms_norm import gated_rms_norm_ref, rms_norm_ref
+from sparkinfer.kernels.rms_norm import (
+    gated_rms_norm_ref,
+    rms_norm_quantize_fp8_ref,
+    rms_norm_ref,
+)
 
 Op = Callable[..., Any]
 
@@ -33,7 +37,8 @@ Op = Callable[..., Any]
 class KernelOps:
     """The kernel functions one model calls; `linear` is None where torch's GEMM is used, and
     `linear_swiglu` (gate_up_proj and SwiGLU in one call) None where the MLP runs them apart;
-    `fp8_linear` multiplies by a block-scaled e4m3 weight (`Linear.use_fp8`)."""
+    `fp8_linear` multiplies by a block-scaled e4m3 weight (`Linear.use_fp8`), and
+    `rms_norm_quantize_fp8` is the norm that also quantizes its output for such a linear."""
 
     rms_norm: Op
     gated_rms_norm: Op
@@ -50,6 +55,7 @@ class KernelOps:
     linear_swiglu: Op | None
     is_triton: bool
     fp8_linear: Op = fp8_linear_ref
+    rms_norm_quantize_fp8: Op = rms_norm_quantize_fp8_ref
 
 
 REFERENCE_OPS = KernelOps(
@@ -86,7 +92,7 @@ def triton_ops() -> KernelOps:
         paged_attention_prefill,
     )
     from sparkinfer.kernels.qk_norm_rotary import qk_norm_rotary
-    from sparkinfer.kernels.rms_norm import gated_rms_norm, rms_norm
+    from sparkinfer.kernels.rms_norm import gated_rms_norm, rms_norm, rms_norm_quantize_fp8
 
     return KernelOps(
         rms_norm=rms_norm,
@@ -104,6 +110,7 @@ def triton_ops() -> KernelOps:
         linear_swiglu=linear_swiglu,
         is_triton=True,
         fp8_linear=fp8_linear,
+        rms_norm_quantize_fp8=rms_norm_quantize_fp8,
     )
 
 

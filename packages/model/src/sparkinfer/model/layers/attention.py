@@ -11,6 +11,7 @@ sigmoid(gate) before o_proj.
 from __future__ import annotations
 
 import torch
+from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.config import TextConfig
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.layers import KernelOps
@@ -54,11 +55,12 @@ class GatedAttention(nn.Module):
         sin: torch.Tensor,
         batch: ForwardBatch,
         output_rows: torch.Tensor | None = None,
+        x_fp8: Fp8Activation | None = None,
     ) -> torch.Tensor:
         """x [T, hidden] (normed), cos/sin [T, rotary_dim] -> [T, hidden], or [N, hidden] at
-        output_rows (o_proj runs on those rows only)."""
+        output_rows (o_proj runs on those rows only); x_fp8: x quantized for an FP8 qkv_proj."""
         num_tokens = x.shape[0]
-        q_gate, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q_gate, k, v = self.qkv_proj(x, x_fp8).split(self.qkv_sizes, dim=-1)
         q_gate = q_gate.view(num_tokens, self.num_heads, 2 * self.head_dim)
         q, gate = q_gate.split(self.head_dim, dim=-1)  # each [T, H, D]; per-head halves
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)

@@ -13,6 +13,7 @@ applies that norm (inside its kernel up to 4 sequences, which saves a launch per
 from __future__ import annotations
 
 import torch
+from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.cache_spec import LinearStateCache
 from sparkinfer.model.config import TextConfig
 from sparkinfer.model.forward_batch import ForwardBatch
@@ -123,13 +124,18 @@ class GatedDeltaNet(nn.Module):
         return torch.cat(outs)
 
     def forward(
-        self, x: torch.Tensor, batch: ForwardBatch, output_rows: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        batch: ForwardBatch,
+        output_rows: torch.Tensor | None = None,
+        x_fp8: Fp8Activation | None = None,
     ) -> torch.Tensor:
         """x [T, hidden] (normed) -> [T, hidden], or [N, hidden] at output_rows (the gated norm
-        and out_proj run on those rows only); updates the conv and recurrent state slots."""
+        and out_proj run on those rows only); updates the conv and recurrent state slots. x_fp8:
+        x quantized for an FP8 in_proj."""
         num_tokens = x.shape[0]
         # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
-        qkv, z, b, a = self.in_proj(x).split(self.in_proj_sizes, dim=-1)
+        qkv, z, b, a = self.in_proj(x, x_fp8).split(self.in_proj_sizes, dim=-1)
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]

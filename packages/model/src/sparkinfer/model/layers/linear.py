@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.layers import KernelOps, new_parameter
 from torch import nn
 
@@ -18,7 +19,8 @@ class Linear(nn.Module):
     FP8 (`use_fp8(rows)`): `weight` holds the first `rows` output rows as float8_e4m3fn with
     `weight_scale_inv` [ceil(rows/128), ceil(in/128)] fp32 beside it; `tail_weight` holds the
     remaining rows in the model dtype (GDN's in_proj: in_proj_b and in_proj_a stay bf16 in Qwen's
-    FP8 checkpoints), and the two outputs are concatenated.
+    FP8 checkpoints), and the two outputs are concatenated. The norm before it may hand over x
+    already quantized (`RMSNorm.forward_for`), which the FP8 GEMMs taking e4m3 rows read.
     """
 
     def __init__(
@@ -54,11 +56,12 @@ class Linear(nn.Module):
         if num_tail:
             self.tail_weight = new_parameter(num_tail, k, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [T, in_features] -> [T, out_features]."""
+    def forward(self, x: torch.Tensor, x_fp8: Fp8Activation | None = None) -> torch.Tensor:
+        """x [T, in_features] -> [T, out_features]; x_fp8: x quantized per token and group
+        (`quantize_activation_fp8(x)`'s bits), read by an FP8 weight's GEMM where it takes e4m3."""
         if self.weight_scale_inv is None:
             return self._dense(x, self.weight)
-        y = self.ops.fp8_linear(x, self.weight, self.weight_scale_inv)
+        y = self.ops.fp8_linear(x, self.weight, self.weight_scale_inv, x_fp8=x_fp8)
         if self.tail_weight is None:
             return y
         return torch.cat((y, self._dense(x, self.tail_weight)), dim=1)

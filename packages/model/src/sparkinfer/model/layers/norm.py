@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import torch
+from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.layers import KernelOps, new_parameter
+from sparkinfer.model.layers.linear import Linear
 from torch import nn
 
 
@@ -27,6 +29,16 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [..., dim] -> (y, residual_out); residual_out = x + residual (or x without one)."""
         return self.ops.rms_norm(x, self.weight, self.eps, residual=residual)
+
+    def forward_for(
+        self, linear: Linear, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Fp8Activation | None]:
+        """`forward` for the input of `linear`: with an FP8 weight also y quantized per token
+        and 128-column group in the same kernel (`rms_norm_quantize_fp8`: y has `forward`'s bits),
+        for `linear(y, x_fp8)`; else None beside y."""
+        if not linear.is_fp8:
+            return (*self(x, residual), None)
+        return self.ops.rms_norm_quantize_fp8(x, self.weight, self.eps, residual=residual)
 
 
 class GatedRMSNorm(nn.Module):

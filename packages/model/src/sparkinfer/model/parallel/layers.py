@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.layers import KernelOps, new_parameter
 from sparkinfer.model.layers.linear import Linear
 from sparkinfer.model.parallel.group import TensorParallelGroup
@@ -31,9 +32,9 @@ class RowParallelLinear(Linear):
         super().__init__(in_features, out_features, ops=ops, device=device, dtype=dtype)
         self.tp = tp
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_fp8: Fp8Activation | None = None) -> torch.Tensor:
         """x [T, in_features] (this rank's columns) -> [T, out_features] summed over ranks."""
-        return self.tp.all_reduce(super().forward(x))
+        return self.tp.all_reduce(super().forward(x, x_fp8))
 
 
 class VocabParallelEmbedding(nn.Module):
