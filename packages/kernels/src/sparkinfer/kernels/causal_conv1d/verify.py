@@ -74,7 +74,7 @@ def _causal_conv1d_commit_kernel(
 ):  # fmt: skip
     i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     slot = tl.load(state_slots + i_n).to(tl.int64)
-    n = tl.load(num_kept + i_n).to(tl.int64)
+    n = tl.load(num_kept + i_n).to(tl.int32)
     if (slot < 0) | (n <= 0):
         return
     o_c = i_c * BC + tl.arange(0, BC)

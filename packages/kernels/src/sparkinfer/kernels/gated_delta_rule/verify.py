@@ -90,7 +90,7 @@ def _recurrent_commit_kernel(
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
     slot = tl.load(state_slots + i_n).to(tl.int64)
-    n = tl.load(num_kept + i_n).to(tl.int64)
+    n = tl.load(num_kept + i_n).to(tl.int32)
     if (slot < 0) | (n <= 0):
         return
     o_k = tl.arange(0, BK)
