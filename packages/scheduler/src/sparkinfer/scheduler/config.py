@@ -197,7 +197,9 @@ class SchedulerConfig:
     num_speculative_tokens: int = field(
         default=3,
         metadata=_help(
-            f"Most drafts a request verifies per engine step (1 to {MAX_SPECULATIVE_TOKENS})"
+            f"Most drafts a request verifies per engine step (1 to {MAX_SPECULATIVE_TOKENS}). "
+            "Every running request may verify: the cache keeps each Gated-DeltaNet layer's inputs "
+            "of every verify row (about 2 MB a row at 27B, num_verify_rows), not a state per draft"
         ),
     )
     speculative_draft_vocab: int = field(
