@@ -439,13 +439,24 @@ class Runner:
             graphs.capture()
         return graphs
 
-    def _capture_verify_graphs(self) -> VerifyGraphs:
+    def _capture_verify_graphs(self) -> VerifyGraphs | None:
+        """One verify graph per decode bucket whose rows, k + 1 a sequence, fit the verify
+        stashes (None: every verify runs eagerly)."""
         assert self._stream is not None
         cfg = self.config
+        rows_per_seq = cfg.num_speculative_tokens + 1
+        sizes = [
+            b
+            for b in cfg.graph_batch_sizes(cfg.max_seqs_per_step)
+            if b * rows_per_seq <= self.plan.num_verify_rows
+        ]
+        if not sizes:
+            logger.info("no verify graph: %d verify rows hold no bucket", self.plan.num_verify_rows)
+            return None
         graphs = VerifyGraphs(
             self.model,
             self.caches,
-            batch_sizes=cfg.graph_batch_sizes(cfg.max_seqs_per_step),
+            batch_sizes=sizes,
             num_drafts=cfg.num_speculative_tokens,
             max_rows=self.plan.num_verify_rows,
             max_blocks_per_seq=cfg.max_blocks_per_seq,
