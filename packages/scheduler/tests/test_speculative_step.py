@@ -340,16 +340,21 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
-def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
+@pytest.mark.parametrize("num_prompts", [5, 12])
+def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager, num_prompts):
     """bf16 on the device, Triton kernels, deterministic: verify steps (graphed or eager) with
-    drafts right and wrong give the tokens and logprobs of plain decoding, among others."""
+    drafts right and wrong give the tokens and logprobs of plain decoding, among others; 12
+    requests verify together (the roll-back rows allowed 8), their states committed by the
+    verify's commit kernels (graphed per bucket)."""
     from scheduler_testing import build_tiny_model, run_together
     from sparkinfer.scheduler.engine import Engine
 
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
-    params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=0)
-    prompts = [[(7 * i + 3 * j) % 250 for j in range(20 + 37 * i)] for i in range(5)]
-    base = config(max_model_len=512, max_num_seqs=8, enforce_eager=enforce_eager)
+    is_many = num_prompts > 8
+    params = SamplingParams(temperature=0.0, max_tokens=48 if is_many else 24, logprobs=0)
+    step = 5 if is_many else 37  # short prompts: all of them decode together a while
+    prompts = [[(7 * i + 3 * j) % 250 for j in range(20 + step * i)] for i in range(num_prompts)]
+    base = config(max_model_len=512, max_num_seqs=max(8, num_prompts), enforce_eager=enforce_eager)
     off = Engine.from_model(model, replace(base, speculative="off"))
     try:
         want = run_together(off, prompts, params)
@@ -366,6 +371,7 @@ def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
     finally:
         engine.shutdown()
     assert drafter.num_proposed > 0 and 0 < spec.num_accepted_tokens < spec.num_draft_tokens
+    assert drafter.max_drafting > 8 or not is_many  # more than the old roll-back rows held
     assert got == want
 
 
