@@ -66,7 +66,8 @@ def test_speculative_auto_is_the_default_and_becomes_the_mtp_head_or_plain_decod
 def test_speculative_auto_drafts_with_a_given_block_drafter_as_deep_as_its_block():
     auto = SchedulerConfig().resolve_speculative(has_mtp_head=True, draft_model_depth=15)
     assert auto.speculative == "draft_model" and auto.num_speculative_tokens == 15
-    assert auto.is_speculative and auto.num_spec_state_rows == auto.speculative_max_seqs * 15
+    # The verify stash: every sequence with its 15 drafts, within the step's token budget.
+    assert auto.is_speculative and auto.num_verify_rows == min(64 * 16, 2048)
     chosen = SchedulerConfig(speculative="draft_model")
     assert chosen.resolve_speculative(has_mtp_head=False, draft_model_depth=7).speculative == (
         "draft_model"

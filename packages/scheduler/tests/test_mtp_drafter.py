@@ -378,7 +378,7 @@ def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, m
     """The lm_head runs after a verify replay on the rows that count, and the head catches up
     eagerly over a request's kept rows: start-up runs each once at every row count they can
     take, so no step builds a kernel variant of either."""
-    cfg = config(num_speculative_tokens=3, speculative_max_seqs=2)
+    cfg = config(num_speculative_tokens=3, max_num_seqs=2)
     runner = Runner(mtp_model, cfg)
     drafter = runner.speculative.drafter
     assert isinstance(drafter, MTPDrafter)
@@ -390,7 +390,8 @@ def test_start_up_warms_the_lm_head_and_the_head_at_every_row_count(mtp_model, m
     head = CountingHead(drafter.head)
     drafter.head = head  # type: ignore[assignment]
     runner.speculative.warm_up()
-    # Verify rows (2 requests, 4 rows each), then the drafts' logits of the eager path.
+    # Verify rows (2 requests, 4 rows each: the verify stash's rows), then the drafts' logits of
+    # the eager path.
     assert rows == [*range(1, 2 * 4 + 1), *range(1, 2 + 1)]
     assert head.calls == list(range(1, MAX_PENDING_ROWS + 4 + 1))
 

@@ -6,6 +6,7 @@ import random
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import torch
@@ -186,6 +187,26 @@ def test_cpu_cache_sizing_from_budget(tiny_model):
     assert (runner.num_blocks, runner.num_slots, runner.vocab_size) == (5, 3, 256)
     with pytest.raises(CacheAllocationError, match="raise gpu_memory_utilization"):
         plan_cache(spec, cfg, budget_bytes=10, cap_blocks=True)
+
+
+def test_the_verify_stash_comes_out_of_the_cache_budget(tiny_model):
+    """Speculation keeps each GDN layer's inputs of every verify row (max_num_seqs sequences of
+    k + 1 rows, within the token budget) and no state row per draft."""
+    spec = tiny_model.cache_spec()
+    budget = 1 << 22
+    off = plan_cache(spec, config(max_num_seqs=4, num_state_slots=4), budget_bytes=budget,
+                     cap_blocks=False)  # fmt: skip
+    cfg = config(max_num_seqs=4, num_state_slots=4, speculative="ngram", num_speculative_tokens=3)
+    on = plan_cache(spec, cfg, budget_bytes=budget, cap_blocks=False)
+    assert (off.num_verify_rows, on.num_verify_rows) == (0, 16)
+    assert on.num_slots == off.num_slots and on.num_snapshots == off.num_snapshots
+    block_bytes = spec.kv_bytes_per_token() * cfg.block_size
+    stash = 16 * spec.verify_bytes_per_row()
+    state = (on.num_snapshots + 4) * spec.state_bytes_per_slot()
+    assert on.num_blocks == (budget - state - stash) // block_bytes < off.num_blocks
+    runner = Runner(tiny_model, replace(cfg, num_kv_blocks=8))
+    stashes = [c.verify for c in runner.caches.linear.values()]
+    assert all(s is not None and s.conv_in.shape[0] == 16 for s in stashes)
 
 
 def test_a_shut_down_engine_frees_its_caches(tiny_model):

@@ -179,7 +179,7 @@ def test_a_failed_probe_after_a_cool_down_cools_down_again_at_once():
 
 def test_no_leaks_after_a_thousand_random_requests_with_aborts():
     rng = random.Random(3)
-    cfg = config(max_num_seqs=8, max_num_batched_tokens=32, speculative_max_seqs=4)
+    cfg = config(max_num_seqs=8, max_num_batched_tokens=32)
     sched = Scheduler(cfg, num_blocks=48, num_slots=8, vocab_size=100)
     runner = FakeSpecRunner(num_blocks=48, num_slots=8, overlap=True)
     for i in range(1000):

@@ -1,5 +1,6 @@
 """Speculative decoding end to end on the tiny random model (CPU, deterministic numerics): the
-verify forward, acceptance and roll-back give the output of plain decoding bit for bit."""
+verify forward, acceptance and the commit of the accepted positions' states give the output of
+plain decoding bit for bit."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ def config(**kw: object) -> SchedulerConfig:
         "speculative": "ngram",
         "speculative_adaptive": False,
         "num_speculative_tokens": 3,
-        "speculative_max_seqs": 16,
     }
     return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -47,6 +47,7 @@ class ScriptedDrafter:
         self.continuations = continuations
         self.num_proposed = 0
         self.drafted_ids: set[str] = set()  # requests that got drafts
+        self.max_drafting = 0  # most requests drafting in one step
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         out: list[list[int]] = []
@@ -62,6 +63,7 @@ class ScriptedDrafter:
             if drafts:
                 self.drafted_ids.add(req.request_id)
             out.append(drafts)
+        self.max_drafting = max(self.max_drafting, sum(1 for d in out if d))
         return out
 
     def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
@@ -103,6 +105,18 @@ def test_greedy_verify_gives_plain_decoding_bit_for_bit(tiny_model, plain, num_o
     assert drafter.num_proposed > 0
     assert got.tokens == plain.tokens[:n]
     assert got.logprobs == plain.logprobs[:n]  # values and top-2, bit for bit
+
+
+def test_more_requests_than_the_old_roll_back_rows_all_verify_bit_for_bit(tiny_model, plain):
+    """12 requests drafting together (the roll-back rows allowed 8): every one verifies in the
+    same steps, its GDN states committed from the verify's stash, and greedy output and
+    logprobs stay plain decoding's bit for bit."""
+    prompts = [*PROMPTS, PROMPTS[0]]
+    drafter = _scripted(plain)
+    got = generate(tiny_model, config(max_num_seqs=12), prompts, [GREEDY] * 12, drafter)
+    assert drafter.max_drafting == 12
+    assert got.tokens == [*plain.tokens, plain.tokens[0]]
+    assert got.logprobs == [*plain.logprobs, plain.logprobs[0]]
 
 
 def test_the_ngram_drafter_gives_plain_decoding_and_accepts_repetition(tiny_model):
@@ -278,18 +292,19 @@ def test_a_draft_outside_the_vocabulary_cuts_the_drafts_there(tiny_model, plain)
 
 def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, monkeypatch):
     """The verify graphs (captured and replayed on the CPU stand-ins): every row padded to k
-    drafts, padding sequences on spare roll-back rows; tokens and logprobs stay plain decoding's,
-    among requests that finish and join (buckets 1 to 4)."""
+    drafts, padding sequences without a state slot, the accepted positions committed after each
+    replay; tokens and logprobs stay plain decoding's, among requests that finish and join
+    (buckets 1 to 4)."""
     from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
     from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 
-    cfg = config(max_num_seqs=4, speculative_max_seqs=4)
+    cfg = config(max_num_seqs=4)
     runner = Runner(tiny_model, cfg)
     runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     use_cpu_graph_standins(monkeypatch, CpuStream())
     graphs = VerifyGraphs(
         runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
-        spec_rows=runner.spec_state_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
+        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
         block_size=cfg.block_size, stream=CpuStream(),  # type: ignore[arg-type]
     )  # fmt: skip
     with torch.inference_mode(), runner.numerics(is_decode=True):
@@ -304,27 +319,42 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
 
         assert isinstance(captured.graph, CpuGraph)
         captured.graph.rerun = rerun
+    commits: list[int] = []
+    for size, captured in graphs.commits.captured.items():
+
+        def recommit(size: int = size) -> None:
+            commits.append(size)
+            graphs._commit_forward(size)
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = recommit
     runner.verify_graphs = graphs
     lengths = [RNG.randint(2, NUM_NEW) for _ in range(7)]
     params = [replace(GREEDY, max_tokens=n) for n in lengths]
     got = run_mixed_steps(runner, cfg, PROMPTS[:7], params)
     assert 4 in replays and len(set(replays)) >= 2  # padded buckets and a full one
+    assert commits == replays  # each verify's accepted positions committed by its bucket
     assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
     assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
-def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
+@pytest.mark.parametrize("num_prompts", [5, 12])
+def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager, num_prompts):
     """bf16 on the device, Triton kernels, deterministic: verify steps (graphed or eager) with
-    drafts right and wrong give the tokens and logprobs of plain decoding, among others."""
+    drafts right and wrong give the tokens and logprobs of plain decoding, among others; 12
+    requests verify together (the roll-back rows allowed 8), their states committed by the
+    verify's commit kernels (graphed per bucket)."""
     from scheduler_testing import build_tiny_model, run_together
     from sparkinfer.scheduler.engine import Engine
 
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
-    params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=0)
-    prompts = [[(7 * i + 3 * j) % 250 for j in range(20 + 37 * i)] for i in range(5)]
-    base = config(max_model_len=512, max_num_seqs=8, enforce_eager=enforce_eager)
+    is_many = num_prompts > 8
+    params = SamplingParams(temperature=0.0, max_tokens=48 if is_many else 24, logprobs=0)
+    step = 5 if is_many else 37  # short prompts: all of them decode together a while
+    prompts = [[(7 * i + 3 * j) % 250 for j in range(20 + step * i)] for i in range(num_prompts)]
+    base = config(max_model_len=512, max_num_seqs=max(8, num_prompts), enforce_eager=enforce_eager)
     off = Engine.from_model(model, replace(base, speculative="off"))
     try:
         want = run_together(off, prompts, params)
@@ -341,6 +371,7 @@ def test_verify_on_cuda_gives_plain_decoding_bit_for_bit(enforce_eager):
     finally:
         engine.shutdown()
     assert drafter.num_proposed > 0 and 0 < spec.num_accepted_tokens < spec.num_draft_tokens
+    assert drafter.max_drafting > 8 or not is_many  # more than the old roll-back rows held
     assert got == want
 
 

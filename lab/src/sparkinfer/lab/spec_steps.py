@@ -133,9 +133,8 @@ def main() -> None:
             prompts = spec_bench._prompts(bench_args, batch, tokenizer)  # pyright: ignore[reportPrivateUsage]
             for drafter in args.drafters.split(","):
                 cfg = replace(
-                    base, speculative=drafter, num_speculative_tokens=args.num_speculative_tokens,
-                    speculative_max_seqs=batch,
-                )  # fmt: skip
+                    base, speculative=drafter, num_speculative_tokens=args.num_speculative_tokens
+                )
                 print(f"{drafter} batch {batch}:")
                 seconds = _decode(model, cfg, device, prompts, args.new_tokens)
                 tok_s = batch * args.new_tokens / seconds

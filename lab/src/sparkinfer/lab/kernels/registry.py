@@ -38,6 +38,12 @@ REGISTRY: dict[str, KernelOp] = {
         "q, k [T, 16, 128], v [T, 48, 128], gates, state pool; beside the reference and fla",
         "prefill T=4K/16K/64K; decode B=1/32/64, with the gated norm at B=1/4/8/32",
     ),
+    "gdn_verify": KernelOp(
+        "gdn_verify",
+        "one GDN layer's speculative verify (conv + recurrent, 4 positions, 1 draft kept): the "
+        "decode kernels per position with roll-back copies against the verify and commit kernels",
+        "HV=48 K=V=128 C=10240; B=1/8/12/32, graph replays, per layer and x48",
+    ),
     "linear": KernelOp(
         "linear",
         "x [M, K] against each decode projection's weight [N, K]; the dispatcher beside cuBLAS",

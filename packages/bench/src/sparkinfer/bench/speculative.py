@@ -202,7 +202,6 @@ def _measure(
         base,
         speculative=method,  # pyright: ignore[reportArgumentType]
         num_speculative_tokens=k,
-        speculative_max_seqs=max(len(prompts), 1),
     )
     oracle = OracleDrafter(continuations, accept or 0) if drafter == "oracle" else None
     block = None

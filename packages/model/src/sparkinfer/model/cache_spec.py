@@ -42,6 +42,10 @@ class LinearStateSpec:
         rec = self.num_v_heads * self.k_head_dim * self.v_head_dim * self.state_dtype.itemsize
         return conv + rec
 
+    def verify_bytes_per_row(self) -> int:
+        """The `VerifyStash` of one verified row: pre- and post-conv inputs, two gate inputs."""
+        return (2 * self.conv_dim + 2 * self.num_v_heads) * self.conv_dtype.itemsize
+
 
 @dataclass(frozen=True)
 class CacheSpec:
@@ -55,6 +59,10 @@ class CacheSpec:
 
     def state_bytes_per_slot(self) -> int:
         return sum(s.bytes_per_slot() for s in self.linear)
+
+    def verify_bytes_per_row(self) -> int:
+        """The verify stashes of one verified row over every Gated-DeltaNet layer."""
+        return sum(s.verify_bytes_per_row() for s in self.linear)
 
 
 @dataclass
@@ -70,16 +78,37 @@ class AttentionCache:
 
 
 @dataclass
+class VerifyStash:
+    """What a speculative verify step's rows fed one GDN layer, kept until the commit applies
+    the accepted ones to the state (the verify leaves the state as it was), by verify row:
+
+    conv_in: [num_rows, conv_dim] pre-conv [q | k | v] (the conv window's new inputs).
+    conv_out: [num_rows, conv_dim] post-conv [q | k | v] (the recurrent update's k and v).
+    a, b: [num_rows, num_v_heads] raw gate inputs (decay, write strength).
+    All in the model dtype. At 27B (conv_dim 10240, 48 value heads, bf16) that is 41,152 bytes
+    per row and layer, 1.98 MB per row over the 48 GDN layers: 7.9 MB per sequence verifying 3
+    drafts, against 151 MB of state per copied roll-back point.
+    """
+
+    conv_in: torch.Tensor
+    conv_out: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+@dataclass
 class LinearStateCache:
     """State pool of one GDN layer, one row per slot.
 
     conv: [num_slots, conv_len, conv_dim] in the model dtype (oldest input first).
     recurrent: [num_slots, num_v_heads, v_head_dim, k_head_dim] fp32: each head's S (K x V in
         transformers) stored transposed, so a decode program's block of V rows is contiguous.
+    verify: the speculative verify's stash (None where no step verifies drafts).
     """
 
     conv: torch.Tensor
     recurrent: torch.Tensor
+    verify: VerifyStash | None = None
 
 
 @dataclass
@@ -97,8 +126,10 @@ def allocate_caches(
     block_size: int,
     num_slots: int,
     device: torch.device | str,
+    num_verify_rows: int = 0,
 ) -> ModelCaches:
-    """Allocate zeroed caches: `num_blocks` KV pages per attention layer, `num_slots` state rows."""
+    """Allocate zeroed caches: `num_blocks` KV pages per attention layer, `num_slots` state rows,
+    and a `VerifyStash` of `num_verify_rows` rows per GDN layer where that is not 0."""
 
     def kv_shape(s: AttentionCacheSpec) -> tuple[int, ...]:
         return (num_blocks, block_size, s.num_kv_heads, s.head_dim)
@@ -118,7 +149,15 @@ def allocate_caches(
                 dtype=s.state_dtype,
                 device=device,
             ),
+            verify=_verify_stash(s, num_verify_rows, device) if num_verify_rows else None,
         )
         for s in spec.linear
     }
     return ModelCaches(attention=attention, linear=linear)
+
+
+def _verify_stash(s: LinearStateSpec, num_rows: int, device: torch.device | str) -> VerifyStash:
+    def rows(width: int) -> torch.Tensor:
+        return torch.zeros(num_rows, width, dtype=s.conv_dtype, device=device)
+
+    return VerifyStash(rows(s.conv_dim), rows(s.conv_dim), rows(s.num_v_heads), rows(s.num_v_heads))

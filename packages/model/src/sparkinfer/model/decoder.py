@@ -10,10 +10,15 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
-from sparkinfer.model.cache_spec import AttentionCacheSpec, CacheSpec, LinearStateSpec
+from sparkinfer.model.cache_spec import (
+    AttentionCacheSpec,
+    CacheSpec,
+    LinearStateSpec,
+    ModelCaches,
+)
 from sparkinfer.model.config import LINEAR_ATTENTION, ModelConfig, TextConfig
 from sparkinfer.model.errors import ConfigError
-from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.model.layers import KernelOps, select_ops
 from sparkinfer.model.layers.attention import GatedAttention
 from sparkinfer.model.layers.embedding import Embedding, LMHead
@@ -367,6 +372,20 @@ class Qwen3_8ForCausalLM(nn.Module):
         hidden, tapped = self.model(h, batch, rows, self.tap_layers)
         assert tapped is not None, "taps are set"
         return TappedOutput(hidden, tapped)
+
+    @torch.inference_mode()
+    def commit_verify(
+        self, caches: ModelCaches, verify: VerifyLayout, num_kept: torch.Tensor
+    ) -> None:
+        """After a verify step over `verify`'s rows: advance each sequence's GDN state (every
+        layer's conv window and recurrent state) by its first num_kept[i] positions, the input
+        token and the accepted drafts; the verify itself left the states as they were. KV needs
+        nothing: rows past the accepted ones lie beyond the context the next step reads.
+        num_kept: [B] int64 on the device (0: the state stays)."""
+        for layer in self.model.layers:
+            gdn = getattr(layer, "linear_attn", None)
+            if isinstance(gdn, GatedDeltaNet):
+                gdn.commit_verify(caches.linear[gdn.layer_idx], verify, num_kept)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -156,20 +156,19 @@ class ForwardBatch:
 
 @dataclass(frozen=True)
 class VerifyLayout:
-    """A verify step's rows, position-major: the rows of position j (a sequence's input token at
-    j = 0, its j-th draft after) are `position_rows[j]` = (start, end), and a sequence with drafts
-    up to position j has a row in every block before it, at the same index.
+    """A verify step's rows: row `seq_rows[i, j]` is position j of sequence i (its input token at
+    j = 0, its j-th draft after; -1 past its last position), each a decode row of its own
+    (attention reads each row's own context length).
 
-    The step is a decode step whose rows are one token each (attention reads each row's own
-    context length); a Gated-DeltaNet layer runs the positions one after the other, so row j of
-    a sequence sees the state after its rows before j, exactly as j one-token steps would.
-    snapshot_slots[j]: [n_{j+1}] int64 state rows that receive, after position j, the state of the
-    first n_{j+1} sequences of that position (those with a later position): the state to roll
-    back to when the drafts after j are rejected. None for the last position.
+    A Gated-DeltaNet layer runs each sequence's positions one after the other from the state in
+    its slot `seq_slots[i]` (-1: a padding sequence), so row j sees the state after the rows
+    before it, exactly as j one-token steps would, and leaves the slot's state as it was; what
+    the rows fed it stays in the layer's `VerifyStash` until `commit_verify` applies the accepted
+    positions. seq_rows: [B, T] int64, seq_slots: [B] int64.
     """
 
-    position_rows: tuple[tuple[int, int], ...]
-    snapshot_slots: tuple[torch.Tensor | None, ...]
+    seq_rows: torch.Tensor
+    seq_slots: torch.Tensor
 
 
 def host_to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 import torch
-from sparkinfer.model.cache_spec import CacheSpec
+from sparkinfer.model.cache_spec import CacheSpec, ModelCaches
 from sparkinfer.model.decoder import TappedOutput
-from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 
 
 class CausalLM(Protocol):
@@ -30,6 +30,10 @@ class CausalLM(Protocol):
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor: ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def commit_verify(
+        self, caches: ModelCaches, verify: VerifyLayout, num_kept: torch.Tensor
+    ) -> None: ...
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
 

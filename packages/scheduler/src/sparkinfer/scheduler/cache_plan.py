@@ -14,7 +14,7 @@ class CachePlan:
     num_blocks: int
     num_slots: int
     num_snapshots: int = 0  # state rows after the slots, for the prefix cache
-    num_spec_rows: int = 0  # state rows after those, for speculation's roll-back points
+    num_verify_rows: int = 0  # rows of the GDN layers' verify stashes (speculation)
 
 
 def plan_cache(
@@ -24,11 +24,13 @@ def plan_cache(
 
     Explicit sizes in `config` win. State gets at most half the budget, so a small GPU still
     keeps KV room; `cap_blocks` stops at what max_num_seqs full-length sequences could use. The
-    prefix cache's `prefix_cache_snapshots` state rows come out of the budget first.
+    prefix cache's `prefix_cache_snapshots` state rows and the verify stashes' rows
+    (`num_verify_rows`, about 2 MB a row at 27B) come out of the budget first.
     """
     state_bytes = max(1, spec.state_bytes_per_slot())
     num_snapshots = config.prefix_cache_snapshots
-    budget_bytes -= (num_snapshots + config.num_spec_state_rows) * state_bytes
+    num_verify_rows = config.num_verify_rows
+    budget_bytes -= num_snapshots * state_bytes + num_verify_rows * spec.verify_bytes_per_row()
     block_bytes = max(1, spec.kv_bytes_per_token() * config.block_size)
     num_slots = config.num_state_slots
     if num_slots is None:
@@ -41,7 +43,8 @@ def plan_cache(
     if num_slots < 1 or num_blocks < 1:
         raise CacheAllocationError(
             f"{budget_bytes / 2**20:.0f} MiB for caches (after {num_snapshots} prefix-cache "
-            f"snapshots) gives {num_slots} state slots ({state_bytes / 2**20:.1f} MiB each) and "
+            f"snapshots and {num_verify_rows} verify rows) gives {num_slots} state slots "
+            f"({state_bytes / 2**20:.1f} MiB each) and "
             f"{num_blocks} KV blocks ({block_bytes / 2**20:.2f} MiB each); at least one of each "
             "is needed: raise gpu_memory_utilization (or cpu_cache_bytes), set num_kv_blocks / "
             "num_state_slots, or lower prefix_cache_snapshots"
@@ -50,5 +53,5 @@ def plan_cache(
         num_blocks=num_blocks,
         num_slots=num_slots,
         num_snapshots=num_snapshots,
-        num_spec_rows=config.num_spec_state_rows,
+        num_verify_rows=num_verify_rows,
     )

@@ -197,14 +197,9 @@ class SchedulerConfig:
     num_speculative_tokens: int = field(
         default=3,
         metadata=_help(
-            f"Most drafts a request verifies per engine step (1 to {MAX_SPECULATIVE_TOKENS})"
-        ),
-    )
-    speculative_max_seqs: int = field(
-        default=8,
-        metadata=_help(
-            "Most requests verified in one step; each needs num_speculative_tokens state rows for "
-            "its roll-back points"
+            f"Most drafts a request verifies per engine step (1 to {MAX_SPECULATIVE_TOKENS}). "
+            "Every running request may verify: the cache keeps each Gated-DeltaNet layer's inputs "
+            "of every verify row (about 2 MB a row at 27B, num_verify_rows), not a state per draft"
         ),
     )
     speculative_draft_vocab: int = field(
@@ -256,7 +251,6 @@ class SchedulerConfig:
             ("vision_graph_patches", self.vision_graph_patches >= 0, ">= 0 (0: no graphs)"),
             ("speculative", self.speculative in SPECULATIVE_METHODS, _METHODS),
             ("num_speculative_tokens", 1 <= drafts <= MAX_SPECULATIVE_TOKENS, _DRAFTS),
-            ("speculative_max_seqs", self.speculative_max_seqs >= 1, ">= 1"),
             ("speculative_draft_vocab", self.speculative_draft_vocab >= 0, ">= 0 (0: all)"),
             ("tensor_parallel_size", self.tensor_parallel_size >= 1, ">= 1"),
             ("eos_token_ids", all(t >= 0 for t in self.eos_token_ids), "ids >= 0"),
@@ -336,11 +330,16 @@ class SchedulerConfig:
         return min(self.max_num_seqs, self.num_state_slots)
 
     @property
-    def num_spec_state_rows(self) -> int:
-        """State rows the runner keeps for verify steps' roll-back points (0: no speculation)."""
+    def num_verify_rows(self) -> int:
+        """Most rows of a verify forward (0: no speculation): every sequence of a step with
+        num_speculative_tokens drafts, within the step's token budget (drafts count in it). The
+        caches keep each GDN layer's inputs of that many rows until the accepted ones commit
+        (`VerifyStash`); no state row is kept per draft, so every running request may verify."""
         if not self.is_speculative:
             return 0
-        return self.speculative_max_seqs * self.num_speculative_tokens
+        return min(
+            self.max_num_seqs * (self.num_speculative_tokens + 1), self.max_num_batched_tokens
+        )
 
     @property
     def max_blocks_per_seq(self) -> int:

@@ -108,8 +108,9 @@ class Runner:
                 spec,
                 num_blocks=self.plan.num_blocks,
                 block_size=config.block_size,
-                num_slots=self.plan.num_slots + self.plan.num_snapshots + self.plan.num_spec_rows,
+                num_slots=self.plan.num_slots + self.plan.num_snapshots,
                 device=self.device,
+                num_verify_rows=self.plan.num_verify_rows,
             )
         self.sampler = Sampler(
             eos_token_ids=config.eos_token_ids, device=self.device, seed=config.seed
@@ -153,12 +154,6 @@ class Runner:
     def snapshot_rows(self) -> range:
         """State-pool rows after the request slots, where the prefix cache keeps snapshots."""
         return range(self.plan.num_slots, self.plan.num_slots + self.plan.num_snapshots)
-
-    @property
-    def spec_state_rows(self) -> range:
-        """State-pool rows after the snapshots: a verify step's roll-back points."""
-        start = self.plan.num_slots + self.plan.num_snapshots
-        return range(start, start + self.plan.num_spec_rows)
 
     def check_multimodal(self, prompt_token_ids: Sequence[int], mm: MultimodalInputs) -> None:
         """Raise InvalidRequest unless the model can run these images and videos."""
@@ -444,15 +439,26 @@ class Runner:
             graphs.capture()
         return graphs
 
-    def _capture_verify_graphs(self) -> VerifyGraphs:
+    def _capture_verify_graphs(self) -> VerifyGraphs | None:
+        """One verify graph per decode bucket whose rows, k + 1 a sequence, fit the verify
+        stashes (None: every verify runs eagerly)."""
         assert self._stream is not None
         cfg = self.config
+        rows_per_seq = cfg.num_speculative_tokens + 1
+        sizes = [
+            b
+            for b in cfg.graph_batch_sizes(cfg.max_seqs_per_step)
+            if b * rows_per_seq <= self.plan.num_verify_rows
+        ]
+        if not sizes:
+            logger.info("no verify graph: %d verify rows hold no bucket", self.plan.num_verify_rows)
+            return None
         graphs = VerifyGraphs(
             self.model,
             self.caches,
-            batch_sizes=cfg.graph_batch_sizes(min(cfg.speculative_max_seqs, self.plan.num_slots)),
+            batch_sizes=sizes,
             num_drafts=cfg.num_speculative_tokens,
-            spec_rows=self.spec_state_rows,
+            max_rows=self.plan.num_verify_rows,
             max_blocks_per_seq=cfg.max_blocks_per_seq,
             block_size=cfg.block_size,
             stream=self._stream,

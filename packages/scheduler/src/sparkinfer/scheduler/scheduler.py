@@ -213,7 +213,6 @@ class Scheduler:
         decodes = [r for r in runnable if r.num_pending_tokens == 1]
         prefills = [r for r in runnable if r.num_pending_tokens > 1]
         self.spec.plan_step(decodes)
-        num_drafting = 0
         for i, req in enumerate(decodes + prefills):
             if budget == 0:
                 break
@@ -223,14 +222,9 @@ class Scheduler:
             if num_wanted == 0:
                 continue  # the aligned chunk does not fit in what is left of the budget
             seq = self._schedule_running(req, num_wanted, scheduled)
-            if (
-                seq is not None
-                and seq.is_decode
-                and num_drafting < self.config.speculative_max_seqs
-            ):
+            if seq is not None and seq.is_decode:
                 # Drafts take what the decodes after this one leave of the budget.
                 seq = self._add_lookahead(seq, budget - 1 - max(0, len(decodes) - i - 1))
-                num_drafting += seq.num_lookahead_tokens > 0
             if seq is not None:
                 scheduled[req.request_id] = seq
                 budget -= seq.num_new_tokens + seq.num_lookahead_tokens

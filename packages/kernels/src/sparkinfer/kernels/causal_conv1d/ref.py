@@ -89,3 +89,63 @@ def causal_conv1d_update_ref(
         y[i] = _conv_silu(window, weight)[0]
         conv_state[slot] = window[1:].to(conv_state.dtype)
     return y.to(x.dtype)
+
+
+def causal_conv1d_verify_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    verify_rows: torch.Tensor,
+) -> torch.Tensor:
+    """Each sequence's positions as consecutive decode updates from its slot's window, which is
+    left untouched.
+
+    Args:
+        x: [N, C] pre-conv inputs of every verified row.
+        weight: [C, W] depthwise filter.
+        conv_state: [num_slots, W - 1, C] windows, oldest first; read only.
+        state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
+        verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position.
+
+    Returns:
+        y: [N, C] in x.dtype.
+    """
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for slot, rows in zip(state_slots.tolist(), verify_rows.tolist(), strict=True):
+        if slot < 0:
+            continue
+        window = conv_state[slot].float()
+        for r in (r for r in rows if r >= 0):
+            window = torch.cat([window, x[r : r + 1].float()])  # [W, C]
+            y[r] = _conv_silu(window, weight)[0]
+            window = window[1:]
+    return y.to(x.dtype)
+
+
+def causal_conv1d_commit_ref(
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    verify_rows: torch.Tensor,
+    num_kept: torch.Tensor,
+) -> None:
+    """Shift each sequence's first num_kept verified inputs into the window of its slot.
+
+    Args:
+        x: [N, C] the verify's pre-conv inputs, by verify row.
+        conv_state: [num_slots, W - 1, C] windows, oldest first; row state_slots[i] becomes the
+            last W - 1 of (its window, the first num_kept[i] inputs).
+        state_slots: [B] int64 slot per sequence; -1 is a padding sequence (skipped).
+        verify_rows: [B, T] int64 row of position t of sequence i (as given to the verify).
+        num_kept: [B] int64 positions to apply, 0 to T (0: the window stays).
+    """
+    state_len = conv_state.shape[1]
+    seqs = zip(state_slots.tolist(), verify_rows.tolist(), num_kept.tolist(), strict=True)
+    for slot, rows, n in seqs:
+        if slot < 0 or n <= 0:
+            continue
+        window = torch.cat([conv_state[slot], x[rows[:n]].to(conv_state.dtype)])
+        conv_state[slot] = window[window.shape[0] - state_len :]

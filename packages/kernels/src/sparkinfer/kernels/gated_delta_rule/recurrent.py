@@ -53,6 +53,37 @@ NORM_NUM_WARPS = (8, 8, 4, 4)
 
 
 @triton.jit
+def _load_key(p, m_k, USE_QK_L2NORM: tl.constexpr):
+    """One head's query or key row in fp32, l2-normalised (eps 1e-6) when asked."""
+    b_x = tl.load(p, mask=m_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_x = b_x * tl.rsqrt(tl.sum(b_x * b_x) + 1e-6)
+    return b_x
+
+
+@triton.jit
+def _load_gates(a, b, A_log, dt_bias, i_row, i_hv, stride_ab, stride_bb):
+    """(g, beta) of value head i_hv at row i_row, fp32."""
+    return _gates(
+        tl.load(a + i_row * stride_ab + i_hv).to(tl.float32),
+        tl.load(b + i_row * stride_bb + i_hv).to(tl.float32),
+        tl.load(A_log + i_hv).to(tl.float32),
+        tl.load(dt_bias + i_hv).to(tl.float32),
+    )
+
+
+@triton.jit
+def _delta_rule_token(b_h, b_k, b_v, b_g, b_beta):
+    """One token's update of a [BV, BK] tile of S^T: decay, read the memory, write the delta (the
+    order of the reference). Every kernel that advances a state (decode, the verify's positions,
+    the commit's replay) runs this, so their states agree bit for bit."""
+    b_h *= tl.exp(b_g)
+    b_delta = (b_v - tl.sum(b_h * b_k[None, :], 1)) * b_beta
+    b_h += b_delta[:, None] * b_k[None, :]
+    return b_h
+
+
+@triton.jit
 def _fused_recurrent_kernel(
     q, k, v, a, b, A_log, dt_bias, state, state_slots, o, norm_gate, norm_weight,
     stride_qb, stride_kb, stride_vb, stride_ab, stride_bb, stride_gb, scale, norm_eps,
@@ -83,24 +114,12 @@ def _fused_recurrent_kernel(
     p_state = state + (slot * HV + i_hv) * K * V + o_vk
     if not EARLY_STATE:
         b_h = tl.load(p_state, mask=m_vk, other=0.0)  # [BV, BK] fp32 (S^T)
-    b_q = tl.load(q + i_n * stride_qb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k + i_n * stride_kb + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_q = _load_key(q + i_n * stride_qb + i_h * K + o_k, m_k, USE_QK_L2NORM) * scale
+    b_k = _load_key(k + i_n * stride_kb + i_h * K + o_k, m_k, USE_QK_L2NORM)
     b_v = tl.load(v + i_n * stride_vb + i_hv * V + o_v, mask=m_v, other=0.0).to(tl.float32)
-    if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
-    b_q = b_q * scale
-    b_g, b_beta = _gates(
-        tl.load(a + i_n * stride_ab + i_hv).to(tl.float32),
-        tl.load(b + i_n * stride_bb + i_hv).to(tl.float32),
-        tl.load(A_log + i_hv).to(tl.float32),
-        tl.load(dt_bias + i_hv).to(tl.float32),
-    )
-    # Decay, read the memory, write the delta, read out: the order of the reference.
-    b_h *= tl.exp(b_g)
-    b_delta = (b_v - tl.sum(b_h * b_k[None, :], 1)) * b_beta
-    b_h += b_delta[:, None] * b_k[None, :]
-    b_o = tl.sum(b_h * b_q[None, :], 1)
+    b_g, b_beta = _load_gates(a, b, A_log, dt_bias, i_n, i_hv, stride_ab, stride_bb)
+    b_h = _delta_rule_token(b_h, b_k, b_v, b_g, b_beta)
+    b_o = tl.sum(b_h * b_q[None, :], 1)  # read out after the write, as the reference does
     tl.store(p_state, b_h, mask=m_vk)
     if GATED_NORM:  # BV == V: the whole head, normed from its output rounded as stored
         b_z = tl.load(norm_gate + i_n * stride_gb + i_hv * V + o_v, mask=m_v, other=0.0)

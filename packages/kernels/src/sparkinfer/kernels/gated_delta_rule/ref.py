@@ -185,3 +185,107 @@ def fused_recurrent_gated_delta_rule_ref(
     if norm_gate is not None and norm_weight is not None:
         return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
     return o.to(v.dtype)
+
+
+def fused_recurrent_gated_delta_rule_verify_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    verify_rows: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+    norm_gate: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 1e-6,
+) -> torch.Tensor:
+    """Each sequence's positions as consecutive decode tokens from its slot's state, which is
+    left untouched.
+
+    Args:
+        q: [N, H, K] queries of every verified row.
+        k: [N, H, K] keys.
+        v: [N, HV, V] values; value head j reads key head j // (HV // H).
+        a: [N, HV] raw decay projection.
+        b: [N, HV] raw write-strength projection.
+        A_log: [HV] log decay rate.
+        dt_bias: [HV] decay bias.
+        state: [num_slots, HV, V, K] fp32 state pool, each head's S [K, V] stored transposed;
+            read only.
+        state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
+        verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position.
+        scale: query scale; defaults to K ** -0.5.
+        use_qk_l2norm: l2-normalise q and k (fp32, eps 1e-6) before use.
+        norm_gate: optional [N, HV, V] gate z: the output is then
+            `gated_rms_norm_ref(o, norm_gate, norm_weight, norm_eps)` of the plain output o.
+        norm_weight: [V] the gated norm's weight; given together with norm_gate.
+        norm_eps: the gated norm's variance epsilon.
+
+    Returns:
+        o: [N, HV, V] in v.dtype.
+    """
+    if (norm_gate is None) != (norm_weight is None):
+        raise ValueError(
+            "fused_recurrent_gated_delta_rule_verify: give norm_gate and norm_weight together, "
+            "or neither"
+        )
+    g, beta = gdn_gating_ref(a, b, A_log, dt_bias)
+    qs, ks = _prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm)
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    for slot, rows in zip(state_slots.tolist(), verify_rows.tolist(), strict=True):
+        if slot < 0:
+            continue
+        S = state[slot].float().transpose(-1, -2)
+        for r in (r for r in rows if r >= 0):
+            S, o[r] = _delta_rule_step(S, qs[r], ks[r], v[r].float(), g[r], beta[r])
+    if norm_gate is not None and norm_weight is not None:
+        return gated_rms_norm_ref(o.to(v.dtype), norm_gate, norm_weight, norm_eps)
+    return o.to(v.dtype)
+
+
+def fused_recurrent_gated_delta_rule_commit_ref(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    state_slots: torch.Tensor,
+    verify_rows: torch.Tensor,
+    num_kept: torch.Tensor,
+    use_qk_l2norm: bool = True,
+) -> None:
+    """Apply each sequence's first num_kept positions of a verify to the state in its slot.
+
+    Args:
+        k: [N, H, K] the verify's keys (post-conv), by verify row.
+        v: [N, HV, V] its values.
+        a: [N, HV] its raw decay projection.
+        b: [N, HV] its raw write-strength projection.
+        A_log: [HV] log decay rate.
+        dt_bias: [HV] decay bias.
+        state: [num_slots, HV, V, K] fp32 state pool; row state_slots[i] advanced in place by
+            num_kept[i] tokens.
+        state_slots: [B] int64 slot per sequence; -1 is a padding sequence (skipped).
+        verify_rows: [B, T] int64 row of position t of sequence i (as given to the verify).
+        num_kept: [B] int64 positions to apply, 0 to T (0: the state stays).
+        use_qk_l2norm: l2-normalise k (fp32, eps 1e-6), as the verify did.
+    """
+    g, beta = gdn_gating_ref(a, b, A_log, dt_bias)
+    _, ks = _prepare_qk(k, k, v.shape[1], None, use_qk_l2norm)
+    seqs = zip(state_slots.tolist(), verify_rows.tolist(), num_kept.tolist(), strict=True)
+    for slot, rows, n in seqs:
+        if slot < 0 or n <= 0:
+            continue
+        S = state[slot].float().transpose(-1, -2)
+        for r in rows[:n]:
+            S, _ = _delta_rule_step(S, ks[r], ks[r], v[r].float(), g[r], beta[r])
+        state[slot] = S.transpose(-1, -2)

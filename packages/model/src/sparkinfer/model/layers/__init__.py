@@ -12,11 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkinfer.kernels.activation import silu_and_mul_ref
-from sparkinfer.kernels.causal_conv1d import causal_conv1d_ref, causal_conv1d_update_ref
+from sparkinfer.kernels.causal_conv1d import (
+    causal_conv1d_commit_ref,
+    causal_conv1d_ref,
+    causal_conv1d_update_ref,
+    causal_conv1d_verify_ref,
+)
 from sparkinfer.kernels.fp8_linear import fp8_linear_ref
 from sparkinfer.kernels.gated_delta_rule import (
     chunk_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule_commit_ref,
     fused_recurrent_gated_delta_rule_ref,
+    fused_recurrent_gated_delta_rule_verify_ref,
     gdn_gating_ref,
 )
 from sparkinfer.kernels.paged_attention import (
@@ -56,6 +63,12 @@ class KernelOps:
     is_triton: bool
     fp8_linear: Op = fp8_linear_ref
     rms_norm_quantize_fp8: Op = rms_norm_quantize_fp8_ref
+    # A speculative verify's GDN kernels: every position in one launch, the state left, then the
+    # accepted positions committed.
+    causal_conv1d_verify: Op = causal_conv1d_verify_ref
+    causal_conv1d_commit: Op = causal_conv1d_commit_ref
+    fused_recurrent_gated_delta_rule_verify: Op = fused_recurrent_gated_delta_rule_verify_ref
+    fused_recurrent_gated_delta_rule_commit: Op = fused_recurrent_gated_delta_rule_commit_ref
 
 
 REFERENCE_OPS = KernelOps(
@@ -79,11 +92,18 @@ REFERENCE_OPS = KernelOps(
 def triton_ops() -> KernelOps:
     """The fast launchers (imported here so CPU-only installs never load Triton)."""
     from sparkinfer.kernels.activation import silu_and_mul
-    from sparkinfer.kernels.causal_conv1d import causal_conv1d, causal_conv1d_update
+    from sparkinfer.kernels.causal_conv1d import (
+        causal_conv1d,
+        causal_conv1d_commit,
+        causal_conv1d_update,
+        causal_conv1d_verify,
+    )
     from sparkinfer.kernels.fp8_linear import fp8_linear
     from sparkinfer.kernels.gated_delta_rule import (
         chunk_gated_delta_rule,
         fused_recurrent_gated_delta_rule,
+        fused_recurrent_gated_delta_rule_commit,
+        fused_recurrent_gated_delta_rule_verify,
         gdn_gating,
     )
     from sparkinfer.kernels.linear import linear, linear_swiglu
@@ -111,6 +131,10 @@ def triton_ops() -> KernelOps:
         is_triton=True,
         fp8_linear=fp8_linear,
         rms_norm_quantize_fp8=rms_norm_quantize_fp8,
+        causal_conv1d_verify=causal_conv1d_verify,
+        causal_conv1d_commit=causal_conv1d_commit,
+        fused_recurrent_gated_delta_rule_verify=fused_recurrent_gated_delta_rule_verify,
+        fused_recurrent_gated_delta_rule_commit=fused_recurrent_gated_delta_rule_commit,
     )
 
 

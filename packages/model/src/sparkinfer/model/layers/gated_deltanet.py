@@ -8,6 +8,8 @@ Gates: g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b). q and 
 l2-normalised inside the kernel, q scaled by K^-0.5; value head j reads key head j // (HV / H).
 The output goes through the gated RMSNorm with z, then out_proj; at decode the recurrent op
 applies that norm (inside its kernel up to 4 sequences, which saves a launch per layer).
+A speculative verify step runs each sequence's positions through the verify kernels without
+writing the state; `commit_verify` then applies the accepted positions (docs/model.md §5).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from sparkinfer.kernels.fp8_linear import Fp8Activation
 from sparkinfer.model.cache_spec import LinearStateCache
 from sparkinfer.model.config import TextConfig
-from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.model.layers import KernelOps, new_parameter
 from sparkinfer.model.layers.linear import Linear
 from sparkinfer.model.layers.norm import GatedRMSNorm
@@ -86,42 +88,53 @@ class GatedDeltaNet(nn.Module):
         state: LinearStateCache,
         batch: ForwardBatch,
     ) -> torch.Tensor:
-        """A verify step (`VerifyLayout`): the decode kernels once per position, so each row's
-        numerics are those of a one-token step; after each position the state of the sequences
-        that go on is copied to their snapshot rows (the roll-back points). -> [T, HV, V]."""
-        assert batch.verify is not None
-        outs: list[torch.Tensor] = []
-        for j, (start, end) in enumerate(batch.verify.position_rows):
-            slots = batch.state_slots[start:end]
-            # Position 0 follows in_proj, which writes no state; later ones follow the copies.
-            early = j == 0
-            x = self.ops.causal_conv1d_update(
-                qkv[start:end], conv_weight, state.conv, state_slots=slots, early_state=early
+        """A verify step (`VerifyLayout`): each sequence's positions in one launch of the verify
+        kernels, each row with the numerics of a one-token step there, the slot's state left
+        as it was; the rows' inputs go to the layer's `VerifyStash` for `commit_verify`.
+        -> [T, HV, V]."""
+        verify, stash = batch.verify, state.verify
+        assert verify is not None
+        if stash is None or stash.conv_in.shape[0] < qkv.shape[0]:
+            have = 0 if stash is None else stash.conv_in.shape[0]
+            raise ValueError(
+                f"a verify step of {qkv.shape[0]} rows needs a VerifyStash of that many rows in "
+                f"layer {self.layer_idx}'s cache, which has {have}: allocate the caches with "
+                "num_verify_rows (allocate_caches)"
             )
-            q, k, v = self._split_qkv(x)
-            outs.append(
-                self.ops.fused_recurrent_gated_delta_rule(
-                    q,
-                    k,
-                    v,
-                    a[start:end],
-                    b[start:end],
-                    self.A_log,
-                    self.dt_bias,
-                    state.recurrent,
-                    state_slots=slots,
-                    norm_gate=z[start:end],
-                    norm_weight=self.norm.weight,
-                    norm_eps=self.norm.eps,
-                    early_state=early,
-                )
+        num_rows = qkv.shape[0]
+        conv_in = stash.conv_in[:num_rows]
+        conv_in.copy_(qkv)
+        stash.a[:num_rows].copy_(a)
+        stash.b[:num_rows].copy_(b)
+        layout = {"state_slots": verify.seq_slots, "verify_rows": verify.seq_rows}
+        x = self.ops.causal_conv1d_verify(conv_in, conv_weight, state.conv, **layout)
+        stash.conv_out[:num_rows].copy_(x)
+        q, k, v = self._split_qkv(x)
+        return self.ops.fused_recurrent_gated_delta_rule_verify(
+            q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent, **layout,
+            norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
+        )  # fmt: skip
+
+    def commit_verify(
+        self, state: LinearStateCache, verify: VerifyLayout, num_kept: torch.Tensor
+    ) -> None:
+        """After a verify step: apply each sequence's first num_kept[i] positions (its input
+        token and accepted drafts) to the conv and recurrent state in its slot, from the
+        layer's `VerifyStash`, with the decode kernels' arithmetic: the state is then what that
+        many one-token steps leave. num_kept: [B] int64 (0: the state stays)."""
+        stash = state.verify
+        if stash is None:
+            raise ValueError(
+                f"layer {self.layer_idx}'s cache has no VerifyStash to commit a verify step "
+                "from: allocate the caches with num_verify_rows (allocate_caches)"
             )
-            snapshot = batch.verify.snapshot_slots[j]
-            if snapshot is not None:
-                going_on = slots[: snapshot.shape[0]]
-                state.conv.index_copy_(0, snapshot, state.conv.index_select(0, going_on))
-                state.recurrent.index_copy_(0, snapshot, state.recurrent.index_select(0, going_on))
-        return torch.cat(outs)
+        layout = {"state_slots": verify.seq_slots, "verify_rows": verify.seq_rows}
+        self.ops.causal_conv1d_commit(stash.conv_in, state.conv, **layout, num_kept=num_kept)
+        _, k, v = self._split_qkv(stash.conv_out)
+        self.ops.fused_recurrent_gated_delta_rule_commit(
+            k, v, stash.a, stash.b, self.A_log, self.dt_bias, state.recurrent, **layout,
+            num_kept=num_kept,
+        )  # fmt: skip
 
     def forward(
         self,

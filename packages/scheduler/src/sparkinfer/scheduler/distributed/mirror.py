@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
-from sparkinfer.model.cache_spec import CacheSpec
+from sparkinfer.model.cache_spec import CacheSpec, ModelCaches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-from sparkinfer.model.forward_batch import ForwardBatch
+from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.distributed.channel import StepChannel
@@ -64,6 +64,11 @@ class MirroredModel:
         """Tell the ranks to copy these state rows (the runner copies rank 0's own)."""
         if copies:
             self.channel.send("copy_states", {"cache_key": key, "copies": list(copies)})
+
+    def commit_verify(
+        self, caches: ModelCaches, verify: VerifyLayout, num_kept: torch.Tensor
+    ) -> None:
+        raise NotImplementedError("speculative verify steps do not run under tensor parallel")
 
     def cache_spec(self) -> CacheSpec:
         return self.shard.cache_spec()

@@ -1,12 +1,15 @@
-"""Verify steps under CUDA graphs: one graph per batch-size bucket, each row with k drafts.
+"""Verify steps under CUDA graphs: one graph per batch-size bucket, each row with k drafts, and
+the commit of the accepted positions in a small graph per bucket.
 
 A graph's layout is fixed: bucket b, k = num_speculative_tokens, rows position-major (row
-j * b + i is position j of sequence i), roll-back rows fixed per (position, sequence). A step's
-sequences fill the first rows; a sequence with fewer than k drafts runs its missing positions
-too, on its own state (input 0, no KV written, no context read), and always rolls back to its
-last accepted position; padding sequences run on roll-back rows no sequence of the step uses.
-The graph returns every row's final hidden state; the lm_head runs on the rows that count after
-the replay (so the MTP drafter gets them too). Buffers are filled as in `graphs.decode`.
+j * b + i is position j of sequence i). A step's sequences fill the first rows; a sequence with
+fewer than k drafts runs its missing positions too (input 0, no KV written, no context read),
+which its state never commits; padding sequences have no state slot (-1: the GDN kernels skip
+them). The verify writes no state, so its graph replays any number of times; after acceptance
+`commit` replays the bucket's commit graph (two kernels per GDN layer over the bucket's
+`VerifyLayout`), which applies each sequence's kept positions to its slot. The verify graph
+returns every row's final hidden state; the lm_head runs on the rows that count after the
+replay (so the MTP drafter gets them too). Buffers are filled as in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class VerifyGraphs(DecodeRowBuffers):
         *,
         batch_sizes: Sequence[int],
         num_drafts: int,
-        spec_rows: Sequence[int],
+        max_rows: int,
         max_blocks_per_seq: int,
         block_size: int,
         stream: torch.cuda.Stream,
@@ -42,39 +45,61 @@ class VerifyGraphs(DecodeRowBuffers):
         self.caches = caches
         self.block_size = block_size
         self.num_drafts = num_drafts
-        self.max_seqs = len(spec_rows) // num_drafts
-        self.spec_rows = tuple(spec_rows)
-        self.batch_sizes = tuple(sorted(b for b in batch_sizes if b <= self.max_seqs))
+        # The caches' verify stashes hold max_rows rows: the largest bucket fills them.
+        fits = [b for b in batch_sizes if b * (num_drafts + 1) <= max_rows]
+        self.batch_sizes = tuple(sorted(fits))
+        if not self.batch_sizes:
+            raise ValueError(
+                f"no verify graph fits the caches' {max_rows} verify rows at {num_drafts + 1} "
+                "rows a sequence: raise max_num_batched_tokens or lower num_speculative_tokens"
+            )
         self.stream = stream
         device = stream.device
         n = self.batch_sizes[-1] * (num_drafts + 1)
-        self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=0)
+        self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=-1)
         self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
         # [ids, positions, slot mapping, cached, context, state slot, in-flight source] per row
         self._rows_cpu = torch.zeros(7, n, dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._rows_np = self._rows_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
-        self._snapshots = {
-            b: tuple(
-                torch.tensor(
-                    [self.spec_row(j, i) for i in range(b)], dtype=torch.int64, device=device
-                )
-                for j in range(num_drafts)
-            )
+        # [bucket, k + 1]: sequence i's row at position j; its state slot is row i's
+        positions = torch.arange(num_drafts + 1, dtype=torch.int64, device=device)
+        self._seq_rows = {
+            b: positions[None, :] * b + torch.arange(b, dtype=torch.int64, device=device)[:, None]
             for b in self.batch_sizes
         }
         # hidden [bucket * (k + 1), hidden] per bucket; the staging guard
         self.buckets = GraphBuckets(self.batch_sizes, stream, what="verify graph for batch size")
+        # The commit's graphs: each sequence's kept positions, staged like the rows.
+        max_bucket = self.batch_sizes[-1]
+        self.num_kept = torch.zeros(max_bucket, dtype=torch.int64, device=device)
+        self._kept_cpu = torch.zeros(max_bucket, dtype=torch.int64).pin_memory()
+        self._kept_np = self._kept_cpu.numpy()
+        self.commits = GraphBuckets(
+            self.batch_sizes, stream, what="verify commit graph for batch size"
+        )
 
-    def spec_row(self, position: int, rank: int) -> int:
-        """The roll-back row of the state after `position` of the bucket's sequence `rank`."""
-        return self.spec_rows[position * self.max_seqs + rank]
+    def layout(self, bucket: int) -> VerifyLayout:
+        """The bucket's rows as the model sees them (views of the static buffers)."""
+        return VerifyLayout(self._seq_rows[bucket], self.state_slots[:bucket])
+
+    def commit(self, bucket: int, num_kept: Sequence[int]) -> None:
+        """After acceptance: apply each sequence's first num_kept[i] positions (padding
+        sequences: none) of the last replay to the state in its slot (the bucket's commit
+        graph)."""
+        self.commits.wait_for_staging()
+        self._kept_np[:bucket] = 0
+        self._kept_np[: len(num_kept)] = num_kept
+        with torch.cuda.stream(self.stream):
+            self.num_kept[:bucket].copy_(self._kept_cpu[:bucket], non_blocking=True)
+            self.commits.replay(bucket)
 
     def capture(self) -> None:
         self.buckets.capture(
             lambda size: self._forward(self._forward_batch(size)), prepare=self._prepare_padding
         )
+        self.commits.capture(self._commit_forward, prepare=self._prepare_commit)
 
     def bucket_for(self, num_seqs: int) -> int | None:
         return self.buckets.bucket_for(num_seqs)
@@ -130,15 +155,13 @@ class VerifyGraphs(DecodeRowBuffers):
                 tables[r, : len(table)] = table
 
     def _pad_rows(self, bucket: int) -> None:
-        """Every row of the bucket as padding: no KV, no context, its rank's roll-back rows."""
+        """Every row of the bucket as padding: no KV, no context, no state slot."""
         rows = self._rows_np
         num_rows = bucket * (self.num_drafts + 1)
         rows[:, :num_rows] = 0
         rows[2, :num_rows] = -1
+        rows[5, :num_rows] = -1
         rows[6, :num_rows] = -1
-        for j in range(self.num_drafts + 1):
-            for i in range(bucket):
-                rows[5, self.graph_row(bucket, j, i)] = self.spec_row(0, i)
 
     def _prepare_padding(self, size: int) -> None:
         """Padding rows in the buffers before a capture's warm-up forward (on the graph stream,
@@ -153,9 +176,18 @@ class VerifyGraphs(DecodeRowBuffers):
     def _forward_batch(self, size: int) -> ForwardBatch:
         num_rows = size * (self.num_drafts + 1)
         batch = self._rows_batch(num_rows, self.logits_indices[:num_rows])
-        bounds = tuple((j * size, (j + 1) * size) for j in range(self.num_drafts + 1))
-        batch.verify = VerifyLayout(bounds, (*self._snapshots[size], None))
+        batch.verify = self.layout(size)
         return batch
+
+    def _prepare_commit(self, size: int) -> None:
+        """Padding rows, nothing kept: the warm-up before a commit's capture changes no state."""
+        self._prepare_padding(size)
+        with torch.cuda.stream(self.stream):
+            self.num_kept.zero_()
+
+    def _commit_forward(self, size: int) -> torch.Tensor:
+        self.model.commit_verify(self.caches, self.layout(size), self.num_kept[:size])
+        return self.num_kept[:size]
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         return self.model(self.input_ids[: batch.num_seqs], batch)

@@ -219,13 +219,14 @@ class SpecPolicy:
     def _pays(self, decodes: list[Request], candidates: list[Request]) -> bool:
         if not candidates:
             return False
-        drafting = candidates[: self.config.speculative_max_seqs]
-        depths = [self.depth(r) for r in drafting]
+        depths = [self.depth(r) for r in candidates]
         num_rows = len(decodes) + sum(depths)
         plain_s = self._decode_fit.predict(len(decodes))
         verify_s = self._verify_fit.predict(num_rows)
         if plain_s is None or verify_s is None or plain_s <= 0 or verify_s <= 0:
             return True  # not measured yet: find out
-        spec_tokens = len(decodes) - len(drafting)
-        spec_tokens += sum(r.spec.expected_tokens(d) for r, d in zip(drafting, depths, strict=True))
+        spec_tokens = len(decodes) - len(candidates)
+        spec_tokens += sum(
+            r.spec.expected_tokens(d) for r, d in zip(candidates, depths, strict=True)
+        )
         return spec_tokens / verify_s > len(decodes) / plain_s

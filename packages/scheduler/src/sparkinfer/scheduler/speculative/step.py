@@ -1,5 +1,6 @@
 """Speculation's phases of an engine step, behind `Runner.run`: draft, the verify forward, the
-draws, acceptance and roll-back, and what the drafter learns (`speculative.verify`).
+draws, acceptance and the commit of the kept positions' states, and what the drafter learns
+(`speculative.verify`).
 
 The runner hands a step here when its samples must reach the host within the step: the
 scheduler gave a decode row lookahead rows (or a request that samples in it may draft next), or
@@ -19,8 +20,7 @@ The step drives the runner through its public face only (`speculative.target.Tar
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
@@ -139,13 +139,13 @@ class SpeculativeStep:
 
     def warm_up(self) -> None:
         """Build the kernel variants a verify step reaches outside its graphs, under the decode
-        numerics: the lm_head at every verify row count (1 to speculative_max_seqs * (k + 1):
-        it runs after the replay, on the rows that count), the MTP head at every catch-up row
+        numerics: the lm_head at every verify row count (1 to the caches' verify rows: it runs
+        after the replay, on the rows that count), the MTP head at every catch-up row
         count (1 to MAX_PENDING_ROWS + k + 1) and the drafts' logits at every eager draft row
         count. Else each would be built while serving, in a request's step."""
         t, cfg = self.target, self.target.config
         k = cfg.num_speculative_tokens
-        max_rows = cfg.speculative_max_seqs * (k + 1)
+        max_rows = cfg.num_verify_rows
         with torch.inference_mode(), t.on_stream(), t.numerics(is_decode=True):
             ids = torch.zeros(max_rows, dtype=torch.int64, device=t.device)
             hidden = t.model.embed_input_ids(ids)
@@ -153,7 +153,7 @@ class SpeculativeStep:
                 t.model.compute_logits(hidden[:num_rows])
             if isinstance(self.drafter, MTPDrafter):
                 self.drafter.warm_up(MAX_PENDING_ROWS + k + 1)
-                for num_rows in range(1, cfg.speculative_max_seqs + 1):
+                for num_rows in range(1, cfg.max_seqs_per_step + 1):
                     self.drafter.draft_logits(hidden[:num_rows])
 
     def drop_graphs(self) -> None:
@@ -197,10 +197,10 @@ class SpeculativeStep:
                     drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
-            rows = layout_verify(decodes, drafts, t.spec_state_rows)[0]
+            rows, commit = layout_verify(decodes, drafts), None
             if decodes:
                 with t.numerics(is_decode=True):
-                    rows = self._decode_rows(decodes, drafts, logits, hidden, inflight)
+                    rows, commit = self._decode_rows(decodes, drafts, logits, hidden, inflight)
             sampled = [s for s in prefills if s.is_sampled]
             if prefills:
                 with t.numerics(is_decode=False):
@@ -208,7 +208,9 @@ class SpeculativeStep:
             drawn = self._draw_now(rows, sampled, logits, inflight, known)
             num_verify = len(rows.row_seqs)
             accepted = accept(rows, drawn[:num_verify])
-            t.copy_states(accepted.restores)
+            if commit is not None:  # the verify left the GDN states: keep the accepted rows'
+                with t.numerics(is_decode=True):  # the decode steps' arithmetic
+                    commit(accepted)
             now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
             if self.drafter is not None and self.needs_hidden:
                 step = self._target_step(batch, rows, accepted, now, hidden)
@@ -264,14 +266,15 @@ class SpeculativeStep:
         logits: list[torch.Tensor],
         hidden: list[torch.Tensor],
         inflight: StepInFlight | None,
-    ) -> VerifyRows:
+    ) -> tuple[VerifyRows, Callable[[Accepted], None] | None]:
         """The decode rows' forward: a verify (graphed when a bucket holds it) when any row has
-        drafts, else a plain decode; appends logits (and hidden states) in the rows' order."""
+        drafts, else a plain decode; appends logits (and hidden states) in the rows' order.
+        -> the rows, and after a verify what commits the accepted positions' GDN states."""
         t = self.target
-        rows, bounds = layout_verify(seqs, drafts, t.spec_state_rows)
+        rows = layout_verify(seqs, drafts)
         if len(rows.row_seqs) == len(seqs):  # no drafts: a plain decode step
             self._plain(seqs, logits, hidden, inflight)
-            return rows
+            return rows, None
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
         graphs = None if self.needs_taps else t.verify_graphs
         bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
@@ -283,18 +286,22 @@ class SpeculativeStep:
                 for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
             ]
             h = out[host_to_device(torch.tensor(picks, dtype=torch.int64), t.device)]
-            k = graphs.num_drafts
-            rows = replace(
-                rows,
-                snapshot_rows={
-                    (id(s), j): graphs.spec_row(j, rank[id(s)]) for s in seqs for j in range(k)
-                },
-                num_positions=dict.fromkeys(rank, k + 1),
-            )
+
+            def commit(accepted: Accepted) -> None:  # the graph's sequence i is seqs[i]
+                graphs.commit(bucket, accepted.num_kept(seqs, bucket))
+
         else:
             batch = verify_batch(
-                rows, bounds, caches=t.caches, block_size=t.config.block_size, device=t.device
+                rows, caches=t.caches, block_size=t.config.block_size, device=t.device
             )
+            layout = batch.verify
+            assert layout is not None
+
+            def commit(accepted: Accepted) -> None:
+                kept = accepted.num_kept(rows.seq_order, len(rows.seq_order))
+                num_kept = host_to_device(torch.tensor(kept, dtype=torch.int64), t.device)
+                t.model.commit_verify(t.caches, layout, num_kept)
+
             feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
             ids, sources_row = verify_input_ids(rows, feeds)
             dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), t.device)
@@ -303,11 +310,11 @@ class SpeculativeStep:
                 h, tapped = forward_tapped(t.model, input_ids, batch)
                 logits.append(t.model.compute_logits(h))
                 hidden.append(tapped)
-                return rows
+                return rows, commit
             h = t.model(input_ids, batch)
         logits.append(t.model.compute_logits(h))
         hidden.append(h)
-        return rows
+        return rows, commit
 
     def _plain(
         self,

@@ -1,12 +1,12 @@
-"""The verify forward of a step that drafts: its layout, acceptance and roll-back points.
+"""The verify forward of a step that drafts: its layout, acceptance and what its states keep.
 
 A decode row with lookahead tokens (`ScheduledSeq.num_lookahead_tokens`) gets up to that many
 drafts from the `Drafter`. All decode rows of the step then run as one packed verify forward:
 row (b, j) feeds sequence b's token at position num_cached + j (its input token at j = 0, its
 j-th draft after), as a decode row of its own (`VerifyLayout`): attention reads its own context
-length, and each Gated-DeltaNet layer runs the decode kernels position after position. So every
-row computes what a one-token step would, bit for bit under `deterministic`, and greedy output
-is the output without speculation.
+length, and each Gated-DeltaNet layer runs a sequence's positions one after the other with the
+decode kernels' per-token arithmetic. So every row computes what a one-token step would, bit for
+bit under `deterministic`, and greedy output is the output without speculation.
 
 Acceptance: the target draws a token at every row with the sampler as a decode step would draw
 it there (same filters, same per-position seed), and draft j is accepted while it equals the
@@ -17,14 +17,22 @@ request gets the tokens it gets without speculation. Against rejection sampling
 (`rejection_sampler`) this accepts a deterministic draft (n-gram, greedy MTP) with the same
 probability, p(draft).
 
-Roll-back, by keeping the state after each verified position: after position j every sequence
-with a later position copies its conv and recurrent state to a roll-back row (`snapshot_slots`,
-the runner's `spec_state_rows`); a sequence that accepted a < n drafts then copies row (a) back
-into its slot. KV needs nothing here: rows past the accepted ones sit beyond the context length
-the next step reads, and the scheduler frees their blocks. The copies cost n state copies per
-verified sequence and step (plus one on rejection) against the alternative, re-running the
-accepted tokens through every GDN layer, which needs the layer inputs of the whole stack kept
-and a second pass over the weights of those layers per step.
+Roll-back without copying state: the Gated-DeltaNet layers verify each sequence's positions in
+one launch that reads the state in its slot and never writes it (the layers keep what the rows
+fed them in a small `VerifyStash` per layer), and after acceptance the step has the model apply
+each sequence's kept positions, the input token and the accepted drafts, to the state in its
+slot (`commit_verify` with `Accepted.num_kept`), with the decode kernels' per-token arithmetic:
+the state is then what that many one-token steps leave, bit for bit. KV needs nothing: rows
+past the accepted ones sit beyond the context length the next step reads, and the scheduler
+frees their blocks. No state row is kept per draft, so every running sequence may verify.
+
+State traffic per sequence and step at 27B (48 GDN layers of a 3.1 MB fp32 recurrent state,
+151 MB in all; k = 3 drafts, 4 positions), before: each position read and wrote the state (4 x
+302 MB), the 3 positions with a later one copied it to a roll-back row (3 x 302 MB) and a
+rejection copied one back (302 MB): about 2.4 GB. Now: the verify reads it once (151 MB) and the
+commit reads and writes it once (302 MB), 453 MB, plus the stash, 2 MB a row written by the
+verify and read by the commit (8 MB a sequence at 4 positions): about 0.47 GB, a fifth. The
+conv windows (0.06 MB a layer, 3 MB in all) follow the same pattern.
 """
 
 from __future__ import annotations
@@ -40,59 +48,53 @@ from sparkinfer.scheduler.batch import SampledToken, ScheduledSeq, SpecOutcome
 
 @dataclass(frozen=True)
 class VerifyRows:
-    """The verify forward's rows: row r is position `row_positions[r]` of `row_seqs[r]`."""
+    """The verify forward's rows: row r is position `row_positions[r]` of `row_seqs[r]`;
+    `seq_order` is the order of the sequences in the forward's `VerifyLayout` (a graph's:
+    its rank; an eager forward's: more drafts first)."""
 
     row_seqs: tuple[ScheduledSeq, ...]
     row_positions: tuple[int, ...]
     row_index: dict[tuple[int, int], int]  # (id of the seq, position) -> row
     drafts: dict[int, list[int]]  # id of the seq -> its drafts
-    snapshot_rows: dict[tuple[int, int], int]  # (id of the seq, position) -> roll-back row
-    num_positions: dict[int, int]  # id of the seq -> positions its state ran through
+    seq_order: tuple[ScheduledSeq, ...]
 
 
-def layout_verify(
-    seqs: Sequence[ScheduledSeq], drafts: Sequence[list[int]], snapshot_rows: Sequence[int]
-) -> tuple[VerifyRows, list[tuple[int, int]]]:
-    """Order the rows position-major, sequences with more drafts first -> the rows and each
-    position's (start, end) rows."""
+def layout_verify(seqs: Sequence[ScheduledSeq], drafts: Sequence[list[int]]) -> VerifyRows:
+    """Order the rows position-major, sequences with more drafts first."""
     order = sorted(range(len(seqs)), key=lambda i: -len(drafts[i]))
     max_drafts = len(drafts[order[0]]) if order else 0
-    max_seqs = len(snapshot_rows) // max(1, max_drafts) if max_drafts else 0
     row_seqs: list[ScheduledSeq] = []
     row_positions: list[int] = []
     row_index: dict[tuple[int, int], int] = {}
-    snapshots: dict[tuple[int, int], int] = {}
-    bounds: list[tuple[int, int]] = []
     for j in range(max_drafts + 1):
-        start = len(row_seqs)
-        for rank, i in enumerate(order):
+        for i in order:
             if len(drafts[i]) < j:
                 break
             row_index[(id(seqs[i]), j)] = len(row_seqs)
             row_seqs.append(seqs[i])
             row_positions.append(j)
-            if j < len(drafts[i]):  # a later position follows: keep the state after this one
-                assert rank < max_seqs, "more verified sequences than roll-back rows"
-                snapshots[(id(seqs[i]), j)] = snapshot_rows[j * max_seqs + rank]
-        bounds.append((start, len(row_seqs)))
-    rows = VerifyRows(
+    return VerifyRows(
         tuple(row_seqs),
         tuple(row_positions),
         row_index,
         {id(s): d for s, d in zip(seqs, drafts, strict=True)},
-        snapshots,
-        {id(s): len(d) + 1 for s, d in zip(seqs, drafts, strict=True)},
+        tuple(seqs[i] for i in order),
     )
-    return rows, bounds
+
+
+def verify_layout(rows: VerifyRows, device: torch.device) -> VerifyLayout:
+    """The model's view of the rows: each sequence's row per position, its state slot."""
+    num_positions = max((len(d) + 1 for d in rows.drafts.values()), default=0)
+    seq_rows = [
+        [rows.row_index.get((id(s), j), -1) for j in range(num_positions)] for s in rows.seq_order
+    ]
+    ints = torch.tensor(seq_rows, dtype=torch.int64).reshape(len(seq_rows), num_positions)
+    slots = torch.tensor([_slot(s) for s in rows.seq_order], dtype=torch.int64)
+    return VerifyLayout(host_to_device(ints, device), host_to_device(slots, device))
 
 
 def verify_batch(
-    rows: VerifyRows,
-    bounds: Sequence[tuple[int, int]],
-    *,
-    caches: ModelCaches,
-    block_size: int,
-    device: torch.device,
+    rows: VerifyRows, *, caches: ModelCaches, block_size: int, device: torch.device
 ) -> ForwardBatch:
     """The verify forward's batch: one decode row per (sequence, position)."""
     cached = [
@@ -109,14 +111,7 @@ def verify_batch(
         device=device,
         positions=host_to_device(torch.tensor(positions, dtype=torch.int64), device),
     )
-    snapshot_slots: list[torch.Tensor | None] = []
-    for j, (start, end) in enumerate(bounds):
-        keys = [(id(rows.row_seqs[r]), j) for r in range(start, end)]
-        dsts = [rows.snapshot_rows[k] for k in keys if k in rows.snapshot_rows]
-        snapshot_slots.append(
-            host_to_device(torch.tensor(dsts, dtype=torch.int64), device) if dsts else None
-        )
-    batch.verify = VerifyLayout(tuple(bounds), tuple(snapshot_slots))
+    batch.verify = verify_layout(rows, device)
     return batch
 
 
@@ -139,20 +134,24 @@ def verify_input_ids(
 
 @dataclass(frozen=True)
 class Accepted:
-    """What acceptance decided: the samples in step order, each verified request's outcome, the
-    (roll-back row, slot) copies to make, and each row's accepted-row count per sequence."""
+    """What acceptance decided: the samples in step order, each verified request's outcome and
+    each sequence's kept rows (the positions its state commits)."""
 
     samples: list[tuple[ScheduledSeq, SampledToken]]
     outcomes: dict[str, SpecOutcome]
-    restores: list[tuple[int, int]]
     num_rows: dict[int, int]  # id of the seq -> rows kept (accepted drafts + 1)
+
+    def num_kept(self, order: Sequence[ScheduledSeq], num_seqs: int) -> list[int]:
+        """Kept rows per sequence of a `VerifyLayout` of num_seqs sequences (those past
+        `order`, padding, keep none)."""
+        kept = [self.num_rows[id(s)] for s in order]
+        return kept + [0] * (num_seqs - len(kept))
 
 
 def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
     """Accept each sequence's drafts while they equal the target's draw at the row before."""
     samples: list[tuple[ScheduledSeq, SampledToken]] = []
     outcomes: dict[str, SpecOutcome] = {}
-    restores: list[tuple[int, int]] = []
     num_rows: dict[int, int] = {}
     seen: set[int] = set()
     for seq in rows.row_seqs:
@@ -170,9 +169,7 @@ def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
         num_rows[id(seq)] = num_accepted + 1
         if drafts:
             outcomes[seq.req.request_id] = SpecOutcome(len(drafts), num_accepted)
-        if num_accepted + 1 < rows.num_positions[id(seq)]:  # its state ran past the last kept
-            restores.append((rows.snapshot_rows[(id(seq), num_accepted)], _slot(seq)))
-    return Accepted(samples, outcomes, restores, num_rows)
+    return Accepted(samples, outcomes, num_rows)
 
 
 def _slot(seq: ScheduledSeq) -> int:
