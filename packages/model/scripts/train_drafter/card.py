@@ -39,7 +39,9 @@ def model_card(s: dict[str, Any]) -> str:
         f"({data['generated_tokens']:,} generated tokens; by prompt kind {data['by_kind']}): "
         '"write a function" requests of the task families and of standard-library docstrings '
         f"(chat template, thinking on for {cfg['thinking_rate']:.0%}), and openings of "
-        "standard-library files; training splits only.",
+        "standard-library files; training splits only. Of the generated tokens checked, "
+        f"{data['greedy_check']['argmax']:,} of {data['greedy_check']['checked']:,} are the "
+        "argmax of the target's forward over the whole sequence (the continuations are greedy).",
         f"- **Training**: {s['steps']:,} steps in {s['train_seconds']} s on {s['device']}: "
         f"{cfg['batch_seqs']} sequences x {cfg['anchors_per_seq']} random anchors a step, "
         "cross-entropy of each mask row against the target's token, weighted exp(-(k-1)/gamma) "

@@ -16,6 +16,8 @@ import torch
 from sparkinfer.model.tokenizer import QWEN_EOS_TOKENS, Tokenizer
 from transformers import GenerationConfig, Qwen3_5ForCausalLM
 
+CHECKED_ROWS = 64  # rows of each batch whose greedy tokens are checked
+
 
 @dataclass
 class Sequences:
@@ -87,9 +89,13 @@ class TargetModel:
         return rows
 
     @torch.no_grad()
-    def tapped_states(self, rows: list[list[int]], tap_layers: tuple[int, ...]) -> torch.Tensor:
-        """[N, L, len(tap_layers) * hidden] fp32: the tapped layers' states of right-padded rows
-        (padding positions hold whatever the model gives; nothing reads them)."""
+    def tapped_states(
+        self, rows: list[list[int]], starts: list[int], tap_layers: tuple[int, ...]
+    ) -> tuple[torch.Tensor, int, int]:
+        """([N, L, len(tap_layers) * hidden] fp32: the tapped layers' states of right-padded rows
+        (padding positions hold whatever the model gives; nothing reads them), then how many of
+        the first rows' generated tokens are the argmax of this forward, and of how many: a
+        check that generation was greedy and its padding harmless)."""
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad, dtype=torch.int64)
         mask = torch.zeros((len(rows), width), dtype=torch.int64)
@@ -103,4 +109,10 @@ class TargetModel:
         )
         states = out.hidden_states
         assert states is not None
-        return torch.cat([states[i + 1] for i in tap_layers], dim=-1)
+        agree = total = 0
+        for i in range(min(CHECKED_ROWS, len(rows))):
+            n, s = len(rows[i]), starts[i]
+            logits = self.model.lm_head(out.last_hidden_state[i, s - 1 : n - 1])
+            agree += int((logits.argmax(-1).cpu() == ids[i, s:n]).sum())
+            total += n - s
+        return torch.cat([states[i + 1] for i in tap_layers], dim=-1), agree, total

@@ -61,6 +61,7 @@ SHIPPED = REPO / "packages/model/src/sparkinfer/model/embedded_checkpoint/dflash
 MASK_TOKEN = "<|audio_start|>"  # the published drafters' mask id (248070 in Qwen's vocabulary)
 FILES = ("config.json", "model.safetensors", "training.json", "README.md")
 HELD = "held-out "  # the kind's prefix of a held-out prompt while they generate together
+GREEDY_CHECK = [0, 0]  # generated tokens that are the teacher-forced argmax, tokens checked
 DECAY_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # the DFlash paper's gamma per block size
 
 
@@ -102,10 +103,13 @@ def generate(
     cfg: DraftTrainConfig,
     tap_layers: tuple[int, ...],
 ) -> tuple[list[list[int]], list[int], torch.Tensor]:
-    """(rows, starts, taps) of one batch of prompts, longest first (less padding)."""
+    """(rows, starts, taps) of one batch of prompts."""
     rows = target.continue_greedily([p.ids for p in batch], cfg.max_new_tokens)
-    taps = target.tapped_states(rows, tap_layers)
-    return rows, [len(p.ids) for p in batch], taps
+    starts = [len(p.ids) for p in batch]
+    taps, agree, total = target.tapped_states(rows, starts, tap_layers)
+    GREEDY_CHECK[0] += agree
+    GREEDY_CHECK[1] += total
+    return rows, starts, taps
 
 
 def collect(
@@ -333,7 +337,9 @@ def main() -> None:
     held, data = both.split(lambda kind: kind.startswith(HELD))
     held.kinds = [k.removeprefix(HELD) for k in held.kinds]
     generated = int((data.lengths - data.starts).sum())
-    log(f"training data: {len(data)} sequences, {generated} generated tokens")
+    agree, checked = GREEDY_CHECK
+    log(f"training data: {len(data)} sequences, {generated} generated tokens; "
+        f"{agree} of {checked} checked tokens are the teacher-forced argmax")  # fmt: skip
     model = TrainableDrafter(shape, target.embed_weight, target.lm_head_weight).to(device)
     del target
     result = train(model, data, cfg, deadline=cfg.budget_s - cfg.reserve_s)
@@ -354,6 +360,7 @@ def main() -> None:
             "generated_tokens": generated,
             "by_kind": {k: data.kinds.count(k) for k in sorted(set(data.kinds))},
             "held_out_sequences": len(held),
+            "greedy_check": {"argmax": agree, "checked": checked},
         },
         **result,
         "held_out_tokens_per_step": evaluation,
