@@ -186,7 +186,7 @@ def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, prompts, p
     reqs = []
     for i in range(6):
         p = rng.randrange(len(prompts))
-        sp = replace(GREEDY, max_tokens=rng.randint(1, GREEDY.max_tokens))
+        sp = replace(GREEDY, max_tokens=rng.randint(1, 12))
         reqs.append((sched.add_request(str(i), prompts[p], sp), p))
         for _ in range(rng.randint(0, 3)):
             if sched.has_work():
