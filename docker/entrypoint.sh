@@ -4,8 +4,8 @@
 #   bench MODE [ARGS]       sparkinfer-bench MODE; an HTTP mode with no --base-url runs against
 #                           the server of this container, started here for the run when none
 #                           answers on 127.0.0.1:$SPARKINFER_PORT
-#   bench code [ARGS]       the speculative-decoding A/B on the shipped code prompt
-#                           (sparkinfer-bench spec --prompt code), offline
+#   bench code [ARGS]       AR against the embedded model's own block drafter on held-out
+#                           code (sparkinfer-bench code), offline; --cpu without a GPU
 #   download MODEL          fetch MODEL's checkpoint into /models and check it; no serving
 #   healthcheck             exit 0 when /health answers (the image's HEALTHCHECK)
 # SPARKINFER_NO_DOWNLOAD=1 forbids downloads (huggingface_hub's HF_HUB_OFFLINE): a checkpoint
@@ -67,7 +67,7 @@ bench)
     "" | -h | --help) exec sparkinfer-bench --help ;;
     code)
         shift
-        exec sparkinfer-bench spec --prompt code "$@"
+        exec sparkinfer-bench code "$@"
         ;;
     serve | diagnose-concurrency | prefill | workloads | determinism | prefix-cache)
         bench_http "$@"

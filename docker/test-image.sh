@@ -3,7 +3,7 @@
 #   - the container serves the embedded default and turns healthy (the image's HEALTHCHECK);
 #   - the official openai client gets a chat completion, a stream and a tool call;
 #   - the server runs as a non-root user;
-#   - `bench serve` works from inside the container against it, `bench code --tiny` offline;
+#   - `bench serve` works from inside the container against it, `bench code --cpu` offline;
 #   - `download` fills /models from a local fake hub (HF_ENDPOINT), a second container serves
 #     that hub id from the volume with SPARKINFER_NO_DOWNLOAD=1, and an absent one is a clear error.
 # Usage (repository root): sh docker/test-image.sh
@@ -122,9 +122,9 @@ step "bench serve from inside the container"
     --concurrency 1,2 --input-len 32 --output-len 16 --num-prompts 8 --warmup 1 --out /tmp/bench
 "$cli" rm -f "$name" >/dev/null
 
-step "bench code, offline on the tiny random model"
-"$cli" run --rm "$tag" bench code --tiny --drafters ngram --context 128 --new-tokens 16 \
-    --out /tmp/bench | grep -E "^ *(drafter|ngram) "
+step "bench code, offline: the embedded model and its drafter on the CPU"
+"$cli" run --rm "$tag" bench code --cpu --num-speculative-tokens 7 --context 128 \
+    --new-tokens 16 --out /tmp/bench | grep -E "^ *(drafter|dflash) "
 
 step "download from a fake hub into /models"
 uv run --no-sync python packages/model/tests/fake_hub.py --port "$hub_port" \

@@ -100,3 +100,21 @@ def test_the_block_drafter_runs_with_identical_outputs_and_prices_its_blocks(tmp
     assert all(r["is_identical"] and r["num_drafts"] == 4 for r in block)
     assert all(r["block_ms"] is not None and r["draft_ms"] is not None for r in block)
     assert block[1]["accepted_per_position"][0] == 1.0  # priced: the drafter's rows made right
+
+
+def test_code_mode_runs_the_embedded_drafter_on_held_out_code(tmp_path, capsys):
+    """`bench code` on the CPU: the embedded model and its shipped drafter at blocks 8 and 16,
+    every output identical to AR's (no acceptance asserted: the shipped weights vary)."""
+    argv = ["code", "--cpu", "--context", "48", "--new-tokens", "8",
+            "--num-speculative-tokens", "7,15", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0  # the identical-outputs gate passes
+    raw = json.loads((tmp_path / "spec.json").read_text())["raw"]
+    assert [(r["drafter"], r["num_drafts"]) for r in raw["rows"]] == [("dflash", 7), ("dflash", 15)]
+    assert all(r["is_identical"] and r["mean_accepted_len"] >= 1.0 for r in raw["rows"])
+    out = capsys.readouterr().out
+    assert "AR tok/s" in out and "accepted len" in out
+
+
+def test_code_mode_refuses_the_tiny_model(capsys):
+    assert main(["code", "--tiny"]) != 0
+    assert "--cpu runs them on the CPU" in capsys.readouterr().err

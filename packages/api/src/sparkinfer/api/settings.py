@@ -141,8 +141,9 @@ class Settings(BaseSettings):
     draft_model: str | None = Field(
         None,
         description="Block drafter checkpoint folder or hub id, in the DFlash, DFlash2 or DSpark "
-        "layout (e.g. z-lab/Qwen3.6-27B-DFlash, RadixArk/Qwen3.8-27B-DSpark), for the served "
-        "model: its config.json is checked against the model's before any weight loads (a "
+        "layout (e.g. z-lab/Qwen3.6-27B-DFlash, RadixArk/Qwen3.8-27B-DSpark; embedded: the "
+        "embedded model's own DFlash drafter, shipped in the package), for the served model: "
+        "its config.json is checked against the model's before any weight loads (a "
         "drafter for another model stops start-up naming the field), then it loads beside the "
         "model, sharing its embedding and head; the engine drafts with it under --speculative "
         "auto or draft_model",

@@ -25,7 +25,7 @@ def dependent_launch_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The modes that run the model in this process: offline, vision, spec."""
+    """The modes that run the model in this process: offline, vision, spec, code."""
     p = sub.add_parser("offline", help="engine decode/prefill at 27B shapes vs roofline (CUDA)")
     p.add_argument("--context", type=int, default=4096, help="context of the decode runs")
     p.add_argument("--concurrency", type=int_list, default=(1, 2, 4, 8, 16, 32, 64))
@@ -103,7 +103,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 # Each device mode's module under sparkinfer.bench, imported only when the mode runs.
-_MODULES = {"offline": "engine", "vision": "vision", "spec": "speculative"}
+_MODULES = {"offline": "engine", "vision": "vision", "spec": "speculative", "code": "speculative"}
 
 
 def run(args: argparse.Namespace, info: RunInfo) -> Report:

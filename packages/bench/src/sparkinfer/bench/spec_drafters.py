@@ -147,3 +147,23 @@ def random_block_drafter(model: Any, *, num_drafts: int, num_layers: int = 5) ->
                 p.normal_(0.0, 0.02, generator=gen)
     model.set_tap_layers(config.target_layer_ids)
     return drafter.eval()
+
+
+def trained_block_drafter(model: Any, path_or_id: str, *, num_drafts: int) -> Any:
+    """The trained block drafter at a folder or hub id (`embedded`: the embedded model's own)
+    loaded beside `model`, its block cut to `num_drafts` drafts (a DFlash drafter trained on
+    blocks of 16 also drafts 7 from a block of 8). Sets the target's tap layers."""
+    from dataclasses import replace
+
+    from sparkinfer.bench.errors import UsageError
+    from sparkinfer.model.drafters.weights import load_drafter
+
+    drafter = load_drafter(path_or_id, model, progress=False)
+    c = drafter.config
+    if not 1 <= num_drafts <= c.num_drafts:
+        raise UsageError(
+            f"--num-speculative-tokens {num_drafts}: the drafter {path_or_id} drafts 1 to "
+            f"{c.num_drafts} a step"
+        )
+    drafter.config = replace(c, block_size=c.block_size - c.num_drafts + num_drafts)
+    return drafter.eval()

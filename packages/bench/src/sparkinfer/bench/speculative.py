@@ -14,6 +14,14 @@ drafter's dimensions (5 layers, docs/model.md §17; `--draft-layers` changes the
 weights, and a block of k + 1 rows for k drafts: its rows price the drafter's real cost (its
 "block ms": one drafter forward proposing every drafting request's block), its random drafts
 are rarely accepted, so pair it with `--priced-acceptance` for a speed at a given acceptance.
+With `--draft-model DIR|embedded` the `dflash` rows draft with that trained drafter instead (its
+block cut to k + 1 rows for k drafts), so their acceptance is real; `--prompt held-out` decodes
+openings of the held-out standard-library files (`evals.code_corpus`, which no training of the
+embedded model or its drafter read).
+
+The `code` mode is `spec` with the embedded model and its own drafter on held-out code as
+defaults (the server image's `bench code`): AR and the drafter on the same prompts, their tok/s,
+speedup, mean accepted length and whether the outputs are identical.
 
 Models: a checkpoint (`--model`, with its mtp.* tensors for the MTP drafter and its tokenizer
 for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and a random MTP
@@ -32,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sparkinfer.bench.cli_args import float_list, int_list, quantization_flag
+from sparkinfer.bench.errors import UsageError
 from sparkinfer.bench.provenance import RunInfo
 from sparkinfer.bench.report import Gate, Report, Table, log
 from sparkinfer.bench.spec_drafters import (
@@ -39,6 +48,7 @@ from sparkinfer.bench.spec_drafters import (
     PricedDrafter,
     check_schedule,
     random_block_drafter,
+    trained_block_drafter,
 )
 
 if TYPE_CHECKING:
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
     from sparkinfer.scheduler.config import SchedulerConfig
 
 DRAFTERS = ("ngram", "mtp", "oracle")  # the default set
+CODE_MODEL = "embedded"  # the `code` mode's --model: the embedded checkpoint
 KNOWN_DRAFTERS = (*DRAFTERS, "dflash")
 _WARMUP_TOKENS = 8
 
@@ -55,6 +66,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "spec", help="AR vs speculative decoding in one process: tok/s, speedup, accepted length"
     )
+    _add_arguments(p)
+    p = sub.add_parser(
+        "code",
+        help="AR vs the embedded model's own block drafter on held-out code (spec's defaults "
+        "changed: --model the embedded checkpoint, --drafters dflash --draft-model embedded "
+        "--prompt held-out --num-speculative-tokens 15 --deterministic)",
+    )
+    _add_arguments(p)
+    p.set_defaults(
+        model=CODE_MODEL, drafters=("dflash",), draft_model="embedded", prompt="held-out",
+        num_speculative_tokens=(15,), context=512, new_tokens=256, deterministic=True,
+    )  # fmt: skip
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint folder or hub id (default: 27B shapes, random)")
     p.add_argument("--tiny", action="store_true", help="tiny random model on the CPU (smoke run)")
     p.add_argument("--num-layers", type=int, help="fewer than 64 layers at 27B shapes")
@@ -67,6 +93,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--draft-layers", type=int, default=5, help="the dflash drafter's layers (published: 5)"
     )
+    p.add_argument(
+        "--draft-model",
+        help="a trained block drafter (folder, hub id, or embedded: the embedded model's own) "
+        "for the dflash rows, its block cut to k + 1 rows; without it they run a random one",
+    )
+    p.add_argument("--cpu", action="store_true", help="run on the CPU (fp32), e.g. a --model")
     p.add_argument("--num-speculative-tokens", type=int_list, default=(3,))
     p.add_argument(
         "--oracle-accept",
@@ -86,9 +118,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int, default=4096, help="prompt tokens")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument(
-        "--prompt", choices=("code", "random", "repeat"), default="code",
-        help="the shipped code file (needs a tokenizer: --model), random tokens, or a random "
-        "64-token block repeated",
+        "--prompt", choices=("code", "held-out", "random", "repeat"), default="code",
+        help="the shipped code file or openings of held-out standard-library files (both need a "
+        "tokenizer: --model), random tokens, or a random 64-token block repeated",
     )  # fmt: skip
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
                    help="draft every step (price verifies at a fixed acceptance)")  # fmt: skip
@@ -126,7 +158,12 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     import torch
     from sparkinfer.bench.engine import weights_label
 
-    device = torch.device("cpu") if args.tiny else _require_cuda()
+    if args.mode == "code" and args.tiny:
+        raise UsageError(
+            "code runs the embedded model and its drafter: --cpu runs them on the CPU "
+            "(spec --tiny is the tiny random model's smoke run)"
+        )
+    device = torch.device("cpu") if args.tiny or args.cpu else _require_cuda()
     if args.priced_acceptance is not None:
         check_schedule(args.priced_acceptance)
     model, tokenizer = _model(args, device)
@@ -153,7 +190,7 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
         gates.append(Gate("identical outputs", same, "every speculative output equals AR's"))
     context = {
         "model": args.model or ("tiny random" if args.tiny else "Qwen3.8-27B shapes, random"),
-        "weights": weights_label(args.quantization),
+        "weights": "fp32" if args.cpu else weights_label(args.quantization),
         "prompt": args.prompt,
         "new tokens": str(args.new_tokens),
         "scheduler": str(base),
@@ -205,7 +242,9 @@ def _measure(
     )
     oracle = OracleDrafter(continuations, accept or 0) if drafter == "oracle" else None
     block = None
-    if drafter == "dflash":
+    if drafter == "dflash" and args.draft_model:
+        block = trained_block_drafter(model, args.draft_model, num_drafts=k)
+    elif drafter == "dflash":
         block = random_block_drafter(model, num_drafts=k, num_layers=args.draft_layers)
 
     def pricing(inner: Any) -> Any:
@@ -386,7 +425,7 @@ def _base_config(args: argparse.Namespace) -> SchedulerConfig:
         max_num_batched_tokens=max(2048, max(args.concurrency) * 32),
         speculative="off",  # the AR run; each speculative row sets its drafter
         speculative_adaptive=args.adaptive,
-        block_size=16 if args.tiny else 64,
+        block_size=16 if args.tiny or args.cpu else 64,
         cpu_cache_bytes=1 << 28,
     )
 
@@ -400,14 +439,17 @@ def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCa
 
     use_mtp = "mtp" in args.drafters
     if args.model:
+        from sparkinfer.model.embedded import embedded_checkpoint_dir
         from sparkinfer.model.hub import fetch_checkpoint
         from sparkinfer.model.tokenizer import Tokenizer
         from sparkinfer.model.weights import load_model
 
-        path = fetch_checkpoint(args.model)  # a hub id: its weights too, not only the configs
+        name = embedded_checkpoint_dir() if args.model == CODE_MODEL else args.model
+        path = fetch_checkpoint(name)  # a hub id: its weights too, not only the configs
         tokenizer = Tokenizer.from_checkpoint(path)
         model = load_model(
-            path, device=device, dtype=torch.bfloat16, use_mtp=use_mtp,
+            path, device=device, dtype=torch.float32 if args.cpu else torch.bfloat16,
+            use_mtp=use_mtp,
             num_real_tokens=tokenizer.vocab_size,
             quantization=None if args.quantization == "none" else args.quantization,
         )  # fmt: skip
@@ -445,6 +487,8 @@ def _prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[
     """`batch` prompts of `args.context` tokens, each one different from its first token."""
     vocab = tokenizer.vocab_size if tokenizer is not None else 500 if args.tiny else 248_000
     rng = random.Random(0)
+    if args.prompt == "held-out":
+        return _held_out_code(tokenizer, batch, args.context)
     out: list[list[int]] = []
     for i in range(batch):
         if args.prompt == "code" and tokenizer is not None:
@@ -458,4 +502,24 @@ def _prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[
         else:
             body = [rng.randrange(vocab) for _ in range(args.context)]
         out.append([rng.randrange(vocab), *body[1:]])
+    return out
+
+
+def _held_out_code(tokenizer: Any, batch: int, context: int) -> list[list[int]]:
+    """The first `context` tokens of `batch` held-out standard-library files (the longest
+    first, cycling when there are fewer)."""
+    from sparkinfer.bench.evals.code_corpus import read_source, split_files, stdlib_root
+
+    if tokenizer is None:
+        raise UsageError("--prompt held-out needs a tokenizer: give --model")
+    root = stdlib_root()
+    texts = sorted(
+        (t for f in split_files(root)[1] if (t := read_source(root / f))), key=len, reverse=True
+    )
+    if not texts:
+        raise UsageError(f"no held-out source files under {root}: use another --prompt")
+    out = []
+    for i in range(batch):
+        ids = tokenizer.encode(texts[i % len(texts)])
+        out.append((ids * (1 + context // max(1, len(ids))))[:context])
     return out

@@ -5,7 +5,9 @@
   shipped as an HF-layout checkpoint in this package (`embedded_checkpoint/`, its model card says
   how it was made). Its own 8K byte-level BPE carries every Qwen control token; its tiny vision
   tower has random weights, so image and video requests run end to end but the model does not see
-  them.
+  them. Its DFlash block drafter ships beside it (`embedded_checkpoint/dflash/`, trained by
+  self-distillation, packages/model/scripts/train_drafter/): `--draft-model embedded` (or
+  `EMBEDDED_DRAFTER_ID`) selects it.
 - `RANDOM_MODEL_ID`: a random-weight model of the Qwen3.8 shape with Qwen's real vocabulary and the
   248,320-row head (same config schema, 3:1 layer pattern, special-token ids, and a tiny vision
   tower with the real patch geometry). Its weights are seeded noise, so its output is meaningless
@@ -26,6 +28,8 @@ from sparkinfer.model.weights import checkpoint_views
 EMBEDDED_MODEL_ID = "sparkinfer/qwen3.8-code-tiny"
 RANDOM_MODEL_ID = "sparkinfer/qwen3.8-embedded-random"
 BUILTIN_MODEL_IDS = (EMBEDDED_MODEL_ID, RANDOM_MODEL_ID)
+EMBEDDED_DRAFTER_ID = "sparkinfer/qwen3.8-code-tiny-dflash"
+EMBEDDED_DRAFTER_NAMES = ("embedded", EMBEDDED_DRAFTER_ID)  # what --draft-model accepts for it
 RANDOM_SEED = 0
 RANDOM_VISION_SEED = 1  # its own stream: the text weights do not depend on the tower
 RANDOM_NUM_REAL_TOKENS = 248_077  # ids 248077..248319 are padding, as in Qwen3.8 (model.md §12)
@@ -35,6 +39,11 @@ WEIGHT_STD = 0.02  # small enough that activations stay O(1) through 8 layers
 def embedded_checkpoint_dir() -> Path:
     """The folder of the default model's checkpoint, inside this package."""
     return Path(str(resources.files("sparkinfer.model") / "embedded_checkpoint"))
+
+
+def embedded_drafter_dir() -> Path:
+    """The folder of the default model's DFlash drafter, inside its checkpoint's folder."""
+    return embedded_checkpoint_dir() / "dflash"
 
 
 RANDOM_CONFIG: dict[str, Any] = {

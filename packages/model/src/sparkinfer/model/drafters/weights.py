@@ -7,6 +7,8 @@ stored without `.weight` (`candidate_selector.predecessor_codebook`), as z-lab p
 `embed_tokens.weight` and `lm_head.weight`, which DeepSpec's DSpark exports may carry as frozen
 copies of the target's, are checked for shape and not read: the drafter uses the target's own.
 Anything else missing, unexpected or of the wrong shape is an error naming the tensor.
+`embedded` (or its id, `embedded.EMBEDDED_DRAFTER_ID`) names the embedded model's own drafter,
+shipped in this package.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from sparkinfer.model import embedded
 from sparkinfer.model.config import TextConfig
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.drafters.config import DrafterConfig, check_drafter_fits, parse_drafter_config
@@ -58,12 +61,21 @@ def _checked_config(path: Path, target: TextConfig) -> DrafterConfig:
     return config
 
 
+def builtin_drafter_path(path_or_id: str | Path) -> str | Path:
+    """The shipped folder for `embedded` or its id; anything else unchanged."""
+    if str(path_or_id) in embedded.EMBEDDED_DRAFTER_NAMES:
+        return embedded.embedded_drafter_dir()
+    return path_or_id
+
+
 def read_drafter_config(
     path_or_id: str | Path, target: TextConfig, *, progress: bool = True
 ) -> DrafterConfig:
     """The config of the drafter at a directory or hub id (of a hub id only its small files are
     fetched), checked against the target's: what start-up checks before loading any weight."""
-    path = resolve_checkpoint(path_or_id, allow_patterns=CONFIG_PATTERNS, progress=progress)
+    path = resolve_checkpoint(
+        builtin_drafter_path(path_or_id), allow_patterns=CONFIG_PATTERNS, progress=progress
+    )
     return _checked_config(path, target)
 
 
@@ -115,7 +127,7 @@ def load_drafter(
     dtype), sharing its embedding and LM head, and set the target's tap layers to the
     drafter's `target_layer_ids`. Raises ConfigError naming the first field that does not fit
     the target, CheckpointError naming a bad tensor, CheckpointNotFound for a missing one."""
-    path = fetch_checkpoint(path_or_id, progress=progress)
+    path = fetch_checkpoint(builtin_drafter_path(path_or_id), progress=progress)
     config = _checked_config(path, target.config.text)
     device = target.lm_head.weight.device
     shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
