@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from sparkinfer.bench.evals.task_names import WORDS
 from sparkinfer.bench.evals.task_prompts import (
     FAMILY_NAME_SHARE,
+    FREE_PHRASING_SHARE,
     INVENTED_ARGS_SHARE,
     TRAIN_PHRASINGS,
 )
@@ -122,7 +123,8 @@ def model_card(s: dict[str, Any]) -> str:
         "small classes), each with a reference solution and unit tests; every sampled solution "
         "was run against its tests in a child process under a time limit "
         "(`evals.task_check`) and kept only when they passed. Requests vary the phrasing "
-        f"({len(TRAIN_PHRASINGS)} forms, the name before or after the description), the "
+        f"({len(TRAIN_PHRASINGS)} forms; {FREE_PHRASING_SHARE:.0%} of requests in forms that "
+        "name the function after the description or on its own), the "
         f"function name (the family's own for {FAMILY_NAME_SHARE:.0%}, otherwise invented: "
         f"random snake_case or CamelCase combinations of {len(WORDS)} words, "
         "`evals.task_names`, so that the model copies the requested name rather than recall "

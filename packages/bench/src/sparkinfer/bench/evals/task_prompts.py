@@ -32,13 +32,14 @@ _OBJECTS = ("a Python {kind} `{sig}`", "the Python {kind} `{sig}`", "a {kind} `{
             "a {kind} named `{sig}`", "python {kind} `{sig}`", "a short Python {kind} `{sig}`",
             "a {kind} with the signature `{sig}`")  # fmt: skip
 _JOINS = (": {desc}", ". {desc}", " - {desc}", " that does this: {desc}", "? {desc}", ".\n{desc}")
-TRAIN_PHRASINGS = (
+_GRID_PHRASINGS = (
     "Write a Python {kind} `{sig}`: {desc}",  # the README's form first
     *(f"{o} {b}{j}" for o in _OPENERS for b in _OBJECTS for j in _JOINS),
+)
+_FREE_PHRASINGS = (  # the name after the description, or alone in front
     "Task: {desc} Write it as the Python {kind} `{sig}`.",
     "{desc} Write this as `{sig}` in Python.",
     "Python {kind} `{sig}`: {desc}",
-    # the name after the description, or alone in front
     "{desc} Call it `{sig}`.",
     "{desc} Name the {kind} `{sig}`.",
     "{desc} The {kind} should be `{sig}`.",
@@ -49,7 +50,12 @@ TRAIN_PHRASINGS = (
     "I need a Python {kind}. {desc} Its signature is `{sig}`.",
     "In Python, write `{sig}`. {desc}",
     "Define `{sig}` so that it does this: {desc}",
+    "{desc} Put it in a Python {kind} named `{sig}`.",
+    "Python, {kind} `{sig}`. {desc}",
+    "Name: `{sig}`. Behaviour: {desc}",
 )
+FREE_PHRASING_SHARE = 0.25  # training tasks in a `_FREE_PHRASINGS` form, the rest in the grid's
+TRAIN_PHRASINGS = (*_GRID_PHRASINGS, *_FREE_PHRASINGS)
 HELD_OUT_PHRASINGS = (
     "Write Python code for a {kind} `{sig}`. {desc}",
     "Please implement the Python {kind} `{sig}`: {desc}",
@@ -117,7 +123,8 @@ def sample_training_task(rng: random.Random) -> WrittenTask:
         args = invented_args(rng, family, name)
     else:
         args = rng.choice(family.args)
-    phrasing = rng.choice(TRAIN_PHRASINGS)
+    free = rng.random() < FREE_PHRASING_SHARE
+    phrasing = rng.choice(_FREE_PHRASINGS if free else _GRID_PHRASINGS)
     return build_task(family, name, args, rng.randrange(len(family.descs)), phrasing)
 
 
