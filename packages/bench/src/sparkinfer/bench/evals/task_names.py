@@ -11,6 +11,7 @@ a builtin it calls), so renaming cannot change what the reference solution does.
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import random
 import re
@@ -95,6 +96,7 @@ def _split_words(name: str) -> list[str]:
 
 HELD_OUT_NAMES = frozenset(f.held_out_name for f in FAMILIES)
 HELD_OUT_WORDS = _held_out_words()
+_HELD_OUT_NAME_RE = re.compile("|".join(re.escape(h.lower()) for h in sorted(HELD_OUT_NAMES)))
 _RESERVED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
 WORDS = tuple(sorted(frozenset(_WORDS_TEXT.split()) - HELD_OUT_WORDS - _RESERVED))
 VERBS = tuple(sorted(frozenset(_VERBS_TEXT.split()) - HELD_OUT_WORDS - _RESERVED))
@@ -103,12 +105,12 @@ VERBS = tuple(sorted(frozenset(_VERBS_TEXT.split()) - HELD_OUT_WORDS - _RESERVED
 def is_training_name(name: str) -> bool:
     """True when `name` may name a training function, class or argument: not a held-out name,
     none inside it (case-insensitive), and no held-out name word among its words."""
-    low = name.lower()
-    if any(h.lower() in low for h in HELD_OUT_NAMES):
+    if _HELD_OUT_NAME_RE.search(name.lower()):
         return False
     return not any(w in HELD_OUT_WORDS for w in _split_words(name))
 
 
+@functools.cache
 def _body_identifiers(family: Family) -> frozenset[str]:
     return frozenset(_IDENTIFIER.findall(family.body))
 
