@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from sparkinfer.bench.evals.task_check import passes_tests
 from sparkinfer.bench.evals.task_families import FAMILIES
+from sparkinfer.bench.evals.task_names import is_training_name
 from sparkinfer.bench.evals.task_prompts import (
     HELD_OUT_PHRASINGS,
     README_PROMPT,
     TRAIN_PHRASINGS,
     build_task,
+    check_training_tasks,
     held_out_tasks,
     readme_task,
     sample_training_task,
@@ -59,3 +62,30 @@ def test_held_out_tasks_cover_distinct_families() -> None:
 
 def test_the_readme_example() -> None:
     assert readme_task().prompt == README_PROMPT
+
+
+def test_invented_names_keep_clear_of_the_held_out_split() -> None:
+    rng = random.Random(1)
+    tasks = [sample_training_task(rng) for _ in range(5000)]
+    check_training_tasks(tasks)
+    own = {n for f in FAMILIES for n in f.names}
+    invented = [t for t in tasks if t.name not in own]
+    assert len({t.name for t in invented}) > 0.8 * len(invented)  # names never repeat much
+    held_words = {w for f in FAMILIES for w in f.held_out_name.lower().split("_")} - {
+        w for f in FAMILIES for n in f.names for w in n.lower().split("_")
+    }
+    for task in invented:
+        assert is_training_name(task.name)
+        assert not held_words & set(task.name.lower().split("_")), task.name
+
+
+def test_the_split_check_refuses_held_out_names() -> None:
+    family = FAMILIES[0]
+    task = build_task(family, family.held_out_name, family.args[0], 0, TRAIN_PHRASINGS[0])
+    with pytest.raises(AssertionError):
+        check_training_tasks([task])
+    invented = build_task(
+        family, f"get_{family.held_out_name}_now", family.args[0], 0, TRAIN_PHRASINGS[0]
+    )
+    with pytest.raises(AssertionError):
+        check_training_tasks([invented])

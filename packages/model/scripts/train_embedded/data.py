@@ -29,7 +29,12 @@ import tool_turns
 import torch
 from sparkinfer.bench.evals.code_corpus import is_held_out, read_source, split_files, stdlib_root
 from sparkinfer.bench.evals.task_check import passes_tests
-from sparkinfer.bench.evals.task_prompts import WrittenTask, readme_task, sample_training_task
+from sparkinfer.bench.evals.task_prompts import (
+    WrittenTask,
+    check_training_tasks,
+    readme_task,
+    sample_training_task,
+)
 from sparkinfer.model.chat_template import ChatOptions, ChatTemplate
 from sparkinfer.model.tokenizer import Tokenizer
 
@@ -176,6 +181,7 @@ def chat_documents(
     """Encoded chat turns with their loss masks. The turns and their thinking switches come from
     `rng` in order; workers only render and encode."""
     tasks = checked_tasks(rng, mix.num_tasks)
+    check_training_tasks(tasks)
     readme = readme_task()
     if passes_tests([(readme.solution, readme.test_code)]) != [True]:
         raise RuntimeError("the README example's reference answer fails its tests: fix its family")

@@ -13,7 +13,13 @@ from typing import Any
 import model_config
 import torch
 from safetensors.torch import load_file, save_file
-from sparkinfer.bench.evals.task_prompts import TRAIN_PHRASINGS
+from sparkinfer.bench.evals.task_names import WORDS
+from sparkinfer.bench.evals.task_prompts import (
+    FAMILY_NAME_SHARE,
+    FREE_PHRASING_SHARE,
+    INVENTED_ARGS_SHARE,
+    TRAIN_PHRASINGS,
+)
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 MODEL_ID = "sparkinfer/qwen3.8-code-tiny"
@@ -87,7 +93,7 @@ def save_shards(tensors: dict[str, torch.Tensor], out: Path, *, max_shard_bytes:
 
 
 def model_card(s: dict[str, Any]) -> str:
-    c, cfg, held = s["corpus"], s["config"], s["held_out"]
+    c, cfg, held, tasks = s["corpus"], s["config"], s["held_out"], s["held_out_tasks"]
     lines = [
         f"# {MODEL_ID}",
         "",
@@ -117,8 +123,13 @@ def model_card(s: dict[str, Any]) -> str:
         "small classes), each with a reference solution and unit tests; every sampled solution "
         "was run against its tests in a child process under a time limit "
         "(`evals.task_check`) and kept only when they passed. Requests vary the phrasing "
-        f"({len(TRAIN_PHRASINGS)} forms), the function name (the family's own for 40%, an "
-        "invented one for 60%), argument names and description; the README example is added "
+        f"({len(TRAIN_PHRASINGS)} forms; {FREE_PHRASING_SHARE:.0%} of requests in forms that "
+        "name the function after the description or on its own), the "
+        f"function name (the family's own for {FAMILY_NAME_SHARE:.0%}, otherwise invented: "
+        f"random snake_case or CamelCase combinations of {len(WORDS)} words, "
+        "`evals.task_names`, so that the model copies the requested name rather than recall "
+        f"one), the argument names (invented for {INVENTED_ARGS_SHARE:.0%} of functions) and "
+        "the description; the README example is added "
         f"{c['readme_copies']} times.",
         f"  - {c['tool_calls']:,} tool calls from random tool schemas (1 to 3 tools of 10 kinds, "
         "each under drawn names and parameter names): the call uses a declared tool with "
@@ -131,7 +142,8 @@ def model_card(s: dict[str, Any]) -> str:
         f"  - {c['chat_tokens']:,} chat tokens in all, {c['reply_tokens']:,} of them replies.",
         "- **Held-out split**: every task family keeps one name, and four request phrasings "
         "(openings no training phrasing uses) are kept for all families; no training task uses "
-        "them (`evals.task_prompts`). The source "
+        "them (`evals.task_prompts`), and invented names never contain a held-out name or a word "
+        "only held-out names use (`evals.task_names.is_training_name`). The source "
         "files follow `evals.code_corpus.is_held_out` (the SHA-256 of a file's name in the first "
         "5 of 100 buckets).",
         f"- **Training**: {s['steps']:,} steps of {cfg['batch_size']}x{cfg['seq_len']} tokens "
@@ -143,7 +155,10 @@ def model_card(s: dict[str, Any]) -> str:
         f"- **Result**: final train loss {s['final_train_loss']:.3f} (over targets); held-out "
         f"source loss {held['loss']:.3f} (perplexity {held['ppl']:.2f} per token, against "
         f"{cfg['vocab_size']:,} for a uniform guess); the MTP head's first draft agrees with the "
-        f"trunk's own next-but-one token on {held['mtp_t2_agreement']:.1%} of held-out positions.",
+        f"trunk's own next-but-one token on {held['mtp_t2_agreement']:.1%} of held-out positions; "
+        f"greedy decoding writes the reference answer for {tasks['greedy_reference']} of the "
+        f"{tasks['tasks']} held-out tasks and its signature line for "
+        f"{tasks['greedy_signature']} (teacher forced, thinking on).",
         "- **Sampling defaults** (generation_config.json): temperature "
         f"{GENERATION['temperature']}, top_k {GENERATION['top_k']}, top_p {GENERATION['top_p']}.",
         "",
@@ -155,7 +170,7 @@ def model_card(s: dict[str, Any]) -> str:
         "",
         "    python3 packages/model/scripts/train_embedded/train.py --out DIR \\",
         "        --tokenizer-from packages/model/src/sparkinfer/model/embedded_checkpoint \\",
-        f"        --steps {s['steps']}",
+        f"        --train-budget-s {cfg['train_budget_s']:g} --deadline-s {cfg['deadline_s']:g}",
         "",
     ]
     return "\n".join(lines)

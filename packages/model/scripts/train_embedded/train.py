@@ -31,13 +31,15 @@ import bpe
 import data
 import export
 import model_config
+import task_eval
 from mtp_head import MTPHead
+from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.tokenizer import QWEN_CONTROL_TOKENS, Tokenizer
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 MTP_WEIGHTS = (0.3, 0.15)  # loss weight of the head's first and second draft step
-EXPORT_RESERVE_S = 45.0
-TRAIN_SHARE = 0.94  # of the time left, the share for training steps (evaluations take the rest)
+EXPORT_RESERVE_S = 25.0  # final evaluations and the export (a few seconds on the GPU machine)
+TRAIN_SHARE = 0.97  # of the time left, the share for training steps (evaluations take the rest)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class TrainConfig:
     vocab_size: int = 8192
     char_budget: int = 30_000_000  # raw source characters (about 3.5 per token)
     tokenizer_chars: int = 24_000_000  # the BPE trains on the first this many
-    num_tasks: int = 100_000  # sampled "write a function" tasks, kept when they pass their tests
+    num_tasks: int = 240_000  # sampled "write a function" tasks, kept when they pass their tests
     num_tool_calls: int = 8_000  # each a call turn and a turn that reads the result
     num_unserved: int = 4_000
     num_plain_with_tools: int = 4_000
@@ -207,6 +209,8 @@ def main() -> None:
         held_docs, eos_id=eos, num_tokens=cfg.num_eval_rows * cfg.seq_len, seed=cfg.seed + 1
     )[0].view(cfg.num_eval_rows, cfg.seq_len)
     log("packed the stream")
+    encoder = data.ChatEncoder(tokenizer, ChatTemplate.builtin(tokenizer))
+    task_rows = task_eval.task_rows(encoder, pad_id=eos)
 
     text_cfg = model_config.text_config(cfg.vocab_size, control)
     hf_cfg = Qwen3_5TextConfig(**text_cfg)
@@ -267,8 +271,10 @@ def main() -> None:
             log(f"{per_step:.3f} s a step: {num_steps} steps fit the budget")
         if step % cfg.eval_every == 0 and step < num_steps:
             log(f"held-out: {evaluate(trunk, mtp, held, device)}")
+            log(f"held-out tasks: {task_eval.greedy_matches(trunk, task_rows, device)}")
     train_s = time.perf_counter() - t_train
     final = evaluate(trunk, mtp, held, device)
+    final_tasks = task_eval.greedy_matches(trunk, task_rows, device)
     summary = {
         "train_seconds": round(train_s, 1),
         "tokens_per_second": round(num_steps * tokens_per_step / train_s),
@@ -276,6 +282,7 @@ def main() -> None:
         "train_tokens": num_steps * tokens_per_step,
         "final_train_loss": round(sum(recent[-50:]) / len(recent[-50:]), 4),
         "held_out": {k: round(v, 4) for k, v in final.items()},
+        "held_out_tasks": final_tasks,
         "parameters": num_params,
         "corpus": {
             "stdlib_train_files": sources.num_stdlib_train,

@@ -15,21 +15,47 @@ import random
 from dataclasses import dataclass
 
 from sparkinfer.bench.evals.task_families import FAMILIES, Family
+from sparkinfer.bench.evals.task_names import (
+    HELD_OUT_NAMES,
+    invented_args,
+    invented_name,
+    is_training_name,
+)
 
 _OPENERS = ("Write", "Please write", "Can you write", "Could you write", "I need", "I want",
             "Create", "Code", "Make", "Build", "Produce", "Write me", "Please create", "Define",
-            "Implement", "Please code", "Draft", "We need")  # fmt: skip
+            "Implement", "Please code", "Draft", "We need", "Show me", "Let's write", "Write up",
+            "Put together", "Sketch", "Compose", "Generate", "Provide", "Prepare", "Construct",
+            "Kindly write", "Quickly write")  # fmt: skip
 _OBJECTS = ("a Python {kind} `{sig}`", "the Python {kind} `{sig}`", "a {kind} `{sig}` in Python",
             "`{sig}` in Python", "a Python {kind} called `{sig}`", "the {kind} `{sig}`",
-            "a {kind} named `{sig}`", "python {kind} `{sig}`")  # fmt: skip
+            "a {kind} named `{sig}`", "python {kind} `{sig}`", "a short Python {kind} `{sig}`",
+            "a {kind} with the signature `{sig}`")  # fmt: skip
 _JOINS = (": {desc}", ". {desc}", " - {desc}", " that does this: {desc}", "? {desc}", ".\n{desc}")
-TRAIN_PHRASINGS = (
+_GRID_PHRASINGS = (
     "Write a Python {kind} `{sig}`: {desc}",  # the README's form first
     *(f"{o} {b}{j}" for o in _OPENERS for b in _OBJECTS for j in _JOINS),
+)
+_FREE_PHRASINGS = (  # the name after the description, or alone in front
     "Task: {desc} Write it as the Python {kind} `{sig}`.",
     "{desc} Write this as `{sig}` in Python.",
     "Python {kind} `{sig}`: {desc}",
+    "{desc} Call it `{sig}`.",
+    "{desc} Name the {kind} `{sig}`.",
+    "{desc} The {kind} should be `{sig}`.",
+    "{desc}\nSignature: `{sig}`",
+    "Signature: `{sig}`. {desc}",
+    "`{sig}`: {desc}",
+    "Write a {kind} that does this: {desc} Use the signature `{sig}`.",
+    "I need a Python {kind}. {desc} Its signature is `{sig}`.",
+    "In Python, write `{sig}`. {desc}",
+    "Define `{sig}` so that it does this: {desc}",
+    "{desc} Put it in a Python {kind} named `{sig}`.",
+    "Python, {kind} `{sig}`. {desc}",
+    "Name: `{sig}`. Behaviour: {desc}",
 )
+FREE_PHRASING_SHARE = 0.25  # training tasks in a `_FREE_PHRASINGS` form, the rest in the grid's
+TRAIN_PHRASINGS = (*_GRID_PHRASINGS, *_FREE_PHRASINGS)
 HELD_OUT_PHRASINGS = (
     "Write Python code for a {kind} `{sig}`. {desc}",
     "Please implement the Python {kind} `{sig}`: {desc}",
@@ -38,20 +64,19 @@ HELD_OUT_PHRASINGS = (
 )
 README_PROMPT = "Write a Python function `is_even(n)`: Return True when n is even."
 README_TESTS = ("assert is_even(4) is True", "assert is_even(7) is False")
-_VERBS = ("compute", "get", "make", "calc", "find", "do", "solve", "process", "build", "eval",
-          "check", "count", "sum", "apply", "handle", "return", "run", "convert", "pick",
-          "collect", "gather", "test", "measure", "fetch", "derive", "produce", "keep",
-          "turn")  # fmt: skip
-_NOUNS = ("result", "answer", "value", "output", "thing", "task", "data", "item", "stuff", "it",
-          "numbers", "total", "list", "text", "word", "letters", "pairs", "score", "entries",
-          "digits", "chars", "keys", "values", "amount", "count", "things", "info", "parts",
-          "number", "string", "record", "table", "size", "mix", "blob")  # fmt: skip
-_SOLO = ("f", "g", "h", "func", "solution", "helper", "my_function", "transform", "run", "work",
-         "foo", "bar", "baz", "main_task", "answer", "calc", "compute", "check", "fn",
-         "op")  # fmt: skip
-_CLASS_PARTS = ("My", "Simple", "Basic", "Tiny", "Custom", "Little", "Plain", "Smart", "Quick",
-                "Demo", "Test", "Toy", "Handy", "Fancy")  # fmt: skip
-_HELD_OUT_NAMES = frozenset(f.held_out_name for f in FAMILIES)
+
+
+def _check_split() -> None:
+    """No training phrasing opens like a held-out one or equals one."""
+    heads = tuple(p.split("{")[0] for p in HELD_OUT_PHRASINGS)
+    for phrasing in TRAIN_PHRASINGS:
+        if phrasing in HELD_OUT_PHRASINGS or phrasing.startswith(heads):
+            raise AssertionError(f"training phrasing {phrasing!r} is held out: reword it")
+
+
+_check_split()
+FAMILY_NAME_SHARE = 0.1  # training tasks under one of the family's own names
+INVENTED_ARGS_SHARE = 0.6  # training tasks whose argument names are invented, not the family's
 
 
 @dataclass(frozen=True)
@@ -85,32 +110,33 @@ def build_task(family: Family, name: str, args: tuple[str, ...], desc_idx: int, 
     return WrittenTask(family.key, name, prompt, solution, tests)
 
 
-def _invented_name(rng: random.Random, family: Family) -> str:
-    while True:
-        roll = rng.random()
-        if family.is_class:
-            name = rng.choice(_CLASS_PARTS) + rng.choice(family.names)
-        elif roll < 0.2:
-            name = rng.choice(_SOLO)
-        elif roll < 0.6:
-            name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
-        elif roll < 0.8:
-            name = f"{rng.choice(_NOUNS)}_{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
-        else:
-            name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}_{rng.randint(1, 99)}"
-        if name not in _HELD_OUT_NAMES:
-            return name
-
-
 def sample_training_task(rng: random.Random) -> WrittenTask:
-    """A random training task: a family's own name (40%) or an invented one (60%), so the model
-    takes the name from the request; any training phrasing."""
+    """A random training task: a family's own name (FAMILY_NAME_SHARE) or an invented one
+    (`task_names`), the family's argument names or invented ones, any training phrasing. Names
+    and phrasings of the held-out split never occur (`task_names.is_training_name`)."""
     family = rng.choice(FAMILIES)
-    name = rng.choice(family.names) if rng.random() < 0.4 else _invented_name(rng, family)
-    args = rng.choice(family.args)
-    return build_task(
-        family, name, args, rng.randrange(len(family.descs)), rng.choice(TRAIN_PHRASINGS)
-    )
+    if rng.random() < FAMILY_NAME_SHARE:
+        name = rng.choice(family.names)
+    else:
+        name = invented_name(rng, family)
+    if not family.is_class and rng.random() < INVENTED_ARGS_SHARE:
+        args = invented_args(rng, family, name)
+    else:
+        args = rng.choice(family.args)
+    free = rng.random() < FREE_PHRASING_SHARE
+    phrasing = rng.choice(_FREE_PHRASINGS if free else _GRID_PHRASINGS)
+    return build_task(family, name, args, rng.randrange(len(family.descs)), phrasing)
+
+
+def check_training_tasks(tasks: list[WrittenTask]) -> None:
+    """Raise when a training task uses a held-out name, an invented name that holds one or a word
+    only held-out names use, or a held-out phrasing: the held-out split must stay unseen."""
+    heads = tuple(p.split("{")[0] for p in HELD_OUT_PHRASINGS)
+    own = {name for f in FAMILIES for name in f.names}
+    for task in tasks:
+        name_ok = task.name in own or is_training_name(task.name)
+        if task.name in HELD_OUT_NAMES or not name_ok or task.prompt.startswith(heads):
+            raise AssertionError(f"training task {task.prompt!r} uses the held-out split")
 
 
 def held_out_tasks(num: int = 32, *, seed: int = 0) -> list[WrittenTask]:
