@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.fp8_linear import (
+    CUBLAS_ROW_MULTIPLE,
     Fp8Activation,
     fp8_gemm_cublas,
     fp8_gemm_decode,
@@ -53,6 +54,7 @@ from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS
 from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile, swap_ab_tile
 from sparkinfer.kernels.linear import batch_invariant, linear
 from sparkinfer.kernels.rms_norm import rms_norm_quantize_fp8
+from sparkinfer.kernels.rms_norm.fused import MAX_COLUMNS as NORM_MAX_COLUMNS
 from sparkinfer.lab.kernels import KernelBenchArgs
 from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
 from sparkinfer.lab.kernels.fp8_linear_table import norm_rows, render, summary
@@ -146,8 +148,13 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _normed_x(m: int, k: int, device: torch.device) -> tuple[torch.Tensor, Fp8Activation]:
-    """A normed activation and its quantization, as the norm before an in-projection gives."""
+    """A normed activation and its quantization, as the norm before an in-projection gives; an
+    input wider than the norm kernel takes (down_proj's, which no norm precedes) is quantized
+    on its own, padded to cuBLAS's row multiple as the norm pads it."""
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    if k > NORM_MAX_COLUMNS:
+        q, scale = quantize_activation_fp8(x, CUBLAS_ROW_MULTIPLE)
+        return x, Fp8Activation(q, scale)
     w = torch.randn(k, device=device, dtype=torch.bfloat16) * 0.1
     y, _, x_fp8 = rms_norm_quantize_fp8(x, w, 1e-6)
     return y, x_fp8

@@ -19,7 +19,7 @@ from sparkinfer.kernels._triton import check_device
 from sparkinfer.kernels.dependent_launch import dependent_launch, wait_for_prior_kernels
 from sparkinfer.kernels.linear.invariant import current_phase
 
-_MAX_N = 16384
+MAX_COLUMNS = 16384  # the widest row the norm kernels take
 # Warps of a lone row's program (one decode sequence): the kernel is that one program's latency,
 # and 32 warps ran the 27B decode step at one sequence 0.7% faster on an H200 than 8 (a row of
 # 5120, docs/benchmarks.md). Inside `batch_invariant` every row keeps the batch's warps.
@@ -140,8 +140,8 @@ def check_norm_operands(
             f"{op}: weight must be contiguous [{x.shape[-1]}] (x's last dim), got "
             f"{tuple(weight.shape)}"
         )
-    if x.shape[-1] > _MAX_N:
-        raise ValueError(f"{op}: last dim {x.shape[-1]} exceeds the kernel limit {_MAX_N}")
+    if x.shape[-1] > MAX_COLUMNS:
+        raise ValueError(f"{op}: last dim {x.shape[-1]} exceeds the kernel limit {MAX_COLUMNS}")
     tensors = {"x": x, "weight": weight} | ({name: other} if other is not None else {})
     check_device(op, tensors)
     if other is not None and (other.shape != x.shape or other.dtype != x.dtype):
