@@ -3,8 +3,10 @@ MTP head, prefill)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,20 +38,48 @@ def capture_buckets(
     # max_model_len) the warm-up reads input ids not yet zeroed: an out-of-bounds gather.
     stream.wait_stream(torch.cuda.current_stream(stream.device))
     captured: dict[int, Captured] = {}
-    for size in sorted(sizes, reverse=True):
-        prepare(size)
-        with torch.cuda.stream(stream):
-            forward(size)  # warm-up: Triton compiles and autotunes outside capture
-        stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
-                output = forward(size)
-        except RuntimeError as exc:
-            raise GraphCaptureError(
-                f"capturing the {what} {size} failed ({exc}); the model's forward must not sync "
-                "with the host: set enforce_eager=True"
-            ) from exc
-        captured[size] = Captured(graph, output)
-        logger.info("captured %s %d", what, size)
+    with no_collection():
+        for size in sorted(sizes, reverse=True):
+            captured[size] = _capture_one(size, stream, pool, forward, what, prepare)
     return captured
+
+
+@contextlib.contextmanager
+def no_collection() -> Generator[None]:
+    """Python's cycle collector off while graphs are captured: a collection inside a capture can
+    free another object's CUDA graph (a runner or engine left to the collector), and destroying a
+    graph while a stream captures invalidates the capture ("operation not permitted when stream
+    is capturing"). What is garbage already is collected first."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _capture_one(
+    size: int,
+    stream: torch.cuda.Stream,
+    pool: object,  # torch.cuda.graph_pool_handle()
+    forward: Callable[[int], torch.Tensor],
+    what: str,
+    prepare: Callable[[int], object],
+) -> Captured:
+    prepare(size)
+    with torch.cuda.stream(stream):
+        forward(size)  # warm-up: Triton compiles and autotunes outside capture
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=stream):  # pyright: ignore[reportArgumentType]
+            output = forward(size)
+    except RuntimeError as exc:
+        raise GraphCaptureError(
+            f"capturing the {what} {size} failed ({exc}); the model's forward must not sync "
+            "with the host: set enforce_eager=True"
+        ) from exc
+    logger.info("captured %s %d", what, size)
+    return Captured(graph, output)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from sparkinfer.model.vision import TowerPlan, VisionModel
 from sparkinfer.scheduler.errors import GraphCaptureError
+from sparkinfer.scheduler.graphs.capture import no_collection
 
 logger = logging.getLogger(__name__)
 Grids = tuple[tuple[int, int, int], ...]
@@ -73,7 +74,7 @@ class TowerGraphs:
         stream.wait_stream(torch.cuda.current_stream(device))
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+            with no_collection(), torch.cuda.graph(graph, pool=self._pool, stream=stream):
                 output = self.tower.encode(pixels, plan)
         except RuntimeError as exc:
             raise GraphCaptureError(
