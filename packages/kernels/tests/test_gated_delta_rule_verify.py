@@ -12,6 +12,7 @@ from sparkinfer.kernels.gated_delta_rule import (
     fused_recurrent_gated_delta_rule_verify,
     fused_recurrent_gated_delta_rule_verify_ref,
 )
+from sparkinfer.kernels.linear.invariant import batch_invariant
 
 H, HV, K, V = 2, 4, 16, 16
 GATE_NAMES = ("a", "b", "A_log", "dt_bias")
@@ -58,15 +59,24 @@ def run_verify(fn, x, state, slots, rows, **kw) -> torch.Tensor:
     return fn(*args, state, state_slots=slots, verify_rows=rows, **kw)
 
 
-def run_commit(fn, x, state, slots, rows, num_kept) -> None:
+def run_commit(fn, x, state, slots, rows, num_kept, **kw) -> None:
     args = tuple(x[n] for n in ("k", "v", *GATE_NAMES))
-    fn(*args, state, state_slots=slots, verify_rows=rows, num_kept=num_kept)
+    fn(*args, state, state_slots=slots, verify_rows=rows, num_kept=num_kept, **kw)
 
 
-def decode_position_by_position(x, state, slots, rows, num_steps) -> torch.Tensor:
-    """The decode kernel (early state read, as the model decodes) one position at a time over
-    the first num_steps[i] positions of each sequence: -> o [N, HV, V] of those rows (NaN
-    elsewhere); `state` advanced in place."""
+def model_norm(x, *, seed: int) -> dict:
+    """The gated norm's inputs as the model passes them: gate z [N, HV, V] by row, weight, eps."""
+    gen = torch.Generator().manual_seed(seed)
+    v = x["v"]
+    z = torch.randn(v.shape, generator=gen).to(v.device, v.dtype)
+    weight = (torch.rand(v.shape[2], generator=gen) + 0.5).to(v.device, v.dtype)
+    return {"norm_gate": z, "norm_weight": weight, "norm_eps": 1e-6}
+
+
+def decode_position_by_position(x, state, slots, rows, num_steps, norm=None) -> torch.Tensor:
+    """The decode kernel called as the model decodes (early state read, the gated norm when
+    given), one position at a time over the first num_steps[i] positions of each sequence:
+    -> o [N, HV, V] of those rows (NaN elsewhere); `state` advanced in place."""
     o = torch.full(x["v"].shape, float("nan"), dtype=x["v"].dtype, device=x["v"].device)
     for j in range(rows.shape[1]):
         seqs = [i for i in range(rows.shape[0]) if j < int(num_steps[i]) and rows[i, j] >= 0]
@@ -74,9 +84,10 @@ def decode_position_by_position(x, state, slots, rows, num_steps) -> torch.Tenso
             continue
         r = rows[seqs, j]
         q, k, v, a, b = (x[n][r] for n in ("q", "k", "v", "a", "b"))
+        kw = {} if norm is None else norm | {"norm_gate": norm["norm_gate"][r]}
         o[r] = fused_recurrent_gated_delta_rule(
             q, k, v, a, b, x["A_log"], x["dt_bias"], state,
-            state_slots=slots[seqs].contiguous(), early_state=True,
+            state_slots=slots[seqs].contiguous(), early_state=True, **kw,
         )  # fmt: skip
     return o
 
@@ -136,41 +147,51 @@ def test_commit_matches_ref(assert_close, assert_same_bits):
         assert_same_bits(state[untouched], before[untouched])
 
 
-def check_verify_and_commit_equal_decode(x, state, slots, rows, num_kept, same_bits) -> None:
+def check_verify_and_commit_against_decode(
+    x, state, slots, rows, num_kept, same, norm=None, same_output=None
+):
     """Verify rows against a decode step per position, the commit against decode steps over the
-    kept positions: the same kernel arithmetic at the same tile shapes."""
+    kept positions, all called as the model calls them (early_state, the norm): `same` compares
+    the states, and the outputs unless same_output is given."""
     s_verify, s_decode = state.clone(), state.clone()
-    o = run_verify(fused_recurrent_gated_delta_rule_verify, x, s_verify, slots, rows)
-    o_decode = decode_position_by_position(x, s_decode, slots, rows, rows.ne(-1).sum(1))
+    kw = {} if norm is None else norm
+    o = run_verify(fused_recurrent_gated_delta_rule_verify, x, s_verify, slots, rows,
+                   early_state=True, **kw)  # fmt: skip
+    o_decode = decode_position_by_position(x, s_decode, slots, rows, rows.ne(-1).sum(1), norm)
     real = rows[(rows >= 0) & (slots >= 0)[:, None]]
-    same_bits(o[real], o_decode[real])
+    (same_output or same)(o[real], o_decode[real])
     s_decode = state.clone()
-    decode_position_by_position(x, s_decode, slots, rows, num_kept)
-    run_commit(fused_recurrent_gated_delta_rule_commit, x, s_verify, slots, rows, num_kept)
-    same_bits(s_verify, s_decode)
+    decode_position_by_position(x, s_decode, slots, rows, num_kept, norm)
+    run_commit(fused_recurrent_gated_delta_rule_commit, x, s_verify, slots, rows, num_kept,
+               early_state=True)  # fmt: skip
+    same(s_verify, s_decode)
 
 
 @pytest.mark.any_device
-def test_verify_and_commit_give_the_bits_of_decode_steps(assert_same_bits):
-    """Same tile shapes as the decode kernel (16-row V tiles, one warp): identical bits, under
-    the interpreter too."""
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_verify_and_commit_give_the_bits_of_decode_steps(with_norm, assert_same_bits, assert_close):
+    """The decode kernel's own build at its tile (16-row V tiles, one warp) under
+    batch_invariant, where decode takes V tiles and the norm after: identical bits, under the
+    interpreter too (the norm launched after tiles these few rows by their count: its outputs
+    within tolerance here, bits in the real-shapes GPU test)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     num_positions = [4, 4, 3, 2, 1]
     rows = verify_layout(num_positions, device)
     slots = torch.tensor([3, 0, 5, -1, 1], device=device)
     num_kept = torch.tensor([2, 4, 3, 1, 1], device=device)
     x = make_rows(sum(num_positions), seed=7, device=device)
+    norm = model_norm(x, seed=11) if with_norm else None
     state = make_state(6, seed=8, device=device)
-    check_verify_and_commit_equal_decode(x, state, slots, rows, num_kept, assert_same_bits)
+    with batch_invariant("decode"):
+        check_verify_and_commit_against_decode(
+            x, state, slots, rows, num_kept, assert_same_bits, norm,
+            assert_close if with_norm else None,
+        )  # fmt: skip
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("num_seqs", [1, 12, 64])
-def test_verify_and_commit_give_the_bits_of_decode_steps_real_shapes_gpu(
-    num_seqs, assert_same_bits
-):
-    """The 27B's heads (H=16, HV=48, K=V=128), four positions a sequence, more sequences than
-    the old roll-back rows allowed; every accepted count from 1 to 4."""
+def _real_shapes_case(num_seqs: int):
+    """The 27B's heads (H=16, HV=48, K=V=128), four positions a sequence or fewer, more
+    sequences than the old roll-back rows allowed; every accepted count from 1 to 4."""
     shape = (16, 48, 128, 128)
     gen = torch.Generator().manual_seed(num_seqs)
     num_positions = [4 - (i % 3 == 2) * (i % 4) for i in range(num_seqs)]
@@ -181,4 +202,34 @@ def test_verify_and_commit_give_the_bits_of_decode_steps_real_shapes_gpu(
     num_kept = torch.tensor(kept, device="cuda")
     x = make_rows(sum(num_positions), seed=9, device="cuda", shape=shape)
     state = make_state(num_seqs + 2, seed=10, device="cuda", shape=shape)
-    check_verify_and_commit_equal_decode(x, state, slots, rows, num_kept, assert_same_bits)
+    return x, state, slots, rows, num_kept
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_seqs", [1, 3, 12, 64])
+def test_verify_and_commit_give_the_bits_of_decode_steps_real_shapes_gpu(
+    num_seqs, assert_same_bits
+):
+    """Deterministic mode (the runner's numerics: batch_invariant("decode")), the model's decode
+    call (early_state, the gated norm): verify outputs and the committed state have the bits of
+    decode steps."""
+    x, state, slots, rows, num_kept = _real_shapes_case(num_seqs)
+    norm = model_norm(x, seed=12)
+    with batch_invariant("decode"):
+        check_verify_and_commit_against_decode(
+            x, state, slots, rows, num_kept, assert_same_bits, norm
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_seqs", [1, 3, 12, 64])
+def test_verify_and_commit_match_decode_steps_default_mode_gpu(num_seqs, assert_close):
+    """Outside batch_invariant decode runs the norm in the kernel on whole heads up to
+    NORM_IN_KERNEL_MAX_SEQS sequences: verify and commit then agree within tolerance."""
+    x, state, slots, rows, num_kept = _real_shapes_case(num_seqs)
+    norm = model_norm(x, seed=12)
+
+    def close(actual, expected):
+        assert_close(actual, expected, actual.dtype)
+
+    check_verify_and_commit_against_decode(x, state, slots, rows, num_kept, close, norm)

@@ -204,6 +204,7 @@ def fused_recurrent_gated_delta_rule_verify_ref(
     norm_gate: torch.Tensor | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 1e-6,
+    early_state: bool = False,
 ) -> torch.Tensor:
     """Each sequence's positions as consecutive decode tokens from its slot's state, which is
     left untouched.
@@ -226,6 +227,7 @@ def fused_recurrent_gated_delta_rule_verify_ref(
             `gated_rms_norm_ref(o, norm_gate, norm_weight, norm_eps)` of the plain output o.
         norm_weight: [V] the gated norm's weight; given together with norm_gate.
         norm_eps: the gated norm's variance epsilon.
+        early_state: the fast op's launch option; no effect here.
 
     Returns:
         o: [N, HV, V] in v.dtype.
@@ -262,6 +264,7 @@ def fused_recurrent_gated_delta_rule_commit_ref(
     verify_rows: torch.Tensor,
     num_kept: torch.Tensor,
     use_qk_l2norm: bool = True,
+    early_state: bool = False,
 ) -> None:
     """Apply each sequence's first num_kept positions of a verify to the state in its slot.
 
@@ -278,6 +281,7 @@ def fused_recurrent_gated_delta_rule_commit_ref(
         verify_rows: [B, T] int64 row of position t of sequence i (as given to the verify).
         num_kept: [B] int64 positions to apply, 0 to T (0: the state stays).
         use_qk_l2norm: l2-normalise k (fp32, eps 1e-6), as the verify did.
+        early_state: the fast op's launch option; no effect here.
     """
     g, beta = gdn_gating_ref(a, b, A_log, dt_bias)
     _, ks = _prepare_qk(k, k, v.shape[1], None, use_qk_l2norm)

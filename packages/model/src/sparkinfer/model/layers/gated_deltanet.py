@@ -110,9 +110,11 @@ class GatedDeltaNet(nn.Module):
         x = self.ops.causal_conv1d_verify(conv_in, conv_weight, state.conv, **layout)
         stash.conv_out[:num_rows].copy_(x)
         q, k, v = self._split_qkv(x)
+        # early_state as at decode (the copy before writes no state): the decode kernel's own
+        # build, so inside batch_invariant each row has the bits of a decode step.
         return self.ops.fused_recurrent_gated_delta_rule_verify(
             q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent, **layout,
-            norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps,
+            norm_gate=z, norm_weight=self.norm.weight, norm_eps=self.norm.eps, early_state=True,
         )  # fmt: skip
 
     def commit_verify(
@@ -131,9 +133,10 @@ class GatedDeltaNet(nn.Module):
         layout = {"state_slots": verify.seq_slots, "verify_rows": verify.seq_rows}
         self.ops.causal_conv1d_commit(stash.conv_in, state.conv, **layout, num_kept=num_kept)
         _, k, v = self._split_qkv(stash.conv_out)
+        # early_state as at decode (the conv commit before writes no recurrent state)
         self.ops.fused_recurrent_gated_delta_rule_commit(
             k, v, stash.a, stash.b, self.A_log, self.dt_bias, state.recurrent, **layout,
-            num_kept=num_kept,
+            num_kept=num_kept, early_state=True,
         )  # fmt: skip
 
     def forward(
