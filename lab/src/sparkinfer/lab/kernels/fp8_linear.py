@@ -9,7 +9,7 @@ as the norm before an in-projection quantized it (`+normq`: `rms_norm_quantize_f
 the norm, timed apart), the latter swap-AB GEMM launched as a programmatic dependent that
 first asks L2 for its first two weight steps (`+pdl`, a candidate: `Fp8SwapAbConfig.DEPENDENT`,
 `PREFETCH`), the prompt GEMM, cuBLAS quantizing x per call, the batch-invariant kernel
-of the phase (deterministic mode) and bf16. The one table (`fp8_linear_table`) gives each in ms
+of the phase (deterministic mode) and bf16. The one table (`_fp8_linear_table`) gives each in ms
 beside its fraction of this run's copy rate (`of_copy`: the FP8 roofline, e4m3 weight plus scales
 plus x and y; bf16 over its own bytes) or, past 64 rows, its TFLOP/s; the fastest route; the
 route `fp8_kernel_for` picks now; and FP8 over bf16. A summary sums the five projections per M
@@ -25,7 +25,6 @@ or through ``sparkinfer-lab kernels --only fp8_linear``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -56,8 +55,9 @@ from sparkinfer.kernels.linear import batch_invariant, linear
 from sparkinfer.kernels.rms_norm import rms_norm_quantize_fp8
 from sparkinfer.kernels.rms_norm.fused import MAX_COLUMNS as NORM_MAX_COLUMNS
 from sparkinfer.lab.kernels import KernelBenchArgs
+from sparkinfer.lab.kernels._cli import standalone_parser
+from sparkinfer.lab.kernels._fp8_linear_table import norm_rows, render, summary
 from sparkinfer.lab.kernels._graph_timing import copy_bandwidth, rotation_copies, time_graph
-from sparkinfer.lab.kernels.fp8_linear_table import norm_rows, render, summary
 
 # (name, N, K) of the 27B projections: GDN in_proj_qkv+z, attention qkv, gate_up, down, o/out.
 SHAPES = (
@@ -242,15 +242,13 @@ def run(args: KernelBenchArgs) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = standalone_parser(__doc__, warmup=3, iters=15)
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=15)
     parser.add_argument("--json", default=None, help="also write every figure to this path")
     cli = parser.parse_args()
     device = torch.device("cuda")
     start = time.perf_counter()
-    rows = tuple(int(r) for r in cli.rows.split(","))
+    rows = QUICK_ROWS if cli.quick else tuple(int(r) for r in cli.rows.split(","))
     copy, table = measure(device, rows, cli)
     norms = norm_rows(device, rows, SHAPES[0][2], copy, cli)
     probe = probe_cublas_rows(device)
