@@ -95,13 +95,15 @@ def test_verify_rows_are_decode_steps_and_commit_keeps_the_accepted_ones(model):
         y = gdn(x, batch)
         assert all(torch.equal(a, b) for a, b in zip(_states(caches), before, strict=True))
         decoded = _decode_positions(gdn, _caches(model), x, rows, lambda i, p: True)
-        assert torch.equal(y, decoded)
+        # Within rounding on the CPU: packed rows and one-row steps are products of other shapes
+        # here; the bits are the GPU kernel tests' (test_gated_delta_rule_verify).
+        torch.testing.assert_close(y, decoded, rtol=1e-5, atol=1e-6)
         model.commit_verify(caches, batch.verify, torch.tensor(NUM_KEPT))
         kept = _caches(model)
         _decode_positions(gdn, kept, x, rows, lambda i, p: p < NUM_KEPT[i])
     layer = gdn.layer_idx
-    assert torch.equal(caches.linear[layer].conv, kept.linear[layer].conv)
-    assert torch.equal(caches.linear[layer].recurrent, kept.linear[layer].recurrent)
+    torch.testing.assert_close(caches.linear[layer].conv, kept.linear[layer].conv)
+    torch.testing.assert_close(caches.linear[layer].recurrent, kept.linear[layer].recurrent)
 
 
 def test_a_verify_without_a_stash_says_how_to_get_one(model):
