@@ -1,10 +1,12 @@
 """The results page, docs/benchmarks.md, rendered from the JSON records in docs/records/.
 
 Each record file is one workload: its title, what it measures, and its runs (date, revision, GPU,
-command, an optional note under docs/notes/ and the rows measured). A row gives a case, its
-figure (value and unit, optional detail), its ratio to the roofline measured in the same run
-and the peer measured in the same run (null where there is none). A new workload is a new file;
-its `order` places its table. The page also lists the dated notes under docs/notes/.
+command, an optional note under docs/notes/ and the rows measured). The page shows each
+workload's runs of its latest date; the earlier ones stay in the record file, which it names.
+A row gives a case, its figure (value and unit, optional detail), its ratio to the roofline
+measured in the same run and the peer measured in the same run (null where there is none). A new
+workload is a new file; its `order` places its table. The page also lists the dated notes under
+docs/notes/.
 
     uv run python -m sparkinfer.bench.results           # rewrite docs/benchmarks.md
     uv run python -m sparkinfer.bench.results --check   # exit 1 if the page is stale
@@ -53,6 +55,7 @@ class Workload:
     title: str
     about: str
     runs: list[dict]
+    source: str  # the record file's name
 
 
 def load(records: Path) -> list[Workload]:
@@ -60,7 +63,9 @@ def load(records: Path) -> list[Workload]:
     workloads = []
     for path in sorted(records.glob("*.json")):
         data = json.loads(path.read_text())
-        workloads.append(Workload(data["order"], data["workload"], data["about"], data["runs"]))
+        workloads.append(
+            Workload(data["order"], data["workload"], data["about"], data["runs"], path.name)
+        )
     return sorted(workloads, key=lambda w: (w.order, w.title))
 
 
@@ -87,7 +92,13 @@ def _table(workload: Workload) -> list[str]:
         "| case | figure | of roofline | peer, same run | GPU | revision | command |",
         "|---|---|---|---|---|---|---|",
     ]
-    lines += [_row(row, run) for run in workload.runs for row in run["rows"]]
+    latest = max(run["date"] for run in workload.runs)
+    shown = [run for run in workload.runs if run["date"] == latest]
+    lines += [_row(row, run) for run in shown for row in run["rows"]]
+    earlier = len(workload.runs) - len(shown)
+    if earlier:
+        link = f"records/{workload.source}"
+        lines += ["", f"Earlier runs ({earlier}): [{link}]({link})."]
     notes = sorted({run["note"] for run in workload.runs if run.get("note")})
     if notes:
         lines += ["", "Notes: " + ", ".join(f"[{Path(n).stem}]({n})" for n in notes) + "."]
