@@ -31,22 +31,25 @@ from sparkinfer.lab.kernels.fp8_linear import SHAPES
 
 CANDIDATES = (
     Fp8PromptConfig(),  # the tile before descriptor loads
-    Fp8PromptConfig(num_stages=4),
+    Fp8PromptConfig(FOLD_SCALES=True),
     Fp8PromptConfig(TMA=True),
+    Fp8PromptConfig(TMA=True, FOLD_SCALES=True),
     Fp8PromptConfig(num_stages=4, TMA=True),
-    Fp8PromptConfig(num_warps=4, num_stages=4, TMA=True),
+    Fp8PromptConfig(num_stages=4, TMA=True, FOLD_SCALES=True),
+    Fp8PromptConfig(num_warps=4, num_stages=4, TMA=True, FOLD_SCALES=True),
+    Fp8PromptConfig(GROUP_M=16, num_stages=4, TMA=True, FOLD_SCALES=True),
+    Fp8PromptConfig(BM=256, TMA=True, FOLD_SCALES=True),
+    Fp8PromptConfig(BM=64, BN=128, num_warps=4, num_stages=5, TMA=True, FOLD_SCALES=True),
     Fp8PromptConfig(BN=256, TMA=True),
     Fp8PromptConfig(BN=256, num_stages=4, TMA=True),
-    Fp8PromptConfig(BM=256, TMA=True),
-    Fp8PromptConfig(BM=64, BN=256, num_warps=4, num_stages=4, TMA=True),
-    Fp8PromptConfig(GROUP_M=16, num_stages=4, TMA=True),
 )
 REL_TOL = 1e-2
 
 
 def _name(cfg: Fp8PromptConfig) -> str:
     tma = " TMA" if cfg.TMA else ""
-    return f"{cfg.BM}x{cfg.BN} g{cfg.GROUP_M} w{cfg.num_warps} s{cfg.num_stages}{tma}"
+    fold = " fold" if cfg.FOLD_SCALES else ""
+    return f"{cfg.BM}x{cfg.BN} g{cfg.GROUP_M} w{cfg.num_warps} s{cfg.num_stages}{tma}{fold}"
 
 
 def _line(m: int, name: str, calls, base: float | None, warmup: int, iters: int) -> float:

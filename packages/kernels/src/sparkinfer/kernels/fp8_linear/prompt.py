@@ -34,7 +34,10 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 @dataclass(frozen=True)
 class Fp8PromptConfig:
     """Tiles of one prompt launch: BM x BN outputs per program, GROUP_M row tiles per group; TMA:
-    descriptor loads of x and the weight where the device and operands allow."""
+    descriptor loads of x and the weight where the device and operands allow; FOLD_SCALES: where
+    the BN columns lie in one weight scale block (128x128 blocks, BN dividing 128), x's row scale
+    and that block's scale are multiplied first, so each step adds its dot with one FMA per output
+    (a different rounding of the same product; off: two multiplies and an add)."""
 
     BM: int = 128
     BN: int = 128
@@ -42,6 +45,7 @@ class Fp8PromptConfig:
     num_warps: int = 8
     num_stages: int = 3
     TMA: bool = False
+    FOLD_SCALES: bool = False
 
 
 @triton.jit
@@ -50,6 +54,7 @@ def _fp8_prompt_kernel(
     M, N, K, num_k_blocks, stride_xs_k,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
     SCALE_ROWS: tl.constexpr, IS_INTERPRETED: tl.constexpr, TMA: tl.constexpr,
+    FOLD_SCALES: tl.constexpr,
 ):  # fmt: skip
     # Grouped order: GROUP_M row tiles share each column tile while it is in L2.
     i_pid = tl.program_id(0)
@@ -64,6 +69,7 @@ def _fp8_prompt_kernel(
     m_m, m_n = o_m < M, o_n < N
     p_xsm = p_xs + o_m  # x's scales: one group's column contiguous
     p_wsn = p_ws + (o_n // SCALE_ROWS) * num_k_blocks
+    p_ws1 = p_ws + (i_n * BN // SCALE_ROWS) * num_k_blocks  # the tile's one block row (FOLD)
     b_acc = tl.zeros((BM, BN), dtype=tl.float32)
     for kb in range(0, num_k_blocks):
         if TMA:
@@ -81,8 +87,11 @@ def _fp8_prompt_kernel(
         else:
             b_dot = tl.dot(b_x, tl.trans(b_w))
         b_xs = tl.load(p_xsm + kb * stride_xs_k, mask=m_m, other=0.0)
-        b_ws = tl.load(p_wsn + kb, mask=m_n, other=0.0)
-        b_acc += b_dot * b_xs[:, None] * b_ws[None, :]
+        if FOLD_SCALES:  # one weight block per step: one scale per row, one FMA per output
+            b_acc += b_dot * (b_xs * tl.load(p_ws1 + kb))[:, None]
+        else:
+            b_ws = tl.load(p_wsn + kb, mask=m_n, other=0.0)
+            b_acc += b_dot * b_xs[:, None] * b_ws[None, :]
     o_y = o_m[:, None] * N + o_n[None, :]
     tl.store(p_y + o_y, b_acc.to(p_y.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
 
@@ -133,6 +142,7 @@ def fp8_gemm_prompt(
         m, n, k, x_scale.shape[1], x_scale.stride(1),
         BM=cfg.BM, BN=cfg.BN, BK=BLOCK, GROUP_M=cfg.GROUP_M, SCALE_ROWS=rows_per_scale,
         IS_INTERPRETED=not x.is_cuda, TMA=use_tma,
+        FOLD_SCALES=cfg.FOLD_SCALES and rows_per_scale % cfg.BN == 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return y
