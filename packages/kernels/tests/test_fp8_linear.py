@@ -155,13 +155,17 @@ def test_swap_ab_gemm_matches_the_prompt_ref(m, split_k, assert_same_bits):
     torch.testing.assert_close(fp8_gemm_swap_ab(x, w, s, pre), y, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("tma", "fold"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    ("tma", "fold", "persistent"),
+    [(False, False, False), (True, False, False), (True, True, False), (False, True, True)],
+)
 @pytest.mark.parametrize("m", [1, 33, 70])
-def test_prompt_gemm_matches_ref(m, tma, fold, assert_close):
+def test_prompt_gemm_matches_ref(m, tma, fold, persistent, assert_close):
     w, s = _weight(136, 260, 5 + m)
     torch.manual_seed(m)
     x = torch.randn(m, 260)
-    cfg = Fp8PromptConfig(BM=32, BN=32, GROUP_M=2, TMA=tma, FOLD_SCALES=fold)
+    cfg = Fp8PromptConfig(BM=32, BN=32, GROUP_M=2, TMA=tma, FOLD_SCALES=fold,
+                          PERSISTENT=persistent)  # fmt: skip
     y = fp8_gemm_prompt(x, w, s, cfg)
     torch.testing.assert_close(y, fp8_linear_prompt_ref(x, w, s), atol=2e-2, rtol=2e-2)
     # and near the unquantized-activation product: e4m3 activations lose up to 2^-4 per element

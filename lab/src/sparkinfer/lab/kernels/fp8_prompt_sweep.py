@@ -42,6 +42,11 @@ CANDIDATES = (
     Fp8PromptConfig(BM=64, BN=128, num_warps=4, num_stages=5, TMA=True, FOLD_SCALES=True),
     Fp8PromptConfig(BN=256, TMA=True),
     Fp8PromptConfig(BN=256, num_stages=4, TMA=True),
+    Fp8PromptConfig(num_stages=4, TMA=True, FOLD_SCALES=True, PERSISTENT=True),
+    Fp8PromptConfig(num_stages=3, TMA=True, FOLD_SCALES=True, PERSISTENT=True),
+    Fp8PromptConfig(
+        num_stages=4, TMA=True, FOLD_SCALES=True, PERSISTENT=True, WARP_SPECIALIZE=True
+    ),
 )
 REL_TOL = 1e-2
 
@@ -49,7 +54,8 @@ REL_TOL = 1e-2
 def _name(cfg: Fp8PromptConfig) -> str:
     tma = " TMA" if cfg.TMA else ""
     fold = " fold" if cfg.FOLD_SCALES else ""
-    return f"{cfg.BM}x{cfg.BN} g{cfg.GROUP_M} w{cfg.num_warps} s{cfg.num_stages}{tma}{fold}"
+    loop = (" persistent" if cfg.PERSISTENT else "") + (" ws" if cfg.WARP_SPECIALIZE else "")
+    return f"{cfg.BM}x{cfg.BN} g{cfg.GROUP_M} w{cfg.num_warps} s{cfg.num_stages}{tma}{fold}{loop}"
 
 
 def _line(m: int, name: str, calls, base: float | None, warmup: int, iters: int) -> float:

@@ -10,12 +10,14 @@ the e4m3 values (its e4m3 dot is not exact there), which is the same product.
 One tile for every M and no split-K, so a row's sums never depend on the batch: the
 batch-invariant mode's prefill kernel (`invariant.py`). With TMA (Hopper and later, 16-byte
 aligned rows) the e4m3 tiles come through tensor descriptors, which zero-fill past M, N and K:
-the same values and sums as the pointer loads. x already quantized (`x_fp8`, by the norm before
-the linear) is read instead of quantizing x again (the same bits).
+the same values and sums as the pointer loads; persistent programs (PERSISTENT) sum each tile
+the same way too. x already quantized (`x_fp8`, by the norm before the linear) is read instead
+of quantizing x again (the same bits).
 """
 
-# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr arguments.
-# pyright: reportCallIssue=false, reportArgumentType=false
+# Triton's annotations misread valid kernel code: num_warps/num_stages, constexpr arguments,
+# tl.range.
+# pyright: reportCallIssue=false, reportArgumentType=false, reportGeneralTypeIssues=false
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import tma_aligned, tma_device_error
+from sparkinfer.kernels._triton import num_multiprocessors, tma_aligned, tma_device_error
 from sparkinfer.kernels.fp8_linear._checks import check_fp8_activation, check_fp8_operands
 from sparkinfer.kernels.fp8_linear.quantize import quantize_activation_fp8
 from sparkinfer.kernels.fp8_linear.ref import BLOCK, Fp8Activation
@@ -37,7 +39,10 @@ class Fp8PromptConfig:
     descriptor loads of x and the weight where the device and operands allow; FOLD_SCALES: where
     the BN columns lie in one weight scale block (128x128 blocks, BN dividing 128), x's row scale
     and that block's scale are multiplied first, so each step adds its dot with one FMA per output
-    (a different rounding of the same product; off: two multiplies and an add)."""
+    (a different rounding of the same product; off: two multiplies and an add). PERSISTENT: one
+    program per SM walks the output tiles in the same grouped order (the same sums per tile; the
+    next tile's loads start while this one's store drains), WARP_SPECIALIZE there asking Triton
+    for producer and consumer warps (where the installed Triton offers it)."""
 
     BM: int = 128
     BN: int = 128
@@ -46,24 +51,28 @@ class Fp8PromptConfig:
     num_stages: int = 3
     TMA: bool = False
     FOLD_SCALES: bool = False
+    PERSISTENT: bool = False
+    WARP_SPECIALIZE: bool = False
 
 
 @triton.jit
-def _fp8_prompt_kernel(
-    p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w,
-    M, N, K, num_k_blocks, stride_xs_k,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-    SCALE_ROWS: tl.constexpr, IS_INTERPRETED: tl.constexpr, TMA: tl.constexpr,
-    FOLD_SCALES: tl.constexpr,
-):  # fmt: skip
-    # Grouped order: GROUP_M row tiles share each column tile while it is in L2.
-    i_pid = tl.program_id(0)
-    num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+def _grouped_tile(i_tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of output tile i_tile: GROUP_M row tiles share each column tile
+    while it is in L2."""
     group = GROUP_M * num_n
-    first_m = (i_pid // group) * GROUP_M
+    first_m = (i_tile // group) * GROUP_M
     group_rows = tl.minimum(num_m - first_m, GROUP_M)
-    i_m = first_m + (i_pid % group) % group_rows
-    i_n = (i_pid % group) // group_rows
+    return first_m + (i_tile % group) % group_rows, (i_tile % group) // group_rows
+
+
+@triton.jit
+def _prompt_tile(
+    p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w, i_m, i_n,
+    M, N, K, num_k_blocks, stride_xs_k,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SCALE_ROWS: tl.constexpr,
+    IS_INTERPRETED: tl.constexpr, TMA: tl.constexpr, FOLD_SCALES: tl.constexpr,
+):  # fmt: skip
+    """One BM x BN output tile: every K step's e4m3 dot, scaled, added in K order; stored."""
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
     m_m, m_n = o_m < M, o_n < N
@@ -94,6 +103,36 @@ def _fp8_prompt_kernel(
             b_acc += b_dot * b_xs[:, None] * b_ws[None, :]
     o_y = o_m[:, None] * N + o_n[None, :]
     tl.store(p_y + o_y, b_acc.to(p_y.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+
+
+@triton.jit
+def _fp8_prompt_kernel(
+    p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w,
+    M, N, K, num_k_blocks, stride_xs_k,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    SCALE_ROWS: tl.constexpr, IS_INTERPRETED: tl.constexpr, TMA: tl.constexpr,
+    FOLD_SCALES: tl.constexpr,
+):  # fmt: skip
+    i_m, i_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
+    _prompt_tile(p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w, i_m, i_n, M, N, K, num_k_blocks,
+                 stride_xs_k, BM, BN, BK, SCALE_ROWS, IS_INTERPRETED, TMA, FOLD_SCALES)  # fmt: skip
+
+
+@triton.jit
+def _fp8_prompt_persistent_kernel(
+    p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w,
+    M, N, K, num_k_blocks, stride_xs_k,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    SCALE_ROWS: tl.constexpr, IS_INTERPRETED: tl.constexpr, TMA: tl.constexpr,
+    FOLD_SCALES: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    for i_tile in tl.range(tl.program_id(0), num_m * num_n, NUM_PROGRAMS,
+                           warp_specialize=WARP_SPECIALIZE):  # fmt: skip
+        i_m, i_n = _grouped_tile(i_tile, num_m, num_n, GROUP_M)
+        _prompt_tile(p_x, p_xs, p_w, p_ws, p_y, desc_x, desc_w, i_m, i_n, M, N, K,
+                     num_k_blocks, stride_xs_k, BM, BN, BK, SCALE_ROWS, IS_INTERPRETED, TMA,
+                     FOLD_SCALES)  # fmt: skip
 
 
 def fp8_gemm_prompt(
@@ -128,7 +167,7 @@ def fp8_gemm_prompt(
     if x_fp8 is not None:
         check_fp8_activation("fp8_gemm_prompt", x, x_fp8)
     x_q, x_scale = x_fp8 if x_fp8 is not None else quantize_activation_fp8(x)
-    grid = (triton.cdiv(m, cfg.BM) * triton.cdiv(n, cfg.BN),)
+    num_tiles = triton.cdiv(m, cfg.BM) * triton.cdiv(n, cfg.BN)
     use_tma = (cfg.TMA and tma_device_error(x) is None
                and all(tma_aligned(t, k) for t in (x_q, weight)))  # fmt: skip
     descs = (x_q, weight)  # not read without TMA
@@ -137,12 +176,18 @@ def fp8_gemm_prompt(
             TensorDescriptor(x_q, [m, k], [k, 1], [cfg.BM, BLOCK]),
             TensorDescriptor(weight, [n, k], [k, 1], [cfg.BN, BLOCK]),
         )
-    _fp8_prompt_kernel[grid](
+    args = (
         x_q, x_scale, weight, weight_scale_inv, y, *descs,
         m, n, k, x_scale.shape[1], x_scale.stride(1),
-        BM=cfg.BM, BN=cfg.BN, BK=BLOCK, GROUP_M=cfg.GROUP_M, SCALE_ROWS=rows_per_scale,
-        IS_INTERPRETED=not x.is_cuda, TMA=use_tma,
-        FOLD_SCALES=cfg.FOLD_SCALES and rows_per_scale % cfg.BN == 0,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        cfg.BM, cfg.BN, BLOCK, cfg.GROUP_M, rows_per_scale, not x.is_cuda, use_tma,
+        cfg.FOLD_SCALES and rows_per_scale % cfg.BN == 0,
     )  # fmt: skip
+    if cfg.PERSISTENT:
+        programs = min(num_tiles, num_multiprocessors(x.device))
+        _fp8_prompt_persistent_kernel[(programs,)](
+            *args, programs, cfg.WARP_SPECIALIZE,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+    else:
+        _fp8_prompt_kernel[(num_tiles,)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
