@@ -2,10 +2,13 @@
 `batch_invariant(phase)`, their products against the prompt reference under the interpreter, and
 on the GPU a row's bits alone and among batches of every size and position."""
 
+import dataclasses
+
 import pytest
 import torch
 from sparkinfer.kernels.fp8_linear import (
     Fp8Activation,
+    fp8_gemm_swap_ab,
     fp8_kernel_for,
     fp8_linear,
     fp8_linear_prompt_ref,
@@ -13,8 +16,11 @@ from sparkinfer.kernels.fp8_linear import (
     quantize_activation_fp8,
     quantize_weight_fp8,
 )
-from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
-from sparkinfer.kernels.fp8_linear.invariant import INVARIANT_PROMPT_CONFIG, invariant_swap_ab_tile
+from sparkinfer.kernels.fp8_linear.invariant import (
+    INVARIANT_PROMPT_CONFIG,
+    decode_row_tile_for,
+    invariant_swap_ab_tile,
+)
 from sparkinfer.kernels.fp8_linear.tiles import swap_ab_tile
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.split_k import split_k_plan
@@ -38,7 +44,7 @@ def test_the_decode_tile_keeps_one_k_plan_for_every_row_count(n, k):
     for m in range(1, 260):
         tile = invariant_swap_ab_tile(m, n, k)
         assert split_k_plan(k, tile.SPLIT_K, 128) == plan
-        assert decode_row_tile(m) == tile.BM
+        assert decode_row_tile_for(m) == tile.BM
         assert not tile.DEPENDENT  # one launch order, nothing else changes the sums
 
 
@@ -111,6 +117,22 @@ def test_invariant_rows_do_not_depend_on_the_batch_on_gpu(phase, n, k):
                 assert torch.equal(part, full[start : start + m]), (phase, m, start)
     ref = fp8_linear_prompt_ref(x, w, s).float()
     torch.testing.assert_close(full.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "k"), [(16384, 5120), (5120, 17408)])
+def test_swap_ab_row_tiles_and_quantizers_give_a_row_the_same_bits_on_gpu(n, k):
+    """What the decode route's invariance rests on: 16-, 32- and 64-row tiles, x quantized in
+    registers or before the launch, each with the one K plan (if this fails, set
+    `invariant.DECODE_ROW_TILES = (16,)`)."""
+    w, s = _weight(n, k, 5, "cuda")
+    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    plan = invariant_swap_ab_tile(1, n, k)
+    first = fp8_gemm_swap_ab(x, w, s, plan)
+    for bm in (16, 32, 64):
+        for prequantize in (False, True):
+            tile = dataclasses.replace(plan, BM=bm, PREQUANTIZE=prequantize)
+            assert torch.equal(fp8_gemm_swap_ab(x, w, s, tile), first), (bm, prequantize)
 
 
 @pytest.mark.gpu

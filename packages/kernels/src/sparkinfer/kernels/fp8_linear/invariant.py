@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from sparkinfer.kernels.fp8_linear.decode import decode_row_tile
 from sparkinfer.kernels.fp8_linear.prompt import Fp8PromptConfig, fp8_gemm_prompt
 from sparkinfer.kernels.fp8_linear.ref import Fp8Activation
 from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS
@@ -36,12 +35,23 @@ from sparkinfer.kernels.linear.invariant import Phase
 INVARIANT_PROMPT_CONFIG = Fp8PromptConfig(num_stages=4, TMA=True, FOLD_SCALES=True)
 
 
+# Rows of x per decode program: the smallest tile holding the batch, the last beyond (64-row
+# tiles of one weight tile run side by side and share it in L2). The swap-AB route's own tiles;
+# (16,) would keep one MMA width for every batch.
+DECODE_ROW_TILES = (16, 32, 64)
+
+
+def decode_row_tile_for(m: int) -> int:
+    """Rows of x per program for a decode batch of M rows (`DECODE_ROW_TILES`)."""
+    return next((b for b in DECODE_ROW_TILES if m <= b), DECODE_ROW_TILES[-1])
+
+
 def invariant_swap_ab_tile(m: int, n: int, k: int) -> Fp8SwapAbConfig:
     """The swap-AB tile of a decode batch of M rows against an [N, K] weight: the table's tile
     for min(M, 64) rows in its row tile, with the one-row tile's K plan (the same for every M)."""
     plan = swap_ab_tile(1, n, k)
     tile = swap_ab_tile(min(m, DECODE_MAX_ROWS), n, k)
-    return dataclasses.replace(tile, BM=decode_row_tile(m), SPLIT_K=plan.SPLIT_K)
+    return dataclasses.replace(tile, BM=decode_row_tile_for(m), SPLIT_K=plan.SPLIT_K)
 
 
 def invariant_fp8_linear(
