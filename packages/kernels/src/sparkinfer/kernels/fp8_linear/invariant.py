@@ -6,11 +6,14 @@ row's products in an order fixed by the phase and the weight's shape alone:
 
 - "decode": the swap-AB GEMM (`swap_ab.py`, e4m3 tensor-core dots streaming the weight), with the
   K plan (SPLIT_K slices of whole 128-column steps, summed in slice order) of the tile table's
-  one-row tile for every M. The row tile (16, 32 or 64 rows, the smallest holding M; 64-row
-  tiles beyond) and whether x is quantized before the launch or in registers follow the table:
-  neither changes a row's sums (each row's e4m3 values and scale come from that row alone, by
-  the same rounding either way; a row's dot runs the same MMA k-steps whatever the tile's width;
-  GPU test `test_invariant_decode_rows_do_not_depend_on_the_batch_on_gpu`).
+  one-row tile for every M. The row tile (`DECODE_ROW_TILES`: 16, 32 or 64 rows, the smallest
+  holding M; 64-row tiles beyond) and whether x is quantized before the launch or in registers
+  follow the table: neither changes a row's sums (each row's e4m3 values and scale come from
+  that row alone, by the same rounding either way; a row's dot runs the same MMA k-steps
+  whatever the tile's width; GPU tests `test_swap_ab_row_tiles_and_quantizers_give_a_row_the_
+  same_bits_on_gpu`, `test_invariant_rows_do_not_depend_on_the_batch_on_gpu`). x is quantized
+  per token and 128-column group, as on the default route to 32 rows (the decode GEMM this
+  replaced read bf16 x).
 - "prefill": the prompt GEMM with one fixed tile (`INVARIANT_PROMPT_CONFIG`), no split-K, x
   quantized per row and group.
 
