@@ -82,8 +82,8 @@ def test_batch_invariant_bitwise(tiny_model, alone, num_concurrent):
 
 def test_deterministic_forwards_take_the_invariant_fp8_kernels_never_the_routes(tiny_model):
     """With `deterministic` every forward runs in its phase's batch-invariant mode: the FP8
-    dispatch takes the invariant decode or prompt GEMM at every row count (cuBLAS, whose
-    algorithm follows the shape, never); without it, the committed per-row-count routes."""
+    dispatch takes the invariant swap-AB (decode) or prompt GEMM at every row count (cuBLAS,
+    whose algorithm follows the shape, never); without it, the committed per-row-count routes."""
     from sparkinfer.kernels.fp8_linear import fp8_kernel_for, quantize_weight_fp8
 
     w, s = quantize_weight_fp8(torch.randn(256, 256))
@@ -94,7 +94,7 @@ def test_deterministic_forwards_take_the_invariant_fp8_kernels_never_the_routes(
             return [fp8_kernel_for(torch.randn(m, 256), w, s) for m in rows]
 
     deterministic = Runner(tiny_model, config(deterministic=True))
-    assert kernels(deterministic, is_decode=True) == ["decode"] * len(rows)
+    assert kernels(deterministic, is_decode=True) == ["swap_ab"] * len(rows)
     assert kernels(deterministic, is_decode=False) == ["prompt"] * len(rows)
     fastest = Runner(tiny_model, config())  # swap-AB to 32 rows; cuBLAS (a CPU x: prompt) beyond
     assert kernels(fastest, is_decode=True) == ["swap_ab", "swap_ab", "swap_ab", "prompt"]

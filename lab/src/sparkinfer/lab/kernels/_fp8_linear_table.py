@@ -3,7 +3,10 @@ summary per row count over the five projections with the fastest route per row b
 `FP8_ROUTES` literal), and the norm before the in-projections with and without its e4m3 output.
 
 A route's time at a projection whose input comes from a norm (`normed`) is its `+normq` variant
-where it has one (the swap-AB GEMM and cuBLAS read the norm's e4m3 x there, as the model runs).
+where it has one (the swap-AB GEMM, cuBLAS and the batch-invariant route read the norm's e4m3 x
+there, as the model runs). The summary also sums the deterministic mode's kernels: the FP8
+batch-invariant route (`invariant`), the one it replaced (`invariant_before`) and bf16's
+(`bf16_invariant`), so one run gives the route's before and after and its ratio to bf16.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from sparkinfer.lab.kernels._graph_timing import rotation_copies, time_graph
 Row = dict[str, Any]
 ROUTES = ("gemv", "decode", "swap_ab", "prompt", "cublas")  # the kernels `routes.py` names
 _CELL_IMPLS = ("gemv", "gemv_bits", "decode", "swap_ab", "swap_ab+normq", "swap_ab+normq+pdl",
-               "prompt", "cublas", "cublas+normq", "invariant", "bf16")  # fmt: skip
+               "prompt", "cublas", "cublas+normq", "invariant", "invariant+normq",
+               "invariant_before", "bf16", "bf16_invariant")  # fmt: skip
+INVARIANT_IMPLS = ("invariant", "invariant_before", "bf16_invariant")  # deterministic mode
 DECODE_ROWS = 64  # up to here a cell gives its fraction of the copy rate, beyond its TFLOP/s
 
 
@@ -45,6 +50,12 @@ def summary(table: list[Row], normed: frozenset[str], copy: float) -> list[Row]:
             times = [route_ms(r, kernel, r["op"] in normed) for r in rows]
             totals[kernel] = None if None in times else sum(t for t in times if t is not None)
         totals["bf16"] = sum(r["bf16"]["ms"] for r in rows)
+        for name in INVARIANT_IMPLS:
+            times = [route_ms(r, name, r["op"] in normed) for r in rows]
+            totals[name] = None if None in times else sum(t for t in times if t is not None)
+        inv, before, bf16_inv = (totals[k] for k in INVARIANT_IMPLS)
+        totals["invariant_vs_before"] = before / inv if inv and before else None
+        totals["invariant_vs_bf16_invariant"] = bf16_inv / inv if inv and bf16_inv else None
         picked = [route_ms(r, r["picked"], r["op"] in normed) for r in rows]
         totals["picked"] = None if None in picked else sum(t for t in picked if t is not None)
         timed = {k: totals[k] for k in ROUTES if totals[k] is not None}
@@ -167,6 +178,15 @@ def render(
              _x(t["best_vs_bf16"]), _ms(t["per_shape_best_ms"])] for t in totals]  # fmt: skip
     out += _grid(header, body)
     out += ["", "Fastest route per row bucket: " + routes_literal(totals), ""]
+    out += ["Deterministic mode, the five projections summed (ms; FP8 invariant route after a "
+            "norm: +normq):"]  # fmt: skip
+    header = ["M", "invariant", "invariant_before", "speed-up", "bf16_invariant",
+              "invariant/bf16_invariant"]  # fmt: skip
+    body = [[str(t["M"]), *[_ms(t[k]) for k in INVARIANT_IMPLS[:2]], _x(t["invariant_vs_before"]),
+             _ms(t["bf16_invariant"]), _x(t["invariant_vs_bf16_invariant"])]
+            for t in totals]  # fmt: skip
+    out += _grid(header, body)
+    out += [""]
     out += ["The norm before an in-projection (ms; hidden 5120, with the residual add):"]
     names = ["rms_norm", "fused norm+quantize", "norm, then quantize"]
     out += _grid(["M", *names], [[str(n["M"]), *[_ms(n[k]) for k in names]] for n in norms])

@@ -9,9 +9,12 @@ as the norm before an in-projection quantized it (`+normq`: `rms_norm_quantize_f
 the norm, timed apart), the latter swap-AB GEMM launched as a programmatic dependent that
 first asks L2 for its first two weight steps (`+pdl`, a candidate: `Fp8SwapAbConfig.DEPENDENT`,
 `PREFETCH`), the prompt GEMM, cuBLAS quantizing x per call, the batch-invariant kernel
-of the phase (deterministic mode) and bf16. The one table (`_fp8_linear_table`) gives each in ms
-beside its fraction of this run's copy rate (`of_copy`: the FP8 roofline, e4m3 weight plus scales
-plus x and y; bf16 over its own bytes) or, past 64 rows, its TFLOP/s; the fastest route; the
+of the phase (deterministic mode: decode to 64 rows, prefill beyond; `invariant`, and
+`invariant+normq` reading the norm's e4m3 x), the batch-invariant kernels it replaced
+(`invariant_before`: the decode GEMM in 16-row tiles, the prompt GEMM's pointer tile), bf16 and
+bf16's batch-invariant kernel (`bf16_invariant`). The one table (`_fp8_linear_table`) gives each
+in ms beside its fraction of this run's copy rate (`of_copy`: the FP8 roofline, e4m3 weight plus
+scales plus x and y; bf16 over its own bytes) or, past 64 rows, its TFLOP/s; the fastest route; the
 route `fp8_kernel_for` picks now; and FP8 over bf16. A summary sums the five projections per M
 and names the fastest route per row bucket, as an `FP8_ROUTES` literal; a last line lists the
 row counts cuBLAS takes unpadded. rel_err is
@@ -29,13 +32,15 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from sparkinfer.kernels.fp8_linear import (
     CUBLAS_ROW_MULTIPLE,
     Fp8Activation,
+    Fp8DecodeConfig,
+    Fp8PromptConfig,
     fp8_gemm_cublas,
     fp8_gemm_decode,
     fp8_gemm_prompt,
@@ -51,7 +56,7 @@ from sparkinfer.kernels.fp8_linear import (
 from sparkinfer.kernels.fp8_linear.dispatch import PROMPT_CONFIG
 from sparkinfer.kernels.fp8_linear.routes import DECODE_MAX_ROWS
 from sparkinfer.kernels.fp8_linear.tiles import decode_tile, gemv_tile, swap_ab_tile
-from sparkinfer.kernels.linear import batch_invariant, linear
+from sparkinfer.kernels.linear import batch_invariant, invariant_linear, linear
 from sparkinfer.kernels.rms_norm import rms_norm_quantize_fp8
 from sparkinfer.kernels.rms_norm.fused import MAX_COLUMNS as NORM_MAX_COLUMNS
 from sparkinfer.lab.kernels import KernelBenchArgs
@@ -74,6 +79,7 @@ PROBE_ROWS = (1, 2, 3, 4, 5, 8, 12, 16, 17, 24, 33)  # cuBLAS's acceptance, unpa
 REL_TOL = 1e-2
 
 Row = dict[str, Any]
+Phase = Literal["decode", "prefill"]
 Gemm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Fp8Activation], torch.Tensor]
 Ref = Callable[..., torch.Tensor]
 
@@ -89,9 +95,26 @@ class Impl:
     ref: Ref
 
 
+def _phase(m: int) -> Phase:
+    """The deterministic mode's phase the table times at M rows."""
+    return "decode" if m <= DECODE_MAX_ROWS else "prefill"
+
+
 def _invariant(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, _: Fp8Activation):
-    with batch_invariant("decode" if x.shape[0] <= DECODE_MAX_ROWS else "prefill"):
+    with batch_invariant(_phase(x.shape[0])):
         return fp8_linear(x, w, s)
+
+
+def _invariant_normq(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, q: Fp8Activation):
+    with batch_invariant(_phase(x.shape[0])):
+        return fp8_linear(x, w, s, x_fp8=q)
+
+
+def _invariant_before(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, _: Fp8Activation):
+    """The batch-invariant kernels before the swap-AB route and the descriptor prompt tile."""
+    if _phase(x.shape[0]) == "decode":
+        return fp8_gemm_decode(x, w, s, Fp8DecodeConfig(BM=16))
+    return fp8_gemm_prompt(x, w, s, Fp8PromptConfig())
 
 
 def impls(m: int, n: int, k: int) -> list[Impl]:
@@ -124,13 +147,16 @@ def impls(m: int, n: int, k: int) -> list[Impl]:
                     fp8_linear_prompt_ref))  # fmt: skip
     out.append(Impl("cublas+normq", "cublas", lambda x, w, s, q: fp8_gemm_cublas(x, w, s, x_fp8=q),
                     fp8_linear_prompt_ref))  # fmt: skip
-    inv_ref = fp8_linear_ref if m <= DECODE_MAX_ROWS else fp8_linear_prompt_ref
-    out.append(Impl("invariant", "", _invariant, inv_ref))
+    out.append(Impl("invariant", "", _invariant, fp8_linear_prompt_ref))
+    out.append(Impl("invariant+normq", "", _invariant_normq, fp8_linear_prompt_ref))
+    before_ref = fp8_linear_ref if m <= DECODE_MAX_ROWS else fp8_linear_prompt_ref
+    out.append(Impl("invariant_before", "", _invariant_before, before_ref))
     return out
 
 
 IMPLS = ("gemv", "gemv_bits", "decode", "swap_ab", "swap_ab+normq", "swap_ab+normq+pdl", "prompt",
-         "cublas", "cublas+normq", "invariant", "bf16")  # fmt: skip
+         "cublas", "cublas+normq", "invariant", "invariant+normq", "invariant_before", "bf16",
+         "bf16_invariant")  # fmt: skip
 
 
 def fp8_bytes(m: int, n: int, k: int) -> int:
@@ -181,6 +207,10 @@ def _bench_shape_rows(op: str, m: int, n: int, k: int, w16s, weights, copy: floa
         row[impl.name] = {**fig, "rel_err": err, "ok": err <= REL_TOL, "kernel": impl.kernel}
     t = time_graph([lambda w=w: linear(x, w) for w in w16s], warmup=args.warmup, iters=args.iters)
     row["bf16"] = _figures(m, n, k, t.median_ms, copy, is_bf16=True)
+    phase: Phase = _phase(m)
+    t = time_graph([lambda w=w: invariant_linear(x, w, phase) for w in w16s], warmup=args.warmup,
+                   iters=args.iters)  # fmt: skip
+    row["bf16_invariant"] = _figures(m, n, k, t.median_ms, copy, is_bf16=True)
     return row
 
 

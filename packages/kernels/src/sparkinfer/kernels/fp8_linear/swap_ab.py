@@ -10,7 +10,8 @@ in registers, each program its step's tile (no second launch; the work grows wit
 PREQUANTIZE once by `quantize.quantize_activation_fp8` before the launch, or taken as the norm
 before it quantized it (`x_fp8`). Each step's dot is
 scaled by the weight rows' block scales and x's group scales in fp32. SPLIT_K cuts K into
-slices summed by the last slice to finish (`_split_k`, deterministic). Under the CPU
+slices summed by the last slice to finish (`_split_k`, deterministic). The row tiles of one
+weight tile are neighbouring programs, so past BM rows they read its bytes from L2. Under the CPU
 interpreter the dot runs on fp32 copies of the e4m3 values (exact there), rounded on the bits
 (`quantize.round_to_e4m3`).
 """
@@ -65,7 +66,7 @@ def _fp8_swap_ab_kernel(
     FP8_LIMIT: tl.constexpr, SPLIT_K: tl.constexpr, X_QUANTIZED: tl.constexpr,
     IS_INTERPRETED: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    i_n, i_m, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_m, i_n, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)  # row tiles fastest
     o_n = i_n.to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)
     o_m = i_m.to(tl.int64) * BM + tl.arange(0, BM).to(tl.int64)
     m_n, m_m = o_n < N, o_m < M
@@ -102,7 +103,7 @@ def _fp8_swap_ab_kernel(
         b_acc += b_dot * b_ws[:, None] * b_xs[None, :]
     o_y = o_m[None, :] * N + o_n[:, None]
     m_y = m_n[:, None] & m_m[None, :]
-    i_tile = i_m * tl.num_programs(0) + i_n
+    i_tile = i_n * tl.num_programs(0) + i_m
     store_or_reduce(p_y, p_part, p_arrived, b_acc, o_y, m_y, i_tile, i_k, M * N, SPLIT_K)
 
 
@@ -147,7 +148,7 @@ def fp8_gemm_swap_ab(
         raise ValueError(f"fp8_gemm_swap_ab: PREFETCH is {cfg.PREFETCH}; use 0 or a power of 2")
     pdl = cfg.DEPENDENT and dependent_launch(x)
     num_slices, k_per_split = split_k_plan(k, cfg.SPLIT_K, BLOCK)
-    grid = (triton.cdiv(n, cfg.BN), triton.cdiv(m, bm), num_slices)
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, cfg.BN), num_slices)
     part, arrived = split_k_buffers("fp8_gemm_swap_ab", y, num_slices, grid[0] * grid[1])
     _fp8_swap_ab_kernel[grid](
         x_in, x_scale, weight, weight_scale_inv, y, part, arrived,
