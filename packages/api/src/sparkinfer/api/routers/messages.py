@@ -17,11 +17,11 @@ from sparkinfer.api.anthropic_errors import anthropic_sse_error
 from sparkinfer.api.conversation import (
     Turn,
     count_prompt_tokens,
-    parse_body,
     run_turn,
     start_turn,
     turn_steps,
 )
+from sparkinfer.api.conversation_value import parse_body
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
