@@ -113,8 +113,8 @@ def chat_options(conv: Conversation, thinking: ThinkingControls) -> ChatOptions:
 
 
 def schema_limits(state: ServerState) -> SchemaLimits:
-    settings = state.settings
-    return SchemaLimits(max_values=settings.max_schema_nodes, max_bytes=settings.max_schema_bytes)
+    limits = state.config.requests
+    return SchemaLimits(max_values=limits.max_schema_nodes, max_bytes=limits.max_schema_bytes)
 
 
 def chat_prompt_ids(
@@ -204,7 +204,7 @@ async def _auto_tools(
         is_thinking=thinking.is_enabled,
         reasoning_budget=thinking.budget,
     )
-    timeout_s = state.settings.grammar_compile_timeout_s
+    timeout_s = state.config.requests.grammar_compile_timeout_s
     try:
         return await state.grammars.compile_isolated(tag, client=client, timeout_s=timeout_s)
     except (UnsupportedSchema, GrammarTimeout) as exc:
@@ -221,7 +221,7 @@ async def _compile(
 ) -> Any:
     """Compile a grammar built from the client's schema (in a process stopped at the deadline);
     one xgrammar refuses is `param`'s fault."""
-    timeout_s = state.settings.grammar_compile_timeout_s
+    timeout_s = state.config.requests.grammar_compile_timeout_s
     try:
         return await state.grammars.compile_isolated(tag, client=client, timeout_s=timeout_s)
     except UnsupportedSchema as exc:

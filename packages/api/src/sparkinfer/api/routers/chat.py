@@ -78,7 +78,7 @@ async def create_chat_completion(
     return sse_response(
         _chunks(state, turns, rid=rid, created=created),
         rid,
-        keep_alive_s=state.settings.keep_alive_s,
+        keep_alive_s=state.config.requests.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
     )
 

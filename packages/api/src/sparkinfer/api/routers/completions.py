@@ -196,7 +196,7 @@ async def create_completion(
     return sse_response(
         _chunks(comp, state, choices, prompts, rid=rid, created=created, echoes=echoes),
         rid,
-        keep_alive_s=state.settings.keep_alive_s,
+        keep_alive_s=state.config.requests.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
     )
 

@@ -63,7 +63,7 @@ async def create_message(
         return message_response(whole, rid, state.model_id)
     events = _events(turn, rid, state.model_id)
     return StreamingResponse(
-        _with_pings(events, state.settings.keep_alive_s),
+        _with_pings(events, state.config.requests.keep_alive_s),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )

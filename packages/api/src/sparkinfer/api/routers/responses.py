@@ -182,7 +182,7 @@ async def create_response(
     builder = ResponseEvents(tool_namespaces(body))
     events = _events(turn, state, base, saver, builder)
     return StreamingResponse(
-        with_keep_alive(events, state.settings.keep_alive_s),
+        with_keep_alive(events, state.config.requests.keep_alive_s),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
