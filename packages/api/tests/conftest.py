@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from sparkinfer.api.main import create_app
-from sparkinfer.api.settings import load_settings
+from sparkinfer.api.settings import load_settings, server_config
 from sparkinfer.model.embedded import RANDOM_MODEL_ID
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ class RunningServer:
 def serve(**overrides: Any) -> Iterator[RunningServer]:
     """Start the server (embedded model, random weights) in a thread; stop it on exit."""
     settings = load_settings({"max_model_len": 1024, "keep_alive_s": 0.2, **overrides}, environ={})
-    app = create_app(settings)
+    app = create_app(server_config(settings))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -15,6 +15,7 @@ import pytest
 import torch
 import xgrammar as xgr
 from sparkinfer.api.chat_output import ChatOutput
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.grammar import GrammarCompiler, auto_tool_grammar
 from sparkinfer.api.schemas.chat import ChatCompletionRequest
 from sparkinfer.api.tools import ToolSet, check_tools
@@ -106,7 +107,7 @@ def test_every_call_written_under_auto_parses_and_validates(
     req = ChatCompletionRequest.model_validate(
         {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
     )
-    toolset = check_tools(req)
+    toolset = check_tools(Conversation.of(req))
     assert isinstance(toolset, ToolSet)
     tag = auto_tool_grammar(
         [(t.function.name, t.function.parameters) for t in toolset.tools],

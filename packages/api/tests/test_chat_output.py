@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from sparkinfer.api.chat_output import ChatOutput, InvalidStructuredOutput
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.schemas.chat import ChatCompletionRequest
 from sparkinfer.api.tools import check_tools
 
@@ -33,7 +34,7 @@ def _auto_output() -> ChatOutput:
     return ChatOutput(
         is_thinking=False,
         is_reasoning_excluded=False,
-        tools=check_tools(req),
+        tools=check_tools(Conversation.of(req)),
         is_tool_call_forced=False,
         response_schema=None,
     )

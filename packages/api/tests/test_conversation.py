@@ -7,7 +7,7 @@ import anthropic
 import openai
 import pytest
 from pydantic import BaseModel
-from sparkinfer.api.conversation import internal_request, parse_body, remap_error
+from sparkinfer.api.conversation_value import internal_request, parse_body, remap_error
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.schemas.messages import MessagesRequest
 from sparkinfer.model.embedded import EMBEDDED_MODEL_ID

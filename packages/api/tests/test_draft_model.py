@@ -13,7 +13,7 @@ import pytest
 import torch
 from sparkinfer.api.draft_model import check_draft_model, load_draft_model
 from sparkinfer.api.main import main
-from sparkinfer.api.settings import SettingsError, load_settings
+from sparkinfer.api.settings import SettingsError, load_settings, server_config
 from sparkinfer.model import embedded
 from sparkinfer.model.weights import load_model
 
@@ -35,19 +35,19 @@ def _drafter(tmp_path: Path, **change) -> Path:
 
 def test_a_drafter_for_the_embedded_model_loads(tmp_path: Path) -> None:
     settings = load_settings({"draft_model": str(_drafter(tmp_path))}, environ={})
-    config = check_draft_model(settings)
+    config = check_draft_model(server_config(settings))
     assert config is not None and config.num_drafts == 15
     model = load_model(
         embedded.embedded_checkpoint_dir(), device="cpu", dtype=torch.float32, progress=False
     )
-    drafter = load_draft_model(settings, model)
+    drafter = load_draft_model(server_config(settings), model)
     assert drafter is not None and model.tap_layers == config.target_layer_ids
 
 
 def test_without_the_setting_nothing_is_checked_or_loaded() -> None:
     settings = load_settings({}, environ={})
-    assert check_draft_model(settings) is None
-    assert load_draft_model(settings, None) is None  # type: ignore[arg-type]
+    assert check_draft_model(server_config(settings)) is None
+    assert load_draft_model(server_config(settings), None) is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_a_missing_tensor_is_named(tmp_path: Path) -> None:
         embedded.embedded_checkpoint_dir(), device="cpu", dtype=torch.float32, progress=False
     )
     with pytest.raises(SettingsError, match=r"--draft-model .*lacks \['norm.weight'\]"):
-        load_draft_model(settings, model)
+        load_draft_model(server_config(settings), model)
 
 
 def test_tensor_parallel_is_refused(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_tensor_parallel_is_refused(tmp_path: Path) -> None:
         {"draft_model": str(_drafter(tmp_path)), "tensor_parallel_size": 2}, environ={}
     )
     with pytest.raises(SettingsError, match="one GPU for now"):
-        check_draft_model(settings)
+        check_draft_model(server_config(settings))
 
 
 def test_the_engine_drafts_with_the_loaded_drafter_and_says_so(
@@ -106,7 +106,7 @@ def test_the_engine_drafts_with_the_loaded_drafter_and_says_so(
 
     settings = load_settings({"draft_model": str(_drafter(tmp_path)), "device": "cpu"}, environ={})
     with caplog.at_level(logging.INFO):
-        state = build_state(settings)
+        state = build_state(server_config(settings))
     try:
         runner = state.engine.engine.runner
         assert isinstance(runner.speculative.drafter, DraftModelDrafter)  # type: ignore[attr-defined]
@@ -128,4 +128,4 @@ def test_a_speculative_method_that_does_not_fit_the_draft_model_is_refused(
 ) -> None:
     settings = load_settings({"draft_model": str(_drafter(tmp_path)), **values}, environ={})
     with pytest.raises(SettingsError, match=message):
-        check_draft_model(settings)
+        check_draft_model(server_config(settings))

@@ -94,7 +94,7 @@ def test_bad_block_size_is_one_clear_line_before_anything_loads(
     from sparkinfer.api import main as main_module
 
     device = torch.device("cuda" if is_cuda else "cpu")
-    monkeypatch.setattr(main_module, "_device", lambda settings: device)
+    monkeypatch.setattr(main_module, "_device", lambda loading: device)
     monkeypatch.setattr(main_module, "build_server", pytest.fail)  # never reached
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -121,10 +121,10 @@ def test_start_up_logs_the_warm_up_and_draws_no_progress_bars_into_a_log(
     """stderr is not a terminal here: no carriage-return bars, a line before and after the
     engine's warm-up."""
     from sparkinfer.api.main import build_state
-    from sparkinfer.api.settings import load_settings
+    from sparkinfer.api.settings import load_settings, server_config
 
     with caplog.at_level(logging.INFO, logger="sparkinfer.api"):
-        state = build_state(load_settings({"device": "cpu", "max_model_len": 1024}))
+        state = build_state(server_config(load_settings({"device": "cpu", "max_model_len": 1024})))
     state.engine.shutdown()
     assert "\r" not in capsys.readouterr().err
     messages = [record.getMessage() for record in caplog.records]

@@ -39,27 +39,26 @@ def test_blocks_map_to_chat_messages() -> None:
             stop_sequences=["END"],
         )
     )
-    req = conv.request
-    assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool", "user"]
-    assistant = req.messages[2]
+    assert [m.role for m in conv.messages] == ["system", "user", "assistant", "tool", "user"]
+    assistant = conv.messages[2]
     assert assistant.reasoning_content == "Use the tool."
     assert assistant.tool_calls is not None and assistant.tool_calls[0].function.arguments == {
         "city": "Rome"
     }
-    assert req.messages[3].tool_call_id == "t1" and req.messages[3].content == "18 C"
-    assert (req.tool_choice, req.parallel_tool_calls) == ("required", False)
-    assert req.enable_thinking and req.reasoning is not None and req.reasoning.max_tokens == 8
-    assert req.stop_strings == ["END"] and req.max_tokens == 16
+    assert conv.messages[3].tool_call_id == "t1" and conv.messages[3].content == "18 C"
+    assert (conv.tool_choice, conv.is_parallel_tool_calls) == ("required", False)
+    assert conv.thinking.is_enabled and conv.thinking.budget == 8
+    assert conv.sampling.stop_strings == ("END",) and conv.limits.max_tokens == 16
     assert ("messages[4]", "messages[2]") in conv.paths
 
 
 def test_thinking_is_off_unless_asked() -> None:
-    req = to_conversation(_req(messages=[{"role": "user", "content": "Hi"}])).request
-    assert req.enable_thinking is False
-    req = to_conversation(
+    conv = to_conversation(_req(messages=[{"role": "user", "content": "Hi"}]))
+    assert conv.thinking.is_enabled is False
+    conv = to_conversation(
         _req(messages=[{"role": "user", "content": "Hi"}], thinking={"type": "adaptive"})
-    ).request
-    assert req.enable_thinking is True
+    )
+    assert conv.thinking.is_enabled is True
 
 
 def test_images_become_data_urls_and_url_sources_are_refused() -> None:
@@ -67,8 +66,8 @@ def test_images_become_data_urls_and_url_sources_are_refused() -> None:
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
     }
-    req = to_conversation(_req(messages=[{"role": "user", "content": [image]}])).request
-    content = req.messages[0].content
+    conv = to_conversation(_req(messages=[{"role": "user", "content": [image]}]))
+    content = conv.messages[0].content
     assert isinstance(content, list) and content[0].type == "image_url"
     url = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
     with pytest.raises(InvalidMedia) as err:
@@ -81,5 +80,5 @@ def test_server_tools_are_refused_and_a_final_assistant_turn_is_a_prefill() -> N
     with pytest.raises(InvalidRequest, match=r"tools\[0\]\.type"):
         to_conversation(_req(messages=user, tools=[{"type": "web_search_20250305", "name": "s"}]))
     prefilled = to_conversation(_req(messages=[*user, {"role": "assistant", "content": "Sure"}]))
-    assert prefilled.request.continue_final_message
-    assert not to_conversation(_req(messages=user)).request.continue_final_message
+    assert prefilled.is_continued
+    assert not to_conversation(_req(messages=user)).is_continued

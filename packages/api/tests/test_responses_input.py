@@ -34,12 +34,12 @@ def test_items_map_to_chat_messages() -> None:
         text={"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
     )
     conv = to_conversation(req, history)
-    msgs = conv.request.messages
+    msgs = conv.messages
     assert [m.role for m in msgs] == ["system", "user", "assistant", "tool", "user"]
     assert msgs[0].content == "Be brief."
     assert msgs[2].reasoning_content == "Tool." and msgs[2].tool_calls is not None
     assert msgs[3].tool_call_id == "c1"
-    assert conv.request.max_tokens == 9 and conv.request.response_format is not None
+    assert conv.limits.max_tokens == 9 and conv.response_format is not None
     assert ("messages[1]", "previous_response_id") in conv.paths
     assert ("messages[4]", "input[1]") in conv.paths
 
@@ -50,7 +50,7 @@ def test_system_items_stay_in_place_after_the_instructions() -> None:
         instructions="A",
         input=[{"role": "developer", "content": "B"}, {"role": "user", "content": "Hi"}],
     )
-    msgs = to_conversation(req, []).request.messages
+    msgs = to_conversation(req, []).messages
     assert [(m.role, m.content) for m in msgs] == [
         ("system", "A"), ("system", "B"), ("user", "Hi")
     ]  # fmt: skip
@@ -98,8 +98,8 @@ def test_namespaces_are_flattened_and_hosted_tools_left_out() -> None:
         ],
     )
     conv = to_conversation(req, [])
-    assert [t.function.name for t in conv.request.tools or []] == ["agents.close", "run"]
+    assert [t.function.name for t in conv.tools] == ["agents.close", "run"]
     assert ("tools[0].function", "tools[1].tools[0]") in conv.paths
-    calls = conv.request.messages[1].tool_calls or []
+    calls = conv.messages[1].tool_calls or []
     assert calls[0].function.name == "agents.close"
     assert tool_namespaces(req) == frozenset({"agents"})

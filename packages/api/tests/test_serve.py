@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sparkinfer.api.main import create_app
 from sparkinfer.api.serve import build_server
-from sparkinfer.api.settings import load_settings
+from sparkinfer.api.settings import load_settings, server_config
 
 
 def _free_port() -> int:
@@ -32,7 +32,8 @@ def base_url() -> Iterator[str]:
         {"max_model_len": 256, "port": port, "header_read_timeout_s": 0.5, "log_level": "warning"},
         environ={},
     )
-    server = build_server(create_app(settings), settings)
+    config = server_config(settings)
+    server = build_server(create_app(config), config.listen)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120

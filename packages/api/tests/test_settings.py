@@ -18,6 +18,7 @@ from sparkinfer.api.settings import (
     media_limits,
     parse_args,
     scheduler_config,
+    server_config,
 )
 from sparkinfer.kernels.linear.shape_table import ShapeTable
 from sparkinfer.multimodal import MediaLimits, VideoSampling
@@ -206,3 +207,29 @@ def test_media_limits_are_declared_once_in_media_limits() -> None:
         VideoSampling.fps,
         VideoSampling.max_frames,
     )
+
+
+def test_settings_build_one_frozen_server_config_tree() -> None:
+    """Each branch of the tree carries its settings; the tree and its branches are frozen."""
+    s = load_settings(
+        {
+            "keep_alive_s": 3.0,
+            "max_stored_responses": 7,
+            "video_max_frames": 8,
+            "block_size": 128,
+            "max_body_bytes": 4096,
+            "port": 0,
+            "mrope": False,
+            "data_dir": "/tmp/x",
+        },
+        environ={},
+    )
+    config = server_config(s)
+    assert config.requests.keep_alive_s == 3.0
+    assert config.store.limits.max_responses == 7 and str(config.store.data_dir) == "/tmp/x"
+    assert config.media.video.max_frames == 8 and not config.media.use_mrope
+    assert config.engine == scheduler_config(s) and config.engine.block_size == 128
+    assert config.edge.max_body_bytes == 4096 and not config.edge.api_keys
+    assert config.listen.port == 0 and config.model.model is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.requests.keep_alive_s = 1.0  # type: ignore[misc]

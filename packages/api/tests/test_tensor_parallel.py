@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from sparkinfer.api.settings import SettingsError, load_settings
-from sparkinfer.api.tensor_parallel import check_settings
+from sparkinfer.api.settings import SettingsError, load_settings, server_config
+from sparkinfer.api.tensor_parallel import check_config
 
 START_S = 180
 
@@ -77,6 +77,6 @@ def test_two_ranks_serve_and_a_dead_rank_stops_the_server() -> None:
 def test_what_tensor_parallel_cannot_serve_stops_start_up() -> None:
     settings = load_settings({"tensor_parallel_size": 2, "speculative": "ngram"}, environ={})
     with pytest.raises(SettingsError, match="--speculative"):
-        check_settings(settings, torch.device("cpu"))
+        check_config(server_config(settings), torch.device("cpu"))
     auto = load_settings({"tensor_parallel_size": 2}, environ={})  # speculative auto: plain there
-    check_settings(auto, torch.device("cpu"))
+    check_config(server_config(auto), torch.device("cpu"))

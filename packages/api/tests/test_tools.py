@@ -3,16 +3,18 @@
 from typing import Any
 
 import pytest
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
 from sparkinfer.api.schemas.chat import ChatCompletionRequest
 from sparkinfer.api.tools import check_tools
 
 
-def _req(parameters: Any, **extra: Any) -> ChatCompletionRequest:
+def _req(parameters: Any, **extra: Any) -> Conversation:
     tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
-    return ChatCompletionRequest.model_validate(
+    req = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [tool], **extra}
     )
+    return Conversation.of(req)
 
 
 OBJ = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

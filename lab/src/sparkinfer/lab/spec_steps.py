@@ -125,12 +125,12 @@ def main() -> None:
         adaptive=True, deterministic=args.deterministic, enforce_eager=False, seed=0,
     )  # fmt: skip
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a smoke run
-    model, tokenizer = spec_bench._model(bench_args, device)  # pyright: ignore[reportPrivateUsage]
-    base = spec_bench._base_config(bench_args)  # pyright: ignore[reportPrivateUsage]
+    model, tokenizer = spec_bench.spec_model(bench_args, device)
+    base = spec_bench.base_config(bench_args)
     undo = [_wrap(*w) for w in _WRAPPED]
     try:
         for batch in bench_args.concurrency:
-            prompts = spec_bench._prompts(bench_args, batch, tokenizer)  # pyright: ignore[reportPrivateUsage]
+            prompts = spec_bench.spec_prompts(bench_args, batch, tokenizer)
             for drafter in args.drafters.split(","):
                 cfg = replace(
                     base, speculative=drafter, num_speculative_tokens=args.num_speculative_tokens

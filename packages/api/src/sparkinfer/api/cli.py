@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from sparkinfer.api.settings import Settings, SettingsError, parse_args
+from sparkinfer.api.server_config import ListenConfig
+from sparkinfer.api.settings import SettingsError, parse_args, server_config
 
 _PORT_ADVICE = {
     errno.EADDRINUSE: "another process listens there: stop it or pass another --port",
@@ -23,14 +24,14 @@ _PORT_ADVICE = {
 }
 
 
-def bind_port(settings: Settings) -> socket.socket:
-    """A socket bound to the settings' host and port, not yet listening (connections are refused
+def bind_port(listen: ListenConfig) -> socket.socket:
+    """A socket bound to the config's host and port, not yet listening (connections are refused
     until the server starts). Raises SettingsError saying what to do when the port is taken,
     not allowed, or the host is not this machine's."""
-    where = f"{settings.host}:{settings.port}"
+    where = f"{listen.host}:{listen.port}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as exc:
         raise SettingsError(
@@ -58,13 +59,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse flags and SPARKINFER_* settings, bind the port, load the model, then serve."""
     try:
         settings, _ = parse_args(argv)
-        sock = bind_port(settings)
+        config = server_config(settings)  # the one frozen tree, handed down whole
+        sock = bind_port(config.listen)
     except SettingsError as exc:
         _fail(exc)
     with sock:
         from sparkinfer.api import main as server  # torch, the model, the engine: seconds
 
         try:
-            server.serve(settings, sock)
+            server.serve(config, sock)
         except server.STARTUP_ERRORS as exc:
             _fail(exc)

@@ -1,44 +1,35 @@
 """The one conversation core behind chat completions, Anthropic Messages and OpenAI Responses.
 
-Each protocol is a thin adapter: it turns its body into a `Conversation` (the internal
-conversation, in the chat-completions shape that the template, the tool checks and the grammar
-take), starts it here, and maps the one output parser's deltas (`ChatOutput`: reasoning split,
-tool calls, JSON) to its own events. A fix in the core is a fix in all three.
-
-Errors raised while the conversation is prepared name internal fields (`messages[3]`,
-`tools[0].function.parameters`); `Conversation.paths` maps them back to the protocol's own
-fields (`messages[2].content[1]`, `tools[0].input_schema`), so every 400 names what the client
-sent.
+Each protocol is a thin adapter: it turns its body into a `Conversation` once at its edge
+(`conversation_value`), starts it here, and maps the one output parser's deltas (`ChatOutput`:
+reasoning split, tool calls, JSON) to its own events. A fix in the core is a fix in all three.
+Errors raised here name internal fields; `Conversation.remap` renames them to the protocol's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
 
-import pydantic
 from sparkinfer.api.chat_output import ChatOutput, ReasoningTokenCounter, to_chat_logprobs
 from sparkinfer.api.chat_request import (
     PreparedChat,
-    ThinkingControls,
-    chat_prompt_ids,
+    chat_options,
+    conversation_prompt_ids,
     prepare_chat,
-    resolve_thinking,
     schema_limits,
     with_processor,
 )
 from sparkinfer.api.content_logprobs import ContentLogprobs
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.dependencies import ServerState
-from sparkinfer.api.errors import ApiError, InternalError, InvalidRequest, to_api_error
+from sparkinfer.api.errors import InternalError, to_api_error
 from sparkinfer.api.generation import ChoiceJob, Choices, start_choices
 from sparkinfer.api.media import load_media, media_parts
 from sparkinfer.api.request_ids import engine_request_id
-from sparkinfer.api.sampling import Sampling, build_params
-from sparkinfer.api.schemas.chat import ChatCompletionRequest, ChoiceDelta, NamedToolChoice
+from sparkinfer.api.sampling import build_params
+from sparkinfer.api.schemas.chat import ChoiceDelta
 from sparkinfer.api.schemas.common import TokenLogprobEntry, Usage
 from sparkinfer.api.tools import (
     check_response_format_schema,
@@ -46,81 +37,16 @@ from sparkinfer.api.tools import (
     check_tools,
 )
 from sparkinfer.api.usage import make_usage
-from sparkinfer.model.chat_template import ChatOptions
 from sparkinfer.scheduler.request import TokenLogprob
 from starlette.concurrency import run_in_threadpool
 
-M = TypeVar("M", bound=pydantic.BaseModel)
 
-
-@dataclass(frozen=True)
-class AnswerLimits:
-    """How many answers a conversation asks for, and how long, read once at the edge."""
-
-    n: int = 1
-    max_tokens: int | None = None  # None: up to the context window
-    logprobs: int | None = None  # top logprobs per content token (0: the sampled one); None: off
-    # A max_tokens beyond the room the prompt leaves is lowered to that room instead of refused
-    # (Anthropic's behaviour: clients send their own model's output limit).
-    is_fit_to_context: bool = False
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A request of any protocol, built once at its edge: the internal conversation (messages,
-    tools, output format, thinking controls), its sampling, its limits, and where its fields
-    came from. Build it with `Conversation.of`."""
-
-    request: ChatCompletionRequest
-    sampling: Sampling
-    limits: AnswerLimits
-    thinking: ThinkingControls  # resolved once (enable_thinking > reasoning > effort > kwargs)
-    # (internal field, protocol field) pairs; the longest internal prefix of a param wins.
-    paths: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def of(
-        cls,
-        request: ChatCompletionRequest,
-        paths: Sequence[tuple[str, str]] = (),
-        *,
-        is_fit_to_context: bool = False,
-    ) -> Conversation:
-        logprobs = (request.top_logprobs or 0) if request.logprobs else None
-        limits = AnswerLimits(request.n, request.output_limit, logprobs, is_fit_to_context)
-        thinking = resolve_thinking(request)
-        return cls(request, Sampling.of(request), limits, thinking, tuple(paths))
-
-    def remap(self, err: ApiError) -> ApiError:
-        """`err` with its param and message naming the protocol's fields."""
-        return remap_error(err, self.paths)
-
-
-def remap_error(err: ApiError, paths: Sequence[tuple[str, str]]) -> ApiError:
-    """`err` renamed by `paths` ((internal field, protocol field); the longest prefix wins)."""
-    if err.param is None:
-        return err
-    param = err.param
-    best = max((p for p in paths if _is_prefix(p[0], param)), key=lambda p: len(p[0]), default=None)
-    if best is None:
-        return err
-    inner, outer = best
-    err.param = outer + param[len(inner) :]
-    err.message = re.sub(r"(?<!\w)" + re.escape(inner) + r"(?!\w)", outer, err.message)
-    err.args = (err.message,)
-    return err
-
-
-def _is_prefix(prefix: str, param: str) -> bool:
-    return param == prefix or param.startswith((prefix + ".", prefix + "["))
-
-
-def output_parser(req: ChatCompletionRequest, prep: PreparedChat) -> ChatOutput:
-    """A fresh output parser for one answer of `req` (the same for every protocol)."""
+def output_parser(conv: Conversation, prep: PreparedChat) -> ChatOutput:
+    """A fresh output parser for one answer of `conv` (the same for every protocol)."""
     return ChatOutput(
         is_thinking=prep.thinking.is_enabled,
         is_reasoning_excluded=prep.thinking.is_excluded,
-        tools=prep.tools if req.tool_choice != "none" else None,
+        tools=prep.tools if conv.tool_choice != "none" else None,
         is_tool_call_forced=prep.is_tool_call_forced,
         response_schema=prep.response_schema,
     )
@@ -183,15 +109,13 @@ async def start_turns(
 ) -> list[Turn]:
     """Check and render the conversation once, then queue its `n` answers, one engine choice
     each (errors name the protocol's fields; nothing is queued when one is raised)."""
-    req, limits = conv.request, conv.limits
+    limits = conv.limits
     checked_limit = None if limits.is_fit_to_context else limits.max_tokens
     try:
-        check_response_format_stops(req)
-        parts = media_parts(req.messages, has_vision=state.media is not None)
+        check_response_format_stops(conv)
+        parts = media_parts(conv.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        prep = await prepare_chat(
-            req, state, media, thinking=conv.thinking, max_tokens=checked_limit, client=client
-        )
+        prep = await prepare_chat(conv, state, media, max_tokens=checked_limit, client=client)
     except Exception as exc:
         raise _mapped(conv, exc) from None
     max_tokens = limits.max_tokens
@@ -243,9 +167,8 @@ def _turn(
 ) -> Turn:
     """Answer `index` with fresh parsers (the same for every protocol)."""
     is_thinking = prep.thinking.is_enabled
-    req = conv.request
     return Turn(
-        conv, prep, output_parser(req, prep), choices, len(prep.prompt_token_ids), index,
+        conv, prep, output_parser(conv, prep), choices, len(prep.prompt_token_ids), index,
         is_context_bound=is_context_bound,
         reasoning_tokens=ReasoningTokenCounter(state.tokenizer, is_thinking=is_thinking),
         content_logprobs=(
@@ -317,91 +240,14 @@ async def run_turn(turn: Turn) -> Turn:
 
 async def count_prompt_tokens(conv: Conversation, state: ServerState) -> int:
     """The conversation's prompt length as it would be queued (media expanded), nothing queued."""
-    req = conv.request
     try:
-        check_tools(req, limits=schema_limits(state))
-        check_response_format_schema(req, limits=schema_limits(state))
-        parts = media_parts(req.messages, has_vision=state.media is not None)
+        check_tools(conv, limits=schema_limits(state))
+        check_response_format_schema(conv, limits=schema_limits(state))
+        parts = media_parts(conv.messages, has_vision=state.media is not None)
         media = await load_media(parts, state.media) if parts and state.media else []
-        thinking = conv.thinking
-        options = ChatOptions(enable_thinking=thinking.is_enabled, reasoning_effort=thinking.effort)
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         ids, _ = await run_in_threadpool(
-            functools.partial(chat_prompt_ids, is_continued=req.continue_final_message),
-            state, req.messages, tools, options, media,
-        )  # fmt: skip
+            conversation_prompt_ids, state, conv, chat_options(conv, conv.thinking), media
+        )
     except Exception as exc:
         raise _mapped(conv, exc) from None
     return len(ids)
-
-
-def is_forced(req: ChatCompletionRequest) -> bool:
-    """tool_choice required or named: only calls may come out."""
-    return req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
-
-
-def parse_body(model: type[M], data: Any) -> M:
-    """`data` as `model`; a 400 naming the first bad field as the client wrote it."""
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise body_error(exc, data) from None
-
-
-def body_error(exc: pydantic.ValidationError, data: Any) -> InvalidRequest:
-    """A validation error as a 400 naming its field (union tags left out of the path)."""
-    # A union's branches each report an error; the one that got deepest into the body is the
-    # one the client meant (a list of blocks, not the string it could also have been).
-    errors = exc.errors()
-    paths = [_path_in(data, e.get("loc", ())) for e in errors]
-    deepest = max(range(len(errors)), key=lambda i: (len(paths[i]), -i))
-    first, param = errors[deepest], paths[deepest]
-    kind = first.get("type")
-    if kind == "missing":
-        return InvalidRequest(f"{param} is required", param=param or None)
-    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    value = first.get("input")
-    shown = (
-        repr(value) if not isinstance(value, dict | list) else type(cast(object, value)).__name__
-    )
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    where = param or "the request body"
-    return InvalidRequest(f"{where}: {msg} (got {shown})", param=param or None)
-
-
-def _path_in(data: Any, loc: Sequence[int | str]) -> str:
-    """pydantic's `loc` as `a.b[2].c`, walking `data` so that union tags (`list[...]`, a block's
-    `type`) are left out: a part is a key or index of the body, or the missing field at the end."""
-    out = ""
-    node: Any = data
-    for i, part in enumerate(loc):
-        if isinstance(node, dict) and isinstance(part, str):
-            obj = cast("dict[str, Any]", node)
-            if part in obj:
-                out += f".{part}" if out else part
-                node = obj[part]
-            elif i == len(loc) - 1:
-                out += f".{part}" if out else part
-        elif isinstance(node, list) and isinstance(part, int):
-            items = cast("list[Any]", node)
-            out += f"[{part}]"
-            node = items[part] if 0 <= part < len(items) else None
-    return out
-
-
-def internal_request(
-    fields: dict[str, Any], paths: Sequence[tuple[str, str]], *, is_fit_to_context: bool = False
-) -> Conversation:
-    """Build the internal conversation; a value it refuses is a 400 naming the protocol field."""
-    try:
-        req = ChatCompletionRequest.model_validate(fields)
-    except pydantic.ValidationError as exc:
-        raise remap_error(body_error(exc, fields), paths) from None
-    try:
-        return Conversation.of(req, paths, is_fit_to_context=is_fit_to_context)
-    except Exception as exc:  # a control the conversation refuses, such as a reasoning effort
-        err = to_api_error(exc)
-        if isinstance(err, InternalError):
-            raise
-        raise remap_error(err, paths) from None

@@ -14,7 +14,7 @@ from sparkinfer.api.grammar import GrammarCompiler
 from sparkinfer.api.media import MediaConfig
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.sampling import SamplingRules
-from sparkinfer.api.settings import Settings
+from sparkinfer.api.server_config import ServerConfig
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.tokenizer import Tokenizer
 
@@ -26,7 +26,7 @@ class ServerState:
     has_vision is True exactly when `media` is set.
     """
 
-    settings: Settings
+    config: ServerConfig  # the one frozen tree the server was started with
     model_id: str
     max_model_len: int
     model_vocab_size: int
@@ -64,8 +64,7 @@ def now() -> int:
 async def require_api_key(request: Request) -> None:
     """With `api_key` set, every /v1 route needs `Authorization: Bearer <key>` (or, as Anthropic
     clients send it, `x-api-key: <key>`)."""
-    settings = get_state(request).settings
-    if settings.api_key is None and settings.api_keys_file is None:
+    if not get_state(request).config.edge.api_keys:
         return
     if OWNER_STATE not in request.scope.get("state", {}):  # the edge names a key it took
         raise Unauthorized(

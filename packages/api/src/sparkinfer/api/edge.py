@@ -35,7 +35,6 @@ from sparkinfer.api.errors import (
     map_exception,
 )
 from sparkinfer.api.json_body import parse_json_body
-from sparkinfer.api.settings import Settings, api_keys
 from sparkinfer.api.streaming import DONE, sse_error
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -49,7 +48,7 @@ BODY_STATE = "json_body"  # the scope state key of the request's parsed body (`P
 
 @dataclass(frozen=True)
 class EdgeConfig:
-    """What the edge enforces (from the settings)."""
+    """What the edge enforces (built by `settings.edge_config`)."""
 
     api_keys: dict[str, str]  # name → key; empty: no auth
     is_guarded: Callable[[str], bool]  # whether a path needs a key
@@ -57,24 +56,6 @@ class EdgeConfig:
     body_timeout_s: float
     request_timeout_s: float | None = None  # None: no deadline
     max_json_values: int | None = None  # None: no cap
-
-
-def edge_config(settings: Settings) -> EdgeConfig:
-    """The edge's limits from the settings; /health never needs the key."""
-
-    def is_guarded(path: str) -> bool:
-        if path.startswith("/v1/") or path == "/v1":
-            return True
-        return settings.api_key_all_routes and path != "/health"
-
-    return EdgeConfig(
-        api_keys=api_keys(settings),
-        is_guarded=is_guarded,
-        max_body_bytes=settings.max_body_bytes,
-        body_timeout_s=settings.body_read_timeout_s,
-        request_timeout_s=settings.request_timeout_s or None,
-        max_json_values=settings.max_json_values,
-    )
 
 
 def key_name(headers: Headers, keys: dict[str, str]) -> str | None:

@@ -1,4 +1,8 @@
-"""`create_app(settings)`, and `serve`: the `sparkinfer-api` command once its port is bound."""
+"""`create_app(config)`, and `serve`: the `sparkinfer-api` command once its port is bound.
+
+Both take the one frozen `ServerConfig` (`settings.server_config`) and hand each runtime object
+its branch of it.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from sparkinfer.api.cli import main as main  # the command, here for `python -c`
 from sparkinfer.api.cors import cors_options
 from sparkinfer.api.dependencies import ServerState, require_api_key
 from sparkinfer.api.draft_model import check_draft_model, load_draft_model
-from sparkinfer.api.edge import EdgeMiddleware, edge_config
+from sparkinfer.api.edge import EdgeMiddleware
 from sparkinfer.api.engine_client import EngineClient
 from sparkinfer.api.errors import install_error_handlers
 from sparkinfer.api.grammar import GrammarCompiler
@@ -29,7 +33,7 @@ from sparkinfer.api.media import MediaConfig, build_media_config
 from sparkinfer.api.metrics import ServerMetrics
 from sparkinfer.api.openapi import install_openapi
 from sparkinfer.api.request_ids import RequestIdMiddleware
-from sparkinfer.api.response_store import ResponseStore, StoreLimits
+from sparkinfer.api.response_store import ResponseStore
 from sparkinfer.api.routers import (
     chat,
     completions,
@@ -42,13 +46,8 @@ from sparkinfer.api.routers import (
 )
 from sparkinfer.api.sampling import SamplingDefaults, SamplingRules
 from sparkinfer.api.serve import build_server
-from sparkinfer.api.settings import (
-    Settings,
-    SettingsError,
-    env_name,
-    media_limits,
-    scheduler_config,
-)
+from sparkinfer.api.server_config import ModelLoading, ServerConfig
+from sparkinfer.api.settings import SettingsError, env_name
 from sparkinfer.model import embedded
 from sparkinfer.model.chat_template import ChatTemplate
 from sparkinfer.model.config import GenerationDefaults, ModelConfig
@@ -71,40 +70,40 @@ STARTUP_ERRORS = (SettingsError, InvalidConfig, CacheAllocationError, ConfigErro
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def _device(settings: Settings) -> torch.device:
-    if settings.device == "auto":
+def _device(loading: ModelLoading) -> torch.device:
+    if loading.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(settings.device)
+    return torch.device(loading.device)
 
 
-def _dtype(settings: Settings, device: torch.device) -> torch.dtype:
+def _dtype(loading: ModelLoading, device: torch.device) -> torch.dtype:
     """auto: bfloat16 on a GPU, float32 on the CPU (where bf16 matmuls are slow)."""
-    if settings.dtype == "auto":
+    if loading.dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[settings.dtype]
+    return _DTYPES[loading.dtype]
 
 
-def _max_model_len(settings: Settings, config: ModelConfig) -> int:
+def _max_model_len(loading: ModelLoading, config: ModelConfig) -> int:
     limit = config.context_len
-    if settings.max_model_len is None:
+    if loading.max_model_len is None:
         return limit
-    if settings.max_model_len > limit:
+    if loading.max_model_len > limit:
         raise SettingsError(
-            f"SPARKINFER_MAX_MODEL_LEN (--max-model-len) is {settings.max_model_len}; the "
+            f"SPARKINFER_MAX_MODEL_LEN (--max-model-len) is {loading.max_model_len}; the "
             f"checkpoint supports {limit} tokens: lower it or leave it unset"
         )
-    return settings.max_model_len
+    return loading.max_model_len
 
 
 def _media_config(
-    settings: Settings, model: Qwen3_8ForCausalLM, checkpoint_dir: Path | None
+    config: ServerConfig, model: Qwen3_8ForCausalLM, checkpoint_dir: Path | None
 ) -> MediaConfig | None:
-    """Image and video input, when the model has a vision tower (settings → MediaLimits)."""
+    """Image and video input, when the model has a vision tower (the config's media branch)."""
     if not model.has_vision:
         return None
-    context = _max_model_len(settings, model.config)
-    limits = media_limits(settings)
-    if not settings.mrope:
+    context = _max_model_len(config.model, model.config)
+    media = config.media
+    if not media.use_mrope:
         logger.warning(
             "--no-mrope: image and video tokens get sequential positions; the model loses their "
             "2-D layout (for debugging or text-only checkpoints)"
@@ -112,14 +111,14 @@ def _media_config(
     return build_media_config(
         model.config,
         checkpoint_dir,
-        limits=limits,
-        video_fps=settings.video_fps,
-        video_max_frames=settings.video_max_frames,
-        use_mrope=settings.mrope,
-        max_parts=settings.max_media_parts,
-        max_tokens=min(settings.max_media_tokens, context),
-        max_request_pixels=settings.media_max_request_pixels,
-        max_request_bytes=settings.media_max_request_bytes,
+        limits=media.limits,
+        video_fps=media.video.fps,
+        video_max_frames=media.video.max_frames,
+        use_mrope=media.use_mrope,
+        max_parts=media.max_parts,
+        max_tokens=min(media.max_tokens, context),
+        max_request_pixels=media.max_request_pixels,
+        max_request_bytes=media.max_request_bytes,
     )
 
 
@@ -138,12 +137,13 @@ class _LoadedModel:
     drafter: BlockDrafter | None = None  # --draft-model, loaded and checked; the engine drafts
 
 
-def build_state(settings: Settings) -> ServerState:
+def build_state(config: ServerConfig) -> ServerState:
     """Load the tokenizer, template and model, and start the engine (minutes for a real model)."""
-    device = _device(settings)
-    dtype = _dtype(settings, device)
-    check_draft_model(settings)  # config files only: before any weight loads
-    if settings.model in (None, embedded.EMBEDDED_MODEL_ID):
+    source = config.model.model
+    device = _device(config.model)
+    dtype = _dtype(config.model, device)
+    check_draft_model(config)  # config files only: before any weight loads
+    if source in (None, embedded.EMBEDDED_MODEL_ID):
         logger.warning(
             "no --model given: serving the embedded %s, a 15M-parameter code model trained for "
             "testing (it writes short Python functions, tool calls and JSON; it is not a general "
@@ -152,16 +152,16 @@ def build_state(settings: Settings) -> ServerState:
             embedded.EMBEDDED_MODEL_ID,
         )
         checkpoint = str(embedded.embedded_checkpoint_dir())
-        loaded = _load_checkpoint(settings, checkpoint, embedded.EMBEDDED_MODEL_ID, device, dtype)
-    elif settings.model == embedded.RANDOM_MODEL_ID:
-        loaded = _build_random(settings, device, dtype)
+        loaded = _load_checkpoint(config, checkpoint, embedded.EMBEDDED_MODEL_ID, device, dtype)
+    elif source == embedded.RANDOM_MODEL_ID:
+        loaded = _build_random(config, device, dtype)
     else:
-        loaded = _load_checkpoint(settings, settings.model, settings.model, device, dtype)
-    drafter = load_draft_model(settings, loaded.model)
-    return _start(settings, replace(loaded, drafter=drafter), device)
+        loaded = _load_checkpoint(config, source, source, device, dtype)
+    drafter = load_draft_model(config, loaded.model)
+    return _start(config, replace(loaded, drafter=drafter), device)
 
 
-def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
+def _build_random(config: ServerConfig, device: torch.device, dtype: torch.dtype) -> _LoadedModel:
     logger.warning(
         "serving the built-in %s with RANDOM WEIGHTS (its output is noise; it has Qwen's real "
         "vocabulary, for tests that need it)",
@@ -169,21 +169,21 @@ def _build_random(settings: Settings, device: torch.device, dtype: torch.dtype) 
     )
     tokenizer = Tokenizer.embedded()
     model = embedded.build_random_model(device=device, dtype=dtype)
-    if settings.quantization == "fp8":
+    if config.model.quantization == "fp8":
         quantize_model_fp8(model)
     return _LoadedModel(
-        served=settings.served_model_name or embedded.RANDOM_MODEL_ID,
+        served=config.model.served_model_name or embedded.RANDOM_MODEL_ID,
         config=model.config,
         gen=embedded.RANDOM_GENERATION_DEFAULTS,
         tokenizer=tokenizer,
         chat_template=ChatTemplate.builtin(tokenizer),
         model=model,
-        media=_media_config(settings, model, None),
+        media=_media_config(config, model, None),
     )
 
 
 def _load_checkpoint(
-    settings: Settings, source: str, model_id: str, device: torch.device, dtype: torch.dtype
+    config: ServerConfig, source: str, model_id: str, device: torch.device, dtype: torch.dtype
 ) -> _LoadedModel:
     progress = sys.stderr.isatty()  # bars in a terminal; in a log, a line before and after
     # A hub id: the weights too.
@@ -193,9 +193,10 @@ def _load_checkpoint(
     logger.info("loading %s on %s as %s", source, device, dtype)
     started = time.monotonic()
     ranks = None
-    if settings.tensor_parallel_size > 1:  # each rank loads its own slices
+    quantization = config.model.quantization
+    if config.engine.tensor_parallel_size > 1:  # each rank loads its own slices
         ranks = tensor_parallel.start_ranks(
-            settings, configs.path, configs.model,
+            config, configs.path, configs.model,
             device=device, dtype=dtype, num_real_tokens=tokenizer.vocab_size,
         )  # fmt: skip
         model = ranks.shard
@@ -205,46 +206,48 @@ def _load_checkpoint(
             device=device,
             dtype=dtype,
             num_real_tokens=tokenizer.vocab_size,
-            use_mtp=_use_mtp(settings),
-            quantization=None if settings.quantization == "none" else settings.quantization,
+            use_mtp=_use_mtp(config),
+            quantization=None if quantization == "none" else quantization,
             progress=progress,
         )
     logger.info("loaded the weights in %.1f s", time.monotonic() - started)
     return _LoadedModel(
-        served=settings.served_model_name or model_id,
+        served=config.model.served_model_name or model_id,
         config=configs.model,
         gen=configs.generation,
         tokenizer=tokenizer,
         chat_template=chat_template,
         model=model,
-        media=_media_config(settings, model, configs.path),
+        media=_media_config(config, model, configs.path),
         ranks=ranks,
     )
 
 
-def _use_mtp(settings: Settings) -> bool | Literal["auto"]:
+def _use_mtp(config: ServerConfig) -> bool | Literal["auto"]:
     """Whether to load the checkpoint's MTP head: not beside a --draft-model, which drafts."""
-    if settings.speculative == "auto":
-        return "auto" if settings.draft_model is None else False
-    return settings.speculative == "mtp"
+    speculative = config.engine.speculative
+    if speculative == "auto":
+        return "auto" if config.model.draft_model is None else False
+    return speculative == "mtp"
 
 
 def _scheduler_config(
-    settings: Settings, loaded: _LoadedModel, max_model_len: int
+    config: ServerConfig, loaded: _LoadedModel, max_model_len: int
 ) -> SchedulerConfig:
-    """The engine's config; the generation config's and the tokenizer's EOS ids both stop."""
+    """The engine's config with what the model settled: its context, and the generation
+    config's and the tokenizer's EOS ids (both stop)."""
     eos = (*loaded.gen.eos_token_ids, *loaded.tokenizer.eos_token_ids)
-    return scheduler_config(
-        settings, max_model_len=max_model_len, eos_token_ids=tuple(dict.fromkeys(eos))
+    return replace(
+        config.engine, max_model_len=max_model_len, eos_token_ids=tuple(dict.fromkeys(eos))
     )
 
 
-def _check_device_rules(settings: Settings) -> None:
+def _check_device_rules(config: ServerConfig) -> None:
     """The engine's rules for the device it will run on, before anything loads."""
-    if _device(settings).type != "cuda":
+    if _device(config.model).type != "cuda":
         return
     try:
-        scheduler_config(settings).check_cuda()
+        config.engine.check_cuda()
     except InvalidConfig as exc:
         flag = "--" + exc.setting.replace("_", "-")
         raise SettingsError(
@@ -252,10 +255,10 @@ def _check_device_rules(settings: Settings) -> None:
         ) from None
 
 
-def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> ServerState:
+def _start(config: ServerConfig, loaded: _LoadedModel, device: torch.device) -> ServerState:
     """Start the engine on the loaded model and gather what the routes share."""
-    max_model_len = _max_model_len(settings, loaded.config)
-    sched = _scheduler_config(settings, loaded, max_model_len)
+    max_model_len = _max_model_len(config.model, loaded.config)
+    sched = _scheduler_config(config, loaded, max_model_len)
     logger.info("starting the engine: sizing the caches and warming up the model on %s", device)
     started = time.monotonic()
     if loaded.ranks is not None:
@@ -268,7 +271,7 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     logger.info("serving %r: max_model_len %d on %s", loaded.served, limits.max_model_len, device)
     gen, vocab_size = loaded.gen, loaded.config.text.vocab_size
     return ServerState(
-        settings=settings,
+        config=config,
         model_id=loaded.served,
         max_model_len=limits.max_model_len,
         model_vocab_size=vocab_size,
@@ -278,7 +281,7 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
         sampling=SamplingRules(
             SamplingDefaults(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p),
             loaded.tokenizer,
-            settings.max_logit_bias,
+            config.requests.max_logit_bias,
         ),
         engine=EngineClient(engine, metrics),
         metrics=metrics,
@@ -288,20 +291,14 @@ def _start(settings: Settings, loaded: _LoadedModel, device: torch.device) -> Se
     )
 
 
-def create_app(settings: Settings, *, state: ServerState | None = None) -> FastAPI:
+def create_app(config: ServerConfig, *, state: ServerState | None = None) -> FastAPI:
     """The FastAPI app; the model loads and the engine starts in its lifespan (or use `state`)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None, None]:
-        server = state or build_state(settings)
+        server = state or build_state(config)
         app.state.server = server
-        data_dir = None if settings.data_dir is None else Path(settings.data_dir)
-        limits = StoreLimits(
-            max_responses=settings.max_stored_responses,
-            max_response_bytes=settings.max_stored_response_bytes,
-            max_total_bytes=settings.max_stored_bytes,
-        )
-        app.state.responses = ResponseStore(data_dir, limits=limits)
+        app.state.responses = ResponseStore(config.store.data_dir, limits=config.store.limits)
         try:
             yield
         finally:
@@ -316,10 +313,10 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     )  # fmt: skip
     install_error_handlers(app)
     install_openapi(app, guarded_routers)
-    app.add_middleware(EdgeMiddleware, config=edge_config(settings))
+    app.add_middleware(EdgeMiddleware, config=config.edge)
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(AnthropicErrorMiddleware)  # sees the edge's errors too
-    if (cors := cors_options(settings.cors_allow_origins)) is not None:
+    if (cors := cors_options(config.cors_allow_origins)) is not None:
         # Outermost: a preflight is answered before the API key or the body is looked at.
         app.add_middleware(CORSMiddleware, **cors)
     app.include_router(health.router)
@@ -328,15 +325,16 @@ def create_app(settings: Settings, *, state: ServerState | None = None) -> FastA
     return app
 
 
-def serve(settings: Settings, sock: socket.socket) -> None:
+def serve(config: ServerConfig, sock: socket.socket) -> None:
     """Check the device rules, load the model, start the engine, then serve on `sock` (bound to
-    the settings' port). Raises one of STARTUP_ERRORS before the server starts."""
-    _check_device_rules(settings)
-    tensor_parallel.check_settings(settings, _device(settings))
+    the config's port). Raises one of STARTUP_ERRORS before the server starts."""
+    _check_device_rules(config)
+    tensor_parallel.check_config(config, _device(config.model))
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=config.listen.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    state = build_state(settings)
+    state = build_state(config)
     host, port = sock.getsockname()[:2]
     logger.info("listening on http://%s:%d", host, port)
-    build_server(create_app(settings, state=state), settings).run(sockets=[sock])
+    build_server(create_app(config, state=state), config.listen).run(sockets=[sock])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkinfer.api.conversation import Conversation, internal_request
+from sparkinfer.api.conversation_value import Conversation, internal_request
 from sparkinfer.api.errors import InvalidMedia, InvalidRequest
 from sparkinfer.api.schemas.messages import (
     CountTokensRequest,

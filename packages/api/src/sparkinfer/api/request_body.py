@@ -77,8 +77,8 @@ class JsonBody(Generic[M]):
 
     def __call__(self, request: Request) -> M:
         parsed = parsed_body(request)
-        settings = request.app.state.server.settings
-        check_cheap_caps(parsed, self.model, max_logit_bias=settings.max_logit_bias)
+        limits = request.app.state.server.config.requests
+        check_cheap_caps(parsed, self.model, max_logit_bias=limits.max_logit_bias)
         if self.validate is not None:
             return self.validate(self.model, parsed.value)
         try:

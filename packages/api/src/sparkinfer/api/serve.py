@@ -19,7 +19,7 @@ from typing import Any, cast
 import uvicorn
 from fastapi import FastAPI
 from sparkinfer.api.errors import EngineUnavailable
-from sparkinfer.api.settings import Settings
+from sparkinfer.api.server_config import ListenConfig
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 logger = logging.getLogger("sparkinfer.api")
@@ -99,16 +99,16 @@ class DrainingServer(uvicorn.Server):
             self._captured_signals.clear()  # pyright: ignore[reportPrivateUsage]
 
 
-def build_server(app: FastAPI, settings: Settings) -> DrainingServer:
-    """The uvicorn server for `app` with the settings' header deadline and drain."""
+def build_server(app: FastAPI, listen: ListenConfig) -> DrainingServer:
+    """The uvicorn server for `app` with the config's header deadline and drain."""
     protocol = functools.partial(
-        HeaderTimeoutProtocol, header_timeout_s=settings.header_read_timeout_s
+        HeaderTimeoutProtocol, header_timeout_s=listen.header_read_timeout_s
     )
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
+        host=listen.host,
+        port=listen.port,
+        log_level=listen.log_level,
         http=cast("type[asyncio.Protocol]", protocol),
         timeout_graceful_shutdown=int(_AFTER_DRAIN_S),
     )
@@ -120,4 +120,4 @@ def build_server(app: FastAPI, settings: Settings) -> DrainingServer:
                 EngineUnavailable("the server is shutting down: retry the request")
             )
 
-    return DrainingServer(config, drain_s=settings.shutdown_drain_s, on_drain_end=end_open_requests)
+    return DrainingServer(config, drain_s=listen.shutdown_drain_s, on_drain_end=end_open_requests)

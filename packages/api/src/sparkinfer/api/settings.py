@@ -1,8 +1,10 @@
 """Server settings: flags and `SPARKINFER_*` environment variables, read in this module only.
 
-The engine's settings are `SchedulerConfig`'s fields: each takes its default and description from
-there (`engine_setting`), and its rule is checked by building the config at load time, so a bad
-value stops start-up naming the flag or variable, never the first forward.
+`load_settings` reads and checks them; `server_config` turns them, once, into the frozen
+`ServerConfig` tree the server runs with (`server_config.py`). The engine's settings are
+`SchedulerConfig`'s fields: each takes its default and description from there
+(`engine_setting`), and its rule is checked by building the config at load time, so a bad value
+stops start-up naming the flag or variable, never the first forward.
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ from typing import Any, Literal, NoReturn, cast
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sparkinfer.api.edge import EdgeConfig
+from sparkinfer.api.response_store import StoreLimits
+from sparkinfer.api.server_config import (
+    ListenConfig,
+    MediaSettings,
+    ModelLoading,
+    RequestLimits,
+    ServerConfig,
+    StoreConfig,
+)
 from sparkinfer.multimodal import MediaLimits, VideoSampling
 from sparkinfer.multimodal.data_url import HELP as MEDIA_HELP
 from sparkinfer.scheduler.config import HELP, SchedulerConfig, SpeculativeMethod
@@ -328,6 +340,62 @@ def scheduler_config(
 def media_limits(settings: Settings) -> MediaLimits:
     """Settings -> MediaLimits: the media limits the settings share with it."""
     return MediaLimits(**{field: getattr(settings, name) for name, field in MEDIA_SETTINGS.items()})
+
+
+def server_config(settings: Settings) -> ServerConfig:
+    """Settings -> the one frozen `ServerConfig` tree (built once, at start-up)."""
+    s = settings
+    model = ModelLoading(
+        s.model, s.served_model_name, s.max_model_len, s.dtype, s.device, s.quantization,
+        s.draft_model,
+    )  # fmt: skip
+    requests = RequestLimits(
+        s.max_logit_bias, s.max_schema_nodes, s.max_schema_bytes, s.grammar_compile_timeout_s,
+        s.keep_alive_s,
+    )  # fmt: skip
+    media = MediaSettings(
+        limits=media_limits(s),
+        video=VideoSampling(fps=s.video_fps, max_frames=s.video_max_frames),
+        use_mrope=s.mrope,
+        max_parts=s.max_media_parts,
+        max_tokens=s.max_media_tokens,
+        max_request_pixels=s.media_max_request_pixels,
+        max_request_bytes=s.media_max_request_bytes,
+    )
+    store_limits = StoreLimits(
+        s.max_stored_responses, s.max_stored_response_bytes, s.max_stored_bytes
+    )
+    store = StoreConfig(None if s.data_dir is None else Path(s.data_dir), store_limits)
+    listen = ListenConfig(s.host, s.port, s.header_read_timeout_s, s.shutdown_drain_s, s.log_level)
+    return ServerConfig(
+        model=model,
+        engine=scheduler_config(s),
+        edge=edge_config(s),
+        cors_allow_origins=s.cors_allow_origins,
+        requests=requests,
+        media=media,
+        store=store,
+        listen=listen,
+    )
+
+
+def edge_config(settings: Settings) -> EdgeConfig:
+    """The edge's limits from the settings; /health never needs the key."""
+    is_all_routes = settings.api_key_all_routes
+
+    def is_guarded(path: str) -> bool:
+        if path.startswith("/v1/") or path == "/v1":
+            return True
+        return is_all_routes and path != "/health"
+
+    return EdgeConfig(
+        api_keys=api_keys(settings),
+        is_guarded=is_guarded,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_read_timeout_s,
+        request_timeout_s=settings.request_timeout_s or None,
+        max_json_values=settings.max_json_values,
+    )
 
 
 def _with_key_file(settings: Settings) -> Settings:

@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 
 import torch
-from sparkinfer.api.settings import Settings, SettingsError, env_name, scheduler_config
+from sparkinfer.api.server_config import ServerConfig
+from sparkinfer.api.settings import SettingsError, env_name
 from sparkinfer.model import embedded
 from sparkinfer.model.config import ModelConfig
 from sparkinfer.model.errors import ConfigError
@@ -36,16 +37,17 @@ def _refuse(setting: str, why: str) -> SettingsError:
     )
 
 
-def check_settings(settings: Settings, device: torch.device) -> None:
+def check_config(config: ServerConfig, device: torch.device) -> None:
     """Raise SettingsError for what tensor parallel cannot serve, before anything loads."""
-    size = settings.tensor_parallel_size
+    size = config.engine.tensor_parallel_size
     if size == 1:
         return
-    if settings.model == embedded.RANDOM_MODEL_ID:
+    if config.model.model == embedded.RANDOM_MODEL_ID:
         raise _refuse("model", "serves checkpoints, not the built-in random model")
-    if settings.speculative in ("ngram", "mtp"):  # "auto" decodes plainly under tensor parallel
+    # "auto" decodes plainly under tensor parallel
+    if config.engine.speculative in ("ngram", "mtp"):
         raise _refuse("speculative", "does not run speculative decoding yet")
-    if settings.quantization != "none":
+    if config.model.quantization != "none":
         raise _refuse("quantization", "serves bf16 checkpoints only for now")
     if device.type == "cuda":
         if device.index not in (None, 0):
@@ -64,7 +66,7 @@ def stop_server(message: str) -> None:
 
 
 def start_ranks(
-    settings: Settings,
+    server: ServerConfig,
     checkpoint: Path,
     config: ModelConfig,
     *,
@@ -73,8 +75,9 @@ def start_ranks(
     num_real_tokens: int,
 ) -> TensorParallelRanks:
     """Spawn and join the other ranks; each (this one too) loads its slices of `checkpoint`."""
-    check_settings(settings, device)
-    size = settings.tensor_parallel_size
+    check_config(server, device)
+    engine = server.engine
+    size = engine.tensor_parallel_size
     if config.quantization is not None:
         raise SettingsError(
             f"{checkpoint} is an FP8 checkpoint; --tensor-parallel-size above 1 serves bf16 "
@@ -92,7 +95,7 @@ def start_ranks(
     return TensorParallelRanks.start(
         ModelSource(loader, device.type),
         size=size,
-        deterministic=settings.deterministic,
-        tuning=scheduler_config(settings).kernel_tuning,
+        deterministic=engine.deterministic,
+        tuning=engine.kernel_tuning,
         on_rank_exit=stop_server,
     )

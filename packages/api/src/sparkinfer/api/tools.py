@@ -13,8 +13,9 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 from jsonschema.validators import Draft202012Validator
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.errors import InvalidRequest, InvalidToolSchema
-from sparkinfer.api.schemas.chat import ChatCompletionRequest, NamedToolChoice, Tool
+from sparkinfer.api.schemas.chat import NamedToolChoice, Tool
 
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 _ANNOTATION_KEYS = ("$schema", "$comment")
@@ -214,20 +215,18 @@ def validator_for(schema: dict[str, Any] | bool | None) -> Draft202012Validator:
     return Draft202012Validator(schema, registry=_registry(schema))
 
 
-def check_tools(
-    req: ChatCompletionRequest, *, limits: SchemaLimits = SchemaLimits()
-) -> ToolSet | None:
+def check_tools(conv: Conversation, *, limits: SchemaLimits = SchemaLimits()) -> ToolSet | None:
     """Validate tools and tool_choice before anything is queued; None when there are no tools.
 
     The tools' parameter schemas keep `limits` in all."""
-    if not req.tools:
-        if req.tool_choice not in (None, "none", "auto"):
+    if not conv.tools:
+        if conv.tool_choice not in (None, "none", "auto"):
             raise InvalidRequest("tool_choice needs a non-empty tools list", param="tool_choice")
         return None
     seen: set[str] = set()
     validators: dict[str, Draft202012Validator] = {}
     total = SchemaSize()
-    for i, tool in enumerate(req.tools):
+    for i, tool in enumerate(conv.tools):
         total += schema_size(tool.function.parameters)
         _check_size(total, limits, f"tools[{i}].function.parameters", InvalidToolSchema)
         name = tool.function.name
@@ -241,21 +240,21 @@ def check_tools(
         if params is not None:
             check_schema(params, f"tools[{i}].function.parameters", error=InvalidToolSchema)
         validators[name] = validator_for(params)
-    choice = req.tool_choice
+    choice = conv.tool_choice
     if isinstance(choice, NamedToolChoice) and choice.function.name not in seen:
         raise InvalidRequest(
             f"tool_choice.function.name {choice.function.name!r} is not among tools "
             f"({', '.join(sorted(seen))}): name one of them",
             param="tool_choice.function.name",
         )
-    return ToolSet(tuple(req.tools), validators)
+    return ToolSet(conv.tools, validators)
 
 
 def check_response_format_schema(
-    req: ChatCompletionRequest, *, limits: SchemaLimits = SchemaLimits()
+    conv: Conversation, *, limits: SchemaLimits = SchemaLimits()
 ) -> dict[str, Any] | None:
     """The json_schema response format's schema, validated; None for text/json_object."""
-    fmt = req.response_format
+    fmt = conv.response_format
     if fmt is None or fmt.type != "json_schema" or fmt.json_schema is None:
         return None
     schema = fmt.json_schema.schema_
@@ -269,12 +268,14 @@ def check_response_format_schema(
     return schema
 
 
-def check_response_format_stops(req: ChatCompletionRequest) -> None:
+def check_response_format_stops(conv: Conversation) -> None:
     """Refuse stop strings and stop ids with JSON output: they could cut it into invalid JSON."""
-    fmt = req.response_format
+    fmt = conv.response_format
     if fmt is None or fmt.type == "text":
         return
-    for param, value in (("stop", req.stop_strings), ("stop_token_ids", req.stop_token_ids)):
+    sampling = conv.sampling
+    stops = (("stop", sampling.stop_strings), ("stop_token_ids", sampling.stop_token_ids))
+    for param, value in stops:
         if value:
             raise InvalidRequest(
                 f"{param} is set with response_format {fmt.type}: a stop could cut the JSON "

@@ -166,11 +166,11 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     device = torch.device("cpu") if args.tiny or args.cpu else _require_cuda()
     if args.priced_acceptance is not None:
         check_schedule(args.priced_acceptance)
-    model, tokenizer = _model(args, device)
-    base = _base_config(args)
+    model, tokenizer = spec_model(args, device)
+    base = base_config(args)
     rows: list[SpecRow] = []
     for batch in args.concurrency:
-        prompts = _prompts(args, batch, tokenizer)
+        prompts = spec_prompts(args, batch, tokenizer)
         ar_s, ar_tokens = _decode(model, base, device, prompts, args.new_tokens)
         ar = _tok_s(ar_tokens, ar_s, batch)
         log(f"spec: batch {batch}: AR {ar:.1f} tok/s")
@@ -415,7 +415,8 @@ def _require_cuda() -> torch.device:
     return require_cuda("spec")
 
 
-def _base_config(args: argparse.Namespace) -> SchedulerConfig:
+def base_config(args: argparse.Namespace) -> SchedulerConfig:
+    """The engine config of the AR run; each speculative row replaces its drafter fields."""
     from sparkinfer.bench.engine_config import offline_config
 
     max_len = args.context + args.new_tokens + 64
@@ -430,7 +431,7 @@ def _base_config(args: argparse.Namespace) -> SchedulerConfig:
     )
 
 
-def _model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCausalLM, Any]:
+def spec_model(args: argparse.Namespace, device: torch.device) -> tuple[Qwen3_8ForCausalLM, Any]:
     """The model (with an MTP head when the mtp drafter runs) and its tokenizer (or None)."""
     import torch
     from sparkinfer.bench.engine import fill_random, full_size_config, quantize, random_model
@@ -483,7 +484,7 @@ def _tiny_config() -> Any:
     return replace(full_size_config(4), text=text)
 
 
-def _prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[int]]:
+def spec_prompts(args: argparse.Namespace, batch: int, tokenizer: Any) -> list[list[int]]:
     """`batch` prompts of `args.context` tokens, each one different from its first token."""
     vocab = tokenizer.vocab_size if tokenizer is not None else 500 if args.tiny else 248_000
     rng = random.Random(0)

@@ -1,6 +1,6 @@
 """`POST /v1/chat/completions`: the chat-completions adapter over the conversation core.
 
-The body is the internal conversation as it is (`conversation.Conversation`); the core checks,
+The body becomes the frozen `Conversation` once, at the top of the route; the core checks,
 renders and queues its `n` answers, and this module only turns their steps into the chat
 shapes: the whole response, or its chunks.
 """
@@ -14,7 +14,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from sparkinfer.api.conversation import Conversation, Turn, answer_steps, start_turns
+from sparkinfer.api.conversation import Turn, answer_steps, start_turns
+from sparkinfer.api.conversation_value import Conversation
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
@@ -77,7 +78,7 @@ async def create_chat_completion(
     return sse_response(
         _chunks(state, turns, rid=rid, created=created),
         rid,
-        keep_alive_s=state.settings.keep_alive_s,
+        keep_alive_s=state.config.requests.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
     )
 

@@ -1,5 +1,8 @@
 """`POST /v1/completions`: text or token-id prompts, streamed or not.
 
+The body becomes one frozen `Completion` at the top of the route (its prompts, `Sampling` and
+`AnswerLimits`, the conversation core's sampling and limit values); the rest reads only that.
+
 With `echo` and `logprobs` the prompt's tokens come first in the logprobs too (the engine's
 prompt logprobs; the first token has none, as in OpenAI's API).
 """
@@ -10,10 +13,12 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from sparkinfer.api.conversation_value import AnswerLimits
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.generation import (
     CLIENT_CLOSED_REQUEST,
@@ -87,12 +92,26 @@ def _extend(lp: CompletionLogprobs, more: CompletionLogprobs) -> None:
         getattr(lp, name).extend(getattr(more, name))
 
 
-def _encode_prompts(
-    body: CompletionRequest, state: ServerState
-) -> tuple[list[list[int]], list[str]]:
+@dataclass(frozen=True)
+class Completion:
+    """A completions body, read once at the edge."""
+
+    prompts: tuple[str | tuple[int, ...], ...]  # text, or token ids, per prompt of the batch
+    sampling: Sampling
+    limits: AnswerLimits  # n per prompt; max_tokens 0: the prompt alone (echo)
+    is_echo: bool
+
+    @classmethod
+    def of(cls, body: CompletionRequest) -> Completion:
+        prompts = tuple(p if isinstance(p, str) else tuple(p) for p in body.prompts())
+        limits = AnswerLimits(body.n, body.max_tokens, body.logprobs)
+        return cls(prompts, Sampling.of(body), limits, body.echo)
+
+
+def _encode_prompts(comp: Completion, state: ServerState) -> tuple[list[list[int]], list[str]]:
     """Each prompt as token ids, checked against the vocabulary and the context window, and its
     text as echoed back ("" without `echo`)."""
-    prompts = body.prompts()
+    prompts = comp.prompts
     encoded: list[list[int]] = []
     for i, prompt in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
@@ -100,30 +119,30 @@ def _encode_prompts(
         ids = (
             encode_prompt(state.tokenizer, prompt, state.max_model_len, param=param)
             if isinstance(prompt, str)
-            else prompt
+            else list(prompt)
         )
         check_prompt_ids(ids, param, state.tokenizer)
-        check_context(len(ids), body.max_tokens, state.max_model_len, prompt_param=param)
+        check_context(len(ids), comp.limits.max_tokens, state.max_model_len, prompt_param=param)
         encoded.append(ids)
-    return encoded, [state.tokenizer.decode(p) if body.echo else "" for p in encoded]
+    return encoded, [state.tokenizer.decode(p) if comp.is_echo else "" for p in encoded]
 
 
 def _jobs(
-    body: CompletionRequest, state: ServerState, prompts: list[list[int]], rid: str
+    comp: Completion, state: ServerState, prompts: list[list[int]], rid: str
 ) -> list[ChoiceJob]:
     """n engine jobs per prompt, indexed prompt by prompt."""
     jobs: list[ChoiceJob] = []
-    sampling, rules = Sampling.of(body), state.sampling
+    sampling, rules, limits = comp.sampling, state.sampling, comp.limits
     # max_tokens 0: the engine draws one token (prefill yields the prompt's logprobs), dropped.
-    max_tokens = 1 if body.max_tokens == 0 else body.max_tokens
+    max_tokens = 1 if limits.max_tokens == 0 else limits.max_tokens
     for p, ids in enumerate(prompts):
-        for c in range(body.n):
-            index = p * body.n + c
+        for c in range(limits.n):
+            index = p * limits.n + c
             params = build_params(
-                sampling, rules, max_tokens=max_tokens, logprobs=body.logprobs, choice_idx=c
+                sampling, rules, max_tokens=max_tokens, logprobs=limits.logprobs, choice_idx=c
             )
-            if body.echo and body.logprobs is not None:
-                params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
+            if comp.is_echo and limits.logprobs is not None:
+                params = dataclasses.replace(params, prompt_logprobs=limits.logprobs)
             engine_id = engine_request_id(rid, index)
             jobs.append(ChoiceJob(index, engine_id, ids, params, sampling.stop_strings))
     return jobs
@@ -144,18 +163,19 @@ async def create_completion(
     rid = f"cmpl-{request_id(request)}"
     # Tokenizing (and echoing) a long prompt takes the CPU for up to seconds (a 1 MB prompt); on
     # a worker thread, the event loop keeps streaming everyone else's tokens.
-    prompts, texts = await run_in_threadpool(_encode_prompts, body, state)
-    jobs = _jobs(body, state, prompts, rid)
+    comp = Completion.of(body)
+    prompts, texts = await run_in_threadpool(_encode_prompts, comp, state)
+    jobs = _jobs(comp, state, prompts, rid)
     prompt_lens = [len(p) for p in prompts]
-    echoes = [texts[j.index // body.n] for j in jobs]
+    echoes = [texts[j.index // comp.limits.n] for j in jobs]
     choices = await start_choices(state.engine, state.tokenizer, jobs)
-    if body.max_tokens == 0:
+    if comp.limits.max_tokens == 0:
         choices.events = _prompt_only(choices.events, choices.results)
     logger.info("request %s: %d prompt tokens, %d choices", rid, sum(prompt_lens), len(jobs))
     if not body.stream:
         async with contextlib.aclosing(choices):
             whole = await unless_disconnected(
-                request, _whole(body, state, choices, prompts, rid=rid, echoes=echoes)
+                request, _whole(comp, state, choices, prompts, rid=rid, echoes=echoes)
             )
         return whole or Response(status_code=CLIENT_CLOSED_REQUEST)
     created = now()
@@ -174,9 +194,9 @@ async def create_completion(
 
     opts = body.stream_options
     return sse_response(
-        _chunks(body, state, choices, prompts, rid=rid, created=created, echoes=echoes),
+        _chunks(comp, state, choices, prompts, rid=rid, created=created, echoes=echoes),
         rid,
-        keep_alive_s=state.settings.keep_alive_s,
+        keep_alive_s=state.config.requests.keep_alive_s,
         final=usage_chunk if opts is not None and opts.include_usage else None,
     )
 
@@ -193,7 +213,7 @@ async def _prompt_only(
 
 
 async def _whole(
-    body: CompletionRequest,
+    comp: Completion,
     state: ServerState,
     choices: Choices,
     prompts: list[list[int]],
@@ -204,11 +224,12 @@ async def _whole(
     """Read every choice to its end and answer with the whole texts (the caller closes)."""
     texts = list(echoes)
     finish: list[str | None] = [None] * len(texts)
-    logprobs = [CompletionLogprobs() if body.logprobs is not None else None for _ in texts]
+    n, is_logprobs = comp.limits.n, comp.limits.logprobs is not None
+    logprobs = [CompletionLogprobs() if is_logprobs else None for _ in texts]
     async for ev in choices.events:
         if (lp := logprobs[ev.index]) is not None:
-            if body.echo and not lp.tokens:
-                prompt = prompts[ev.index // body.n]
+            if comp.is_echo and not lp.tokens:
+                prompt = prompts[ev.index // n]
                 _extend(lp, echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs))
             more = completion_logprobs(state.tokenizer, ev.logprobs, len(texts[ev.index]))
             _extend(lp, more)
@@ -228,7 +249,7 @@ async def _whole(
 
 
 async def _chunks(
-    body: CompletionRequest,
+    comp: Completion,
     state: ServerState,
     choices: Choices,
     prompts: list[list[int]],
@@ -248,7 +269,8 @@ async def _chunks(
     offsets = [len(e) for e in echoes]
     held = list(echoes)
     # With logprobs an echo waits for the first output, which carries the prompt's logprobs.
-    is_echo_held = body.echo and body.logprobs is not None
+    n, is_logprobs = comp.limits.n, comp.limits.logprobs is not None
+    is_echo_held = comp.is_echo and is_logprobs
     async with contextlib.aclosing(choices):
         for i, echo in enumerate(echoes):
             if echo and not is_echo_held:
@@ -256,11 +278,11 @@ async def _chunks(
         async for ev in choices.events:
             lp = None
             if is_echo_held and held[ev.index]:
-                prompt = prompts[ev.index // body.n]
+                prompt = prompts[ev.index // n]
                 echo_lp = echo_logprobs(state.tokenizer, prompt, ev.prompt_logprobs)
                 yield chunk(ev.index, held[ev.index], None, echo_lp)
                 held[ev.index] = ""
-            if body.logprobs is not None:
+            if is_logprobs:
                 lp = completion_logprobs(state.tokenizer, ev.logprobs, offsets[ev.index])
             offsets[ev.index] += len(ev.text)
             yield chunk(ev.index, ev.text, ev.finish_reason, lp)

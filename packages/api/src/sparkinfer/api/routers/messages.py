@@ -17,11 +17,11 @@ from sparkinfer.api.anthropic_errors import anthropic_sse_error
 from sparkinfer.api.conversation import (
     Turn,
     count_prompt_tokens,
-    parse_body,
     run_turn,
     start_turn,
     turn_steps,
 )
+from sparkinfer.api.conversation_value import parse_body
 from sparkinfer.api.dependencies import State
 from sparkinfer.api.edge import client_id
 from sparkinfer.api.generation import CLIENT_CLOSED_REQUEST, unless_disconnected
@@ -63,7 +63,7 @@ async def create_message(
         return message_response(whole, rid, state.model_id)
     events = _events(turn, rid, state.model_id)
     return StreamingResponse(
-        _with_pings(events, state.settings.keep_alive_s),
+        _with_pings(events, state.config.requests.keep_alive_s),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )

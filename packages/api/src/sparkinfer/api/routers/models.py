@@ -14,7 +14,7 @@ def model_card(state: ServerState) -> ModelCard:
     return ModelCard(
         id=state.model_id,
         created=state.created,
-        root=state.settings.model or state.model_id,
+        root=state.config.model.model or state.model_id,
         max_model_len=state.max_model_len,
         input_modalities=modalities,
     )

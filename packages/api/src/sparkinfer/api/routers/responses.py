@@ -17,7 +17,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
-from sparkinfer.api.conversation import Turn, parse_body, run_turn, start_turn, turn_steps
+from sparkinfer.api.conversation import Turn, run_turn, start_turn, turn_steps
+from sparkinfer.api.conversation_value import parse_body
 from sparkinfer.api.dependencies import ServerState, State, now
 from sparkinfer.api.edge import client_id, key_owner
 from sparkinfer.api.errors import ApiError, InvalidRequest, map_exception
@@ -181,7 +182,7 @@ async def create_response(
     builder = ResponseEvents(tool_namespaces(body))
     events = _events(turn, state, base, saver, builder)
     return StreamingResponse(
-        with_keep_alive(events, state.settings.keep_alive_s),
+        with_keep_alive(events, state.config.requests.keep_alive_s),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
