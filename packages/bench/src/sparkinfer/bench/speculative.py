@@ -28,6 +28,9 @@ for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and 
 head (the default, CUDA), or a tiny random model on the CPU (`--tiny`, a smoke run). With
 `--quantization fp8` the decoder projections run in block FP8, made the way the offline mode
 makes them (`engine.quantize`; a bf16 `--model` quantized on load); the MTP head stays bf16.
+On the random 27B model the MTP head's drafts are never accepted: with the adaptive policy (the
+default) a gate checks that its rows run at least `NEVER_RIGHT_MIN_SPEEDUP` of AR's rate, since
+speculation is on by default and must never make decoding slower.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ DRAFTERS = ("ngram", "mtp", "oracle")  # the default set
 CODE_MODEL = "embedded"  # the `code` mode's --model: the embedded checkpoint
 KNOWN_DRAFTERS = (*DRAFTERS, "dflash")
 _WARMUP_TOKENS = 8
+# The random MTP head's rows against AR: speculation, on by default, must not slow decoding.
+NEVER_RIGHT_MIN_SPEEDUP = 0.98
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -188,6 +193,18 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     if args.deterministic:
         same = all(r.is_identical for r in rows)
         gates.append(Gate("identical outputs", same, "every speculative output equals AR's"))
+    never_right = [r for r in rows if r.drafter == "mtp" and r.priced is None]
+    if never_right and args.adaptive and not (args.model or args.tiny or args.cpu):
+        worst = min(never_right, key=lambda r: r.speedup)
+        gates.append(
+            Gate(
+                "a never-right head costs at most 2%",
+                worst.speedup >= NEVER_RIGHT_MIN_SPEEDUP,
+                f"the random MTP head (no draft accepted) under the adaptive policy: worst "
+                f"{worst.speedup:.3f}x AR at {worst.batch} streams (at least "
+                f"{NEVER_RIGHT_MIN_SPEEDUP}x)",
+            )
+        )
     context = {
         "model": args.model or ("tiny random" if args.tiny else "Qwen3.8-27B shapes, random"),
         "weights": "fp32" if args.cpu else weights_label(args.quantization),
