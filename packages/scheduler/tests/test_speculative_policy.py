@@ -130,6 +130,7 @@ def test_requests_with_penalties_or_a_processor_draft_too():
 
 def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_off():
     sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    _steady_clock(sched)
     runner = FakeSpecRunner(error_rate=1.0)  # every first draft is wrong
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=100))
     for _ in range(12):
@@ -159,7 +160,7 @@ def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_o
 
 def test_a_failed_probe_after_a_cool_down_cools_down_again_at_once():
     cfg = config(speculative_adaptive=True, max_model_len=256)
-    sched = Scheduler(cfg, num_blocks=128, num_slots=8, vocab_size=100)
+    sched = _steady_clock(Scheduler(cfg, num_blocks=128, num_slots=8, vocab_size=100))
     runner = FakeSpecRunner(error_rate=1.0, num_blocks=128)  # every first draft is wrong
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=200))
     cooldowns: list[tuple[int, int]] = []  # (the step it started after, its steps)
@@ -220,6 +221,7 @@ def test_a_request_without_drafts_cools_down_and_its_steps_overlap_again():
             return ModelOutput(samples=tuple(firsts.values()))
 
     sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    _steady_clock(sched)
     runner = NoDrafts()
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=60))
     drain(sched, runner)
@@ -285,17 +287,21 @@ def _spec_engine(*, error_rate: float) -> tuple[Scheduler, FakeSpecRunner]:
     )
     sched = Scheduler(cfg, num_blocks=2048, num_slots=80, vocab_size=100)
     runner = FakeSpecRunner(error_rate=error_rate, num_blocks=2048, num_slots=80, overlap=True)
+    return _steady_clock(sched), runner
+
+
+def _steady_clock(sched: Scheduler) -> Scheduler:
+    """sched, its decode steps timed from their rows (10 ms, 0.05 ms a row, 1 ms more for a
+    verify), not by this machine's clock, so the cost model decides the same every run."""
 
     def record_step_time(batch: ScheduledBatch, output: ModelOutput) -> None:
-        """A decode step's time from its rows (10 ms, 0.05 ms a row, 1 ms more for a verify),
-        not from this machine's clock, so the cost model decides the same every run."""
         if batch.seqs and all(s.is_decode for s in batch.seqs):
             rows = len(batch.seqs) + sum(o.num_drafts for o in output.spec.values())
             seconds = 0.010 + 0.00005 * rows + (0.001 if output.spec else 0.0)
             sched.spec.record_step(num_rows=rows, is_verify=bool(output.spec), seconds=seconds)
 
     sched._record_step_time = record_step_time  # type: ignore[method-assign]
-    return sched, runner
+    return sched
 
 
 def _num_verify_steps(batches: list[ScheduledBatch]) -> int:

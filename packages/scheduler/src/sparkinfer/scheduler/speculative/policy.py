@@ -121,9 +121,11 @@ class SpecPolicy:
 
     def may_draft(self, req: Request) -> bool:
         """Whether req drafts when it decodes next (its tokens then have to be on the host)."""
-        return self.config.is_speculative and (
-            req.spec.cooldown_steps <= 1 or not self.config.speculative_adaptive
-        )
+        if not self.config.speculative_adaptive:
+            return self.config.is_speculative
+        spec = req.spec
+        is_waiting = spec.is_new and self._is_wrong_lately  # `_start` will cool it down
+        return self.config.is_speculative and spec.cooldown_steps <= 1 and not is_waiting
 
     def plan_step(self, decodes: list[Request]) -> None:
         """Decide whether this step drafts at all (the cost model), before its rows are cut."""
@@ -224,10 +226,16 @@ class SpecPolicy:
         `MIN_ACCEPTANCE`) it waits, as a probe, for the next step whose index is a multiple of
         FIRST_COOLDOWN_STEPS, with the requests cooling down (called before the count-down)."""
         spec.is_new = False
-        if self._first_hits / (self._first_hits + self._first_misses) < MIN_ACCEPTANCE:
+        if self._is_wrong_lately:
             length = FIRST_COOLDOWN_STEPS
             spec.cooldown_steps = -(-self._step // length) * length - self._step + 1
             spec.is_probing = True
+
+    @property
+    def _is_wrong_lately(self) -> bool:
+        """Whether the recent share of verifies whose first draft was accepted, over every
+        request, is under `MIN_ACCEPTANCE`."""
+        return self._first_hits / (self._first_hits + self._first_misses) < MIN_ACCEPTANCE
 
     def _cool_down(self, spec: RequestSpec) -> None:
         """Stop drafting for at least next_cooldown steps, up to the first step whose index is a
