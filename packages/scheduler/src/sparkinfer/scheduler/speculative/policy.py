@@ -164,10 +164,10 @@ class SpecPolicy:
     def depth(self, req: Request) -> int:
         """Drafts req's own acceptance pays for: draft j (accepted with probability a^j) while
         a^j is worth a verify row (its measured price, at least `MIN_ACCEPTANCE`); always the
-        first, whose worth the cool-down and the step's cost model judge. A probe drafts
-        num_speculative_tokens at a request's first verify (a drafter that is right drafts at
-        full depth at once) and one draft after a cool-down (a drafter still wrong costs one
-        row). Without `speculative_adaptive`: num_speculative_tokens."""
+        first, whose worth the cool-down and the step's cost model judge. A request's first
+        verify drafts num_speculative_tokens (a drafter that is right drafts at full depth at
+        once), a probe after a cool-down one (a drafter still wrong costs one row). Without
+        `speculative_adaptive`: num_speculative_tokens."""
         k = self.config.num_speculative_tokens
         if not self.config.speculative_adaptive:
             return k
