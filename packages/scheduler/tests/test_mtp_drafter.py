@@ -487,3 +487,30 @@ def test_mtp_speculation_on_fp8_weights_on_cuda_gives_plain_decoding_bit_for_bit
     want = run_mixed_steps(Runner(model, off), off, PROMPTS, [GREEDY] * len(PROMPTS))
     got = run_mixed_steps(Runner(model, cfg), cfg, PROMPTS, [GREEDY] * len(PROMPTS))
     assert got.tokens == want.tokens and got.logprobs == want.logprobs
+
+
+def test_start_up_warms_the_head_at_catch_ups_longer_than_any_prompt_chunk(mtp_model, monkeypatch):
+    """Many requests' catch-ups at once can be longer than the longest prompt chunk start-up
+    ran: the head runs once at each attention variant's shortest length past it (both
+    numerics), where the caches hold the rows."""
+    cfg = config(num_speculative_tokens=3, max_num_seqs=2)
+    runner = Runner(mtp_model, cfg)
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, MTPDrafter)
+    c = runner.config
+    warmed = min(c.max_num_batched_tokens, c.max_model_len)
+    longest = c.max_num_batched_tokens + c.max_seqs_per_step * (MAX_PENDING_ROWS + 4)
+    asked: list[int] = []
+    variants = (1, warmed, warmed + 1, longest, 10**9)  # the last: more rows than the caches
+    monkeypatch.setattr(
+        mtp_model, "kernel_warmup_lengths", lambda n: (asked.append(n), variants)[1]
+    )
+    head = CountingHead(drafter.head)
+    drafter.head = head  # type: ignore[assignment]
+    runner.speculative.warm_up()
+    assert asked == [longest, longest]
+    num_blocks = next(iter(runner.caches.attention.values())).k.shape[0]
+    fits = (num_blocks - 1) * c.block_size
+    assert warmed + 1 <= fits < 10**9
+    want = [n for n in (warmed + 1, longest) if n <= fits]
+    assert head.calls[MAX_PENDING_ROWS + 4 :] == want * 2

@@ -9,9 +9,9 @@ import pytest
 from scheduler_testing import FakeRunner, next_token
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, SpecOutcome
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.request import Request, SamplingParams
+from sparkinfer.scheduler.request import FIRST_COOLDOWN_STEPS, Request, SamplingParams
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.speculative.policy import PROBE_INTERVAL, SpecPolicy
+from sparkinfer.scheduler.speculative.policy import MAX_COOLDOWN_STEPS, PROBE_INTERVAL, SpecPolicy
 
 
 class FakeSpecRunner(FakeRunner):
@@ -130,6 +130,7 @@ def test_requests_with_penalties_or_a_processor_draft_too():
 
 def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_off():
     sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    _steady_clock(sched)
     runner = FakeSpecRunner(error_rate=1.0)  # every first draft is wrong
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=100))
     for _ in range(12):
@@ -143,6 +144,7 @@ def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_o
         policy.record_step(num_rows=4, is_verify=True, seconds=0.05)
         policy.record_step(num_rows=2, is_verify=True, seconds=0.05)
     req.spec.cooldown_steps, req.spec.accepted_weight = 0, 100.0
+    req.spec.is_probing = False  # known to be right: it drafts at its acceptance's depth
     policy.plan_step([req])
     assert not policy.is_on
     for _ in range(PROBE_INTERVAL - 2):
@@ -158,23 +160,33 @@ def test_low_acceptance_cools_a_request_down_and_slow_verifies_switch_drafting_o
 
 def test_a_failed_probe_after_a_cool_down_cools_down_again_at_once():
     cfg = config(speculative_adaptive=True, max_model_len=256)
-    sched = Scheduler(cfg, num_blocks=128, num_slots=8, vocab_size=100)
+    sched = _steady_clock(Scheduler(cfg, num_blocks=128, num_slots=8, vocab_size=100))
     runner = FakeSpecRunner(error_rate=1.0, num_blocks=128)  # every first draft is wrong
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=200))
-    cooldowns: list[int] = []
+    cooldowns: list[tuple[int, int]] = []  # (the step it started after, its steps)
     verifies_between: list[int] = []
+    probe_depths: list[int] = []
     last = 0
     while sched.has_work():
         batch = sched.schedule()
         was_cooling = req.spec.cooldown_steps
+        if req.spec.is_probing:
+            probe_depths += [s.num_lookahead_tokens for s in batch.seqs if s.num_lookahead_tokens]
         sched.update(batch, runner.run(batch))
         if req.spec.cooldown_steps and not was_cooling:
-            cooldowns.append(req.spec.cooldown_steps)
+            cooldowns.append((batch.step_idx, req.spec.cooldown_steps))
             verifies_between.append(req.spec.num_verifies - last)
             last = req.spec.num_verifies
-    assert cooldowns[:4] == [4, 8, 16, 32]
-    # The first cool-down takes a few rejected verifies; each after it, one (the probe).
+    # Each cool-down doubles (FIRST_COOLDOWN_STEPS on, up to MAX_COOLDOWN_STEPS), lasts at least
+    # that long and ends on a step whose index is a multiple of it.
+    lengths = [FIRST_COOLDOWN_STEPS << i for i in range(3)] + [MAX_COOLDOWN_STEPS]
+    assert len(cooldowns) >= 4
+    for (start, steps), length in zip(cooldowns, lengths, strict=False):
+        assert length <= steps < 2 * length and (start + steps) % length == 0
+    # The first cool-down takes a few rejected verifies; each after it, one (the probe), of one
+    # draft.
     assert verifies_between[0] >= 2 and all(n == 1 for n in verifies_between[1:])
+    assert probe_depths and set(probe_depths) == {1}
 
 
 def test_no_leaks_after_a_thousand_random_requests_with_aborts():
@@ -209,6 +221,7 @@ def test_a_request_without_drafts_cools_down_and_its_steps_overlap_again():
             return ModelOutput(samples=tuple(firsts.values()))
 
     sched = Scheduler(config(speculative_adaptive=True), num_blocks=64, num_slots=8, vocab_size=100)
+    _steady_clock(sched)
     runner = NoDrafts()
     req = sched.add_request("r", [1, 2, 3], SamplingParams(max_tokens=60))
     drain(sched, runner)
@@ -222,6 +235,8 @@ def test_each_request_drafts_as_deep_as_its_own_acceptance_pays_for():
     sure, unsure = (Request(i, [1, 2, 3], SamplingParams(), max_len=64) for i in ("s", "u"))
     sure.spec.accepted_weight, sure.spec.rejected_weight = 9.0, 1.0  # a = 0.9
     unsure.spec.accepted_weight, unsure.spec.rejected_weight = 1.0, 1.0  # a = 0.5
+    for req in (sure, unsure):
+        req.spec.num_verifies = 1  # a first verify drafts num_speculative_tokens
     assert (policy.depth(sure), policy.depth(unsure)) == (4, 2)  # 0.5^3 < MIN_ACCEPTANCE
     fixed = SpecPolicy(config(speculative_adaptive=False, num_speculative_tokens=4))
     assert fixed.depth(unsure) == 4
@@ -245,3 +260,88 @@ def test_a_request_whose_first_draft_is_not_worth_a_verify_row_stops_drafting():
     priced.record(reqs[0], SpecOutcome(3, 0))  # acceptance 0.32: above MIN_ACCEPTANCE
     unpriced.record(reqs[1], SpecOutcome(3, 0))
     assert reqs[0].spec.cooldown_steps > 0 and reqs[1].spec.cooldown_steps == 0
+
+
+def _decode_together(
+    sched: Scheduler, runner: FakeSpecRunner, num_requests: int, *, every: int = 0
+) -> list[ScheduledBatch]:
+    """num_requests requests of 128 new tokens (one arriving every `every` steps, else all at
+    once) decoded to the end -> the steps' batches."""
+    params = SamplingParams(max_tokens=128, ignore_eos=True)
+    arrivals = [i * every for i in range(num_requests)]
+    batches: list[ScheduledBatch] = []
+    while arrivals or sched.has_work():
+        while arrivals and arrivals[0] <= len(batches):
+            i = num_requests - len(arrivals)
+            sched.add_request(f"{len(batches)}-{i}", [1 + i, 2, 3], params)
+            arrivals.pop(0)
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
+        batches.append(batch)
+    return batches
+
+
+def _spec_engine(*, error_rate: float) -> tuple[Scheduler, FakeSpecRunner]:
+    cfg = config(
+        speculative_adaptive=True, max_model_len=512, max_num_seqs=64, max_num_batched_tokens=512
+    )
+    sched = Scheduler(cfg, num_blocks=2048, num_slots=80, vocab_size=100)
+    runner = FakeSpecRunner(error_rate=error_rate, num_blocks=2048, num_slots=80, overlap=True)
+    return _steady_clock(sched), runner
+
+
+def _steady_clock(sched: Scheduler) -> Scheduler:
+    """sched, its decode steps timed from their rows (10 ms, 0.05 ms a row, 1 ms more for a
+    verify), not by this machine's clock, so the cost model decides the same every run."""
+
+    def record_step_time(batch: ScheduledBatch, output: ModelOutput) -> None:
+        if batch.seqs and all(s.is_decode for s in batch.seqs):
+            rows = len(batch.seqs) + sum(o.num_drafts for o in output.spec.values())
+            seconds = 0.010 + 0.00005 * rows + (0.001 if output.spec else 0.0)
+            sched.spec.record_step(num_rows=rows, is_verify=bool(output.spec), seconds=seconds)
+
+    sched._record_step_time = record_step_time  # type: ignore[method-assign]
+    return sched
+
+
+def _num_verify_steps(batches: list[ScheduledBatch]) -> int:
+    return sum(any(s.num_lookahead_tokens for s in b.seqs) for b in batches)
+
+
+@pytest.mark.parametrize("num_requests", [1, 8, 32, 64])
+def test_a_drafter_that_is_never_right_pays_few_verifies(num_requests):
+    sched, runner = _spec_engine(error_rate=1.0)
+    # A fresh engine: the prior's few rejected verifies, then the aligned one-draft probes.
+    first = _decode_together(sched, runner, num_requests)
+    assert _num_verify_steps(first) <= 6
+    # Once the engine has seen the drafter be wrong, a new request waits for the batch's next
+    # probe step: over 128 new tokens, at most 3 verify steps and 6 steps read at once.
+    again = _decode_together(sched, runner, num_requests)
+    assert _num_verify_steps(again) <= 3
+    assert sum(b.is_read_at_once for b in again) <= 6
+
+
+def test_requests_arriving_apart_probe_in_the_same_steps():
+    sched, runner = _spec_engine(error_rate=1.0)
+    batches = _decode_together(sched, runner, 32, every=3)  # about 220 steps in all
+    verifies = [b.step_idx for b in batches if any(s.num_lookahead_tokens for s in b.seqs)]
+    assert len(batches) > 200 and len(verifies) <= 16  # each request probing alone: over 100
+    # Once the first rejections are in, every verify is a probe step: the step after one whose
+    # index is a multiple of FIRST_COOLDOWN_STEPS (the step before reads the tokens at once).
+    assert all(i % FIRST_COOLDOWN_STEPS == 1 for i in verifies if i > FIRST_COOLDOWN_STEPS)
+
+
+@pytest.mark.parametrize("num_requests", [1, 32])
+def test_a_drafter_that_is_right_drafts_at_full_depth_from_its_first_verify(num_requests):
+    sched, runner = _spec_engine(error_rate=0.0)
+    batches = _decode_together(sched, runner, num_requests)
+    for i in range(num_requests):
+        decodes = [
+            s for b in batches for s in b.seqs if s.is_decode and s.req.request_id == f"0-{i}"
+        ]
+        # Its first decode step reads a token still in flight; every one after drafts 3, but
+        # the last ones, short of max_tokens.
+        assert decodes[0].is_input_inflight and decodes[1].num_lookahead_tokens == 3
+        assert all(
+            s.num_lookahead_tokens == 3 for s in decodes[1:] if s.req.max_len - s.num_tokens > 4
+        )

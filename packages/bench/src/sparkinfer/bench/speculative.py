@@ -28,6 +28,9 @@ for the shipped code prompt), Qwen3.8-27B's shapes with random bf16 weights and 
 head (the default, CUDA), or a tiny random model on the CPU (`--tiny`, a smoke run). With
 `--quantization fp8` the decoder projections run in block FP8, made the way the offline mode
 makes them (`engine.quantize`; a bf16 `--model` quantized on load); the MTP head stays bf16.
+On the random 27B model the MTP head's drafts are never accepted: with the adaptive policy (the
+default) a gate checks that its rows run at least `NEVER_RIGHT_MIN_SPEEDUP` of AR's rate, since
+speculation is on by default and must never make decoding slower.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ DRAFTERS = ("ngram", "mtp", "oracle")  # the default set
 CODE_MODEL = "embedded"  # the `code` mode's --model: the embedded checkpoint
 KNOWN_DRAFTERS = (*DRAFTERS, "dflash")
 _WARMUP_TOKENS = 8
+# The random MTP head's rows against AR: speculation, on by default, must not slow decoding.
+NEVER_RIGHT_MIN_SPEEDUP = 0.98
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -188,6 +193,18 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     if args.deterministic:
         same = all(r.is_identical for r in rows)
         gates.append(Gate("identical outputs", same, "every speculative output equals AR's"))
+    never_right = [r for r in rows if r.drafter == "mtp" and r.priced is None]
+    if never_right and args.adaptive and not (args.model or args.tiny or args.cpu):
+        worst = min(never_right, key=lambda r: r.speedup)
+        gates.append(
+            Gate(
+                "a never-right head costs at most 2%",
+                worst.speedup >= NEVER_RIGHT_MIN_SPEEDUP,
+                f"the random MTP head (no draft accepted) under the adaptive policy: worst "
+                f"{worst.speedup:.3f}x AR at {worst.batch} streams (at least "
+                f"{NEVER_RIGHT_MIN_SPEEDUP}x)",
+            )
+        )
     context = {
         "model": args.model or ("tiny random" if args.tiny else "Qwen3.8-27B shapes, random"),
         "weights": "fp32" if args.cpu else weights_label(args.quantization),
@@ -303,17 +320,17 @@ def _decode(
         runner = engine.runner
         if drafter is not None:
             runner.speculative.drafter = drafter  # type: ignore[attr-defined]
+        calls, blocks = _CallTimer(), _CallTimer()
         if timer is not None and cfg.speculative in ("mtp", "draft_model"):
-            _time_drafter(runner.speculative.drafter, timer)  # type: ignore[attr-defined]
+            calls.wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
         if block_timer is not None and cfg.speculative == "draft_model":
-            _time_drafter(runner.speculative.drafter, block_timer, names=("propose",))  # type: ignore[attr-defined]
+            blocks.wrap(runner.speculative.drafter, names=("propose",))  # type: ignore[attr-defined]
         if wrap is not None:
             runner.speculative.drafter = wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
         warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
         engine.generate(prompts[0][:64], warm)
-        for t in (timer, block_timer):
-            if t is not None:
-                t.clear()
+        calls.clear()
+        blocks.clear()
         before = engine.stats().spec
         params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
         firsts: list[float] = []
@@ -337,30 +354,55 @@ def _decode(
         seconds = time.perf_counter() - max(firsts)
         stats = engine.stats()
         stats = replace(stats, spec=_minus(stats.spec, before))
+        for out, timed in ((timer, calls), (block_timer, blocks)):
+            if out is not None:
+                out.extend(timed.seconds())
     finally:
         engine.shutdown()
     return (seconds, results, stats) if with_stats else (seconds, results)
 
 
-def _time_drafter(
-    drafter: Any, timer: list[float], names: tuple[str, ...] = ("propose", "observe")
-) -> None:
-    """Add each call's wall time (propose ends reading the device; observe, for a drafter that
-    writes its cache at once, is synchronized here) to timer."""
-    import torch
+class _CallTimer:
+    """Times a drafter's calls without waiting for the device: a call made while a step is in
+    flight (MTP's observe of an overlapped plain step) must not wait for that step, else the
+    timer takes the overlap away and bills the step's forward to the drafter. On CUDA each call
+    is bracketed by two events on the current stream (the drafter's span on the device, host
+    gaps between its launches included); on the CPU, by the wall clock."""
 
-    for name in names:
-        call = getattr(drafter, name)
+    def __init__(self) -> None:
+        self._spans: list[tuple[Any, Any]] = []
+        self._seconds: list[float] = []
 
-        def timed(*a: Any, call: Any = call) -> Any:
-            start = time.perf_counter()
-            out = call(*a)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            timer.append(time.perf_counter() - start)
-            return out
+    def wrap(self, drafter: Any, names: tuple[str, ...] = ("propose", "observe")) -> None:
+        import torch
 
-        setattr(drafter, name, timed)
+        for name in names:
+            call = getattr(drafter, name)
+
+            def timed(*a: Any, call: Any = call) -> Any:
+                if not torch.cuda.is_available():
+                    start = time.perf_counter()
+                    out = call(*a)
+                    self._seconds.append(time.perf_counter() - start)
+                    return out
+                begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                begin.record()
+                out = call(*a)
+                end.record()
+                self._spans.append((begin, end))
+                return out
+
+            setattr(drafter, name, timed)
+
+    def clear(self) -> None:
+        self._spans.clear()
+        self._seconds.clear()
+
+    def seconds(self) -> list[float]:
+        """Each call's time (waits for the last call's events)."""
+        if self._spans:
+            self._spans[-1][1].synchronize()
+        return self._seconds + [b.elapsed_time(e) / 1e3 for b, e in self._spans]
 
 
 def _minus(after: Any, before: Any) -> Any:
@@ -397,7 +439,8 @@ def _table(rows: list[SpecRow]) -> Table:
             "accepted len: tokens a verify emits (accepted drafts + 1); right: the oracle's "
             "correct drafts of k, or a priced row's schedule (the share of verifies whose draft "
             "j is made right: priced, not the drafter's real acceptance); draft ms: the MTP or "
-            "block drafter's time per draft token (its cache writes included); block ms: one "
+            "block drafter's time per draft token (its cache writes included; its calls' span "
+            "on the device, never a wait for the step in flight); block ms: one "
             "block drafter forward proposing every drafting request's block"
         ],
     )  # fmt: skip

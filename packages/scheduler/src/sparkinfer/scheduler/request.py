@@ -166,6 +166,7 @@ class RequestOutput:
 
 
 PRIOR_ACCEPTED, PRIOR_REJECTED = 1.0, 1.0  # a draft's acceptance is 0.5 before any verify
+FIRST_COOLDOWN_STEPS = 16  # a request's first cool-down; each after it doubles
 
 
 @dataclass
@@ -178,8 +179,9 @@ class RequestSpec:
     accepted_weight: float = PRIOR_ACCEPTED
     rejected_weight: float = PRIOR_REJECTED
     cooldown_steps: int = 0
-    next_cooldown: int = 4
+    next_cooldown: int = FIRST_COOLDOWN_STEPS
     is_probing: bool = False  # its next verify is the first after a cool-down
+    is_new: bool = True  # not yet planned by the policy (`SpecPolicy.plan_step`)
 
     @property
     def acceptance(self) -> float:

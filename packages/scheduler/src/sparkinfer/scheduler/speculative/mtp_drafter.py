@@ -38,7 +38,7 @@ sampling's (`rejection_sampler`). Each draft reads the full lm_head ([vocab, hid
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -156,13 +156,13 @@ class MTPDrafter:
             graphs.capture()
         self.graphs = graphs
 
-    def warm_up(self, max_rows: int) -> None:
-        """Run the head once over each catch-up row count from 1 to max_rows, one request after
-        a block of context, so a catch-up mid-serving builds no kernel variant (call under the
+    def warm_up(self, row_counts: Iterable[int]) -> None:
+        """Run the head once over each of these catch-up row counts, one request after a block
+        of context, so a catch-up mid-serving builds no kernel variant (call under the
         numerics of the steps it warms; it writes head KV to the first blocks, which hold no
         request's KV before serving)."""
         bs = self.block_size
-        for n in range(1, max_rows + 1):
+        for n in row_counts:
             table = list(range(-(-(bs + n) // bs)))
             batch = ForwardBatch.build(
                 [n], [bs], [table], [0], caches=self.caches, block_size=bs, device=self.device

@@ -7,25 +7,38 @@ grammar) masks the row given them, so a grammar never accepts a draft it would h
 
 Acceptance: each request keeps counts of drafts accepted and rejected, from which a per-draft
 acceptance rate a (a geometric model: draft j is accepted with probability a^j) and the tokens a
-step with k drafts is expected to give, 1 + a + ... + a^k. Depth per request: draft j is worth
-one more verify row while a^j is at least that row's measured price (in plain tokens' time, from
-the fits below) and `MIN_ACCEPTANCE`, so a request whose drafts are often right drafts
-`num_speculative_tokens` deep and one whose later drafts rarely land drafts fewer. A request
-under that floor (its first draft not worth a row) stops drafting for a cool-down that doubles
-each time (up to `MAX_COOLDOWN_STEPS`) and then tries again: prompt lookup and MTP both go
-through stretches where drafts do not match. The first verify after a cool-down is a probe: if
-it accepts nothing, the request cools down again at once (a drafter that is never right so
-costs one verify per cool-down, not the several that take a fresh estimate under the
-threshold). A step where prompt lookup finds no match counts as a rejected draft.
+step with k drafts is expected to give, 1 + a + ... + a^k. Depth per request: a request's first
+verify drafts `num_speculative_tokens` (a drafter that is right drafts at full depth from the
+first step); after it, draft j is worth one more verify row while a^j is at least that row's
+measured price (in plain tokens' time, from the fits below) and `MIN_ACCEPTANCE`, so a request
+whose drafts are often right drafts `num_speculative_tokens` deep and one whose later drafts
+rarely land drafts fewer. A request under that floor (its first draft not worth a row) stops
+drafting for a cool-down (`FIRST_COOLDOWN_STEPS`, doubling each time up to
+`MAX_COOLDOWN_STEPS`) and then tries again: prompt lookup and MTP both go through stretches where
+drafts do not match. The first verify after a cool-down is a probe of one draft: if it accepts
+nothing, the request cools down again at once (a drafter that is never right so costs one verify
+row per cool-down, not the several that take a fresh estimate under the threshold). A step where
+prompt lookup finds no match counts as a rejected draft.
+
+What one request's probe costs the batch: its step is read at once (and so is the step before,
+whose tokens the drafts start from), so every request in it loses the overlap with the next
+step. Cool-downs therefore end on the policy's step clock, on the first step at least their
+length away whose index is a multiple of that length: requests cooling down probe in the same
+steps however they arrived, and a batch pays about one probe step a cool-down, not one per
+request. The policy also counts, over every request, how often a verify's first draft was
+accepted; while that share is under `MIN_ACCEPTANCE` (the drafter has been wrong lately, e.g. an
+MTP head that does not fit the model), a new request does not verify at once but probes with the
+others, at the next multiple of `FIRST_COOLDOWN_STEPS`. A drafter that is never right so pays
+about three verify steps over 128 new tokens at any batch size (`test_speculative_policy`).
 
 Cost: two straight-line fits of step time against rows, one for plain decode steps and one for
 verify steps (steps with prompt chunks are left out), measured from the scheduler's side
 (schedule to update, so host time counts). A step drafts when the expected tokens per second with
 drafts beat the plain step's; until both fits have points, and every `PROBE_INTERVAL` steps
-after that, it drafts anyway, so the verify fit follows the batch as it changes. A drafter's
-own cost counts where it is paid: the MTP head catches up over a request's rows only when the
-request drafts (`mtp_drafter`), so the verify fit carries the head and the decode fit a plain
-step.
+after that when some request may draft, it drafts anyway, so the verify fit follows the batch as
+it changes. A drafter's own cost counts where it is paid: the MTP head catches up over a
+request's rows only when the request drafts (`mtp_drafter`), so the verify fit carries the head
+and the decode fit a plain step.
 """
 
 from __future__ import annotations
@@ -34,7 +47,13 @@ from dataclasses import dataclass, field
 
 from sparkinfer.scheduler.batch import SpecOutcome
 from sparkinfer.scheduler.config import SchedulerConfig
-from sparkinfer.scheduler.request import PRIOR_ACCEPTED, PRIOR_REJECTED, Request, RequestSpec
+from sparkinfer.scheduler.request import (
+    FIRST_COOLDOWN_STEPS,
+    PRIOR_ACCEPTED,
+    PRIOR_REJECTED,
+    Request,
+    RequestSpec,
+)
 
 MIN_ACCEPTANCE = 0.15
 MAX_COOLDOWN_STEPS = 64
@@ -94,27 +113,35 @@ class SpecPolicy:
         self._decode_fit = _LineFit()
         self._verify_fit = _LineFit()
         self._steps_since_probe = 0
+        self._step = 0  # steps planned: the clock cool-downs end on
+        # Decayed counts of verifies whose first draft was accepted, and not, over every request.
+        self._first_hits, self._first_misses = PRIOR_ACCEPTED, PRIOR_REJECTED
         self._is_on = True
         self._row_price = 0.0  # a verify row's time in plain decode tokens' time (0: unmeasured)
 
     def may_draft(self, req: Request) -> bool:
         """Whether req drafts when it decodes next (its tokens then have to be on the host)."""
-        return self.config.is_speculative and (
-            req.spec.cooldown_steps <= 1 or not self.config.speculative_adaptive
-        )
+        if not self.config.speculative_adaptive:
+            return self.config.is_speculative
+        spec = req.spec
+        is_waiting = spec.is_new and self._is_wrong_lately  # `_start` will cool it down
+        return self.config.is_speculative and spec.cooldown_steps <= 1 and not is_waiting
 
     def plan_step(self, decodes: list[Request]) -> None:
         """Decide whether this step drafts at all (the cost model), before its rows are cut."""
         if not self.config.speculative_adaptive:
             self._is_on = True
             return
+        self._step += 1
         for req in decodes:
+            if req.spec.is_new:
+                self._start(req.spec)
             req.spec.cooldown_steps = max(0, req.spec.cooldown_steps - 1)
         self._steps_since_probe += 1
         self._row_price = self._measured_row_price(len(decodes))
         candidates = [r for r in decodes if self.may_draft(r) and r.spec.cooldown_steps == 0]
         self._is_on = self._pays(decodes, candidates)
-        if not self._is_on and self._steps_since_probe >= PROBE_INTERVAL:
+        if not self._is_on and candidates and self._steps_since_probe >= PROBE_INTERVAL:
             self._is_on = True
         if self._is_on:
             self._steps_since_probe = 0
@@ -137,11 +164,17 @@ class SpecPolicy:
     def depth(self, req: Request) -> int:
         """Drafts req's own acceptance pays for: draft j (accepted with probability a^j) while
         a^j is worth a verify row (its measured price, at least `MIN_ACCEPTANCE`); always the
-        first, whose worth the cool-down and the step's cost model judge. Without
+        first, whose worth the cool-down and the step's cost model judge. A request's first
+        verify drafts num_speculative_tokens (a drafter that is right drafts at full depth at
+        once), a probe after a cool-down one (a drafter still wrong costs one row). Without
         `speculative_adaptive`: num_speculative_tokens."""
         k = self.config.num_speculative_tokens
         if not self.config.speculative_adaptive:
             return k
+        if not req.spec.num_verifies:
+            return k
+        if req.spec.is_probing:
+            return 1
         a, floor = req.spec.acceptance, self._floor
         depth = 1
         while depth < k and a ** (depth + 1) >= floor:
@@ -159,6 +192,7 @@ class SpecPolicy:
         c.num_accepted_tokens += outcome.num_accepted
         for j in range(outcome.num_accepted):
             c.accepted_per_position[j] += 1
+        self._count_first_draft(is_accepted=outcome.num_accepted > 0)
         if self._failed_probe(spec, is_rejected=outcome.num_accepted == 0):
             return
         rejected = 1.0 if outcome.num_accepted < outcome.num_drafts else 0.0
@@ -186,10 +220,30 @@ class SpecPolicy:
             return True
         return False
 
-    @staticmethod
-    def _cool_down(spec: RequestSpec) -> None:
-        spec.cooldown_steps = spec.next_cooldown
-        spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * spec.next_cooldown)
+    def _start(self, spec: RequestSpec) -> None:
+        """A request's first decode step: it may draft at once, but while the drafter's first
+        drafts have been rejected across requests (their recent share accepted under
+        `MIN_ACCEPTANCE`) it waits, as a probe, for the next step whose index is a multiple of
+        FIRST_COOLDOWN_STEPS, with the requests cooling down (called before the count-down)."""
+        spec.is_new = False
+        if self._is_wrong_lately:
+            length = FIRST_COOLDOWN_STEPS
+            spec.cooldown_steps = -(-self._step // length) * length - self._step + 1
+            spec.is_probing = True
+
+    @property
+    def _is_wrong_lately(self) -> bool:
+        """Whether the recent share of verifies whose first draft was accepted, over every
+        request, is under `MIN_ACCEPTANCE`."""
+        return self._first_hits / (self._first_hits + self._first_misses) < MIN_ACCEPTANCE
+
+    def _cool_down(self, spec: RequestSpec) -> None:
+        """Stop drafting for at least next_cooldown steps, up to the first step whose index is a
+        multiple of it: requests cooling down probe in the same steps, so a batch pays about
+        one probe step a cool-down, whatever its size and however its requests arrived."""
+        length = spec.next_cooldown
+        spec.cooldown_steps = -(-(self._step + length) // length) * length - self._step
+        spec.next_cooldown = min(MAX_COOLDOWN_STEPS, 2 * length)
         spec.accepted_weight, spec.rejected_weight = PRIOR_ACCEPTED, PRIOR_REJECTED
         spec.is_probing = True
 
@@ -198,11 +252,16 @@ class SpecPolicy:
         as a rejected draft, so a request whose text never repeats cools down too and its steps
         overlap again."""
         spec = req.spec
+        self._count_first_draft(is_accepted=False)
         if self._failed_probe(spec, is_rejected=True):
             return
         spec.accepted_weight *= _DECAY
         spec.rejected_weight = _DECAY * spec.rejected_weight + 1.0
         self._cool_down_if_low(spec)
+
+    def _count_first_draft(self, *, is_accepted: bool) -> None:
+        self._first_hits = _DECAY * self._first_hits + is_accepted
+        self._first_misses = _DECAY * self._first_misses + (not is_accepted)
 
     def record_step(self, *, num_rows: int, is_verify: bool, seconds: float) -> None:
         """One decode-only step's time: num_rows forward rows (drafts included)."""

@@ -141,7 +141,8 @@ class SpeculativeStep:
         """Build the kernel variants a verify step reaches outside its graphs, under the decode
         numerics: the lm_head at every verify row count (1 to the caches' verify rows: it runs
         after the replay, on the rows that count), the MTP head at every catch-up row
-        count (1 to MAX_PENDING_ROWS + k + 1) and the drafts' logits at every eager draft row
+        count of one request (1 to MAX_PENDING_ROWS + k + 1) and at the longer catch-ups of
+        many (`_warm_up_long_catch_ups`), and the drafts' logits at every eager draft row
         count. Else each would be built while serving, in a request's step."""
         t, cfg = self.target, self.target.config
         k = cfg.num_speculative_tokens
@@ -152,9 +153,29 @@ class SpeculativeStep:
             for num_rows in range(1, max_rows + 1):
                 t.model.compute_logits(hidden[:num_rows])
             if isinstance(self.drafter, MTPDrafter):
-                self.drafter.warm_up(MAX_PENDING_ROWS + k + 1)
+                self.drafter.warm_up(range(1, MAX_PENDING_ROWS + k + 2))
                 for num_rows in range(1, cfg.max_seqs_per_step + 1):
                     self.drafter.draft_logits(hidden[:num_rows])
+        if isinstance(self.drafter, MTPDrafter):
+            self._warm_up_long_catch_ups(self.drafter)
+
+    def _warm_up_long_catch_ups(self, drafter: MTPDrafter) -> None:
+        """One catch-up runs the head over every due request's pending rows at once (each up
+        to MAX_PENDING_ROWS + k + 1, beside a step's prompt chunks), which can be more rows than
+        the longest prompt chunk the runner's start-up ran; the attention picks its kernel
+        variant by a step's rows (`kernel_warmup_lengths`). Run the head once at the shortest
+        length of each variant past that chunk, under both numerics (a step with prompt chunks
+        runs the head under the prefill ones), where the caches hold the rows."""
+        t, cfg = self.target, self.target.config
+        warmed = min(cfg.max_num_batched_tokens, cfg.max_model_len)  # the runner's prompt chunks
+        rows_per_seq = MAX_PENDING_ROWS + cfg.num_speculative_tokens + 1
+        longest = cfg.max_num_batched_tokens + cfg.max_seqs_per_step * rows_per_seq
+        num_blocks = next(iter(t.caches.attention.values())).k.shape[0]
+        fits = (num_blocks - 1) * cfg.block_size  # the warm-up's rows follow a block of context
+        for is_decode in (True, False):
+            with torch.inference_mode(), t.on_stream(), t.numerics(is_decode=is_decode):
+                lengths = t.model.kernel_warmup_lengths(longest)
+                drafter.warm_up(n for n in lengths if warmed < n <= fits)
 
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):
