@@ -34,7 +34,7 @@ from sparkinfer.kernels.linear.invariant import Phase
 
 # The prefill tile: e4m3 tiles through tensor descriptors, each step's scales folded into one
 # per row (FOLD_SCALES), one program per SM walking the tiles (PERSISTENT). The fastest of
-# `sparkinfer.lab.kernels.fp8_prompt_sweep` on the H200: 930 TFLOP/s over the five 27B
+# `sparkinfer.lab.kernels.fp8_prompt_tune` on the H200: 930 TFLOP/s over the five 27B
 # projections at 4,096 rows (1.32x bf16's batch-invariant GEMM; the pointer tile it replaced
 # made 650), 746 at 512.
 INVARIANT_PROMPT_CONFIG = Fp8PromptConfig(num_stages=4, TMA=True, FOLD_SCALES=True, PERSISTENT=True)

@@ -7,7 +7,7 @@ in-projection, as the model runs; the separate quantizer before down_proj) and s
 five; the line gives TFLOP/s of the sum and the ratio to the bf16 invariant GEMM. A candidate that
 fails to build (shared memory) or misses the prompt reference is listed with its error.
 `invariant.INVARIANT_PROMPT_CONFIG` takes the fastest. Run (a minute or two on an H200):
-``python3 -m sparkinfer.lab.kernels.fp8_prompt_sweep [--rows 512,4096]``
+``python3 -m sparkinfer.lab.kernels.fp8_prompt_tune [--rows 512,4096]``
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def main() -> None:
     start = time.perf_counter()
     sweep(tuple(int(r) for r in cli.rows.split(",")), cli.warmup, cli.iters)
     print(
-        f"fp8_prompt_sweep: {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}"
+        f"fp8_prompt_tune: {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}"
     )
 
 
