@@ -136,6 +136,7 @@ class Runner:
             self.graphs = self._capture_graphs()
             if config.is_speculative and not self.speculative.needs_taps:
                 self.verify_graphs = self._capture_verify_graphs()
+            if config.is_speculative:
                 self.speculative.capture_graphs()
             if config.prefill_graph_sizes():
                 self.prefill_graphs = self._capture_prefill_graphs()
