@@ -262,7 +262,8 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
 
 @pytest.mark.gpu
 def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
-    """bf16 on the device, the drafter's linear layers on the Triton kernels."""
+    """bf16 on the device, the drafter's linear layers on the Triton kernels, its proposals
+    replayed as CUDA graphs."""
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
     drafter = build_drafter(model)
     cfg = config(max_model_len=256)
@@ -271,3 +272,6 @@ def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     runner = Runner(model, cfg, drafter=drafter)
     got = run_mixed_steps(runner, runner.config, PROMPTS, [GREEDY] * len(PROMPTS))
     assert got.tokens == want.tokens and got.logprobs == want.logprobs
+    made = runner.speculative.drafter
+    assert isinstance(made, DraftModelDrafter) and made.graphs is not None
+    assert made.graphs.num_graphs() > 0

@@ -63,6 +63,7 @@ class BlockDrafterGraphs:
         self._staging_np = self._staging.numpy()
         self._pool = torch.cuda.graph_pool_handle()
         self._by_keys: dict[int, GraphBuckets] = {}  # keys bucket -> its rows buckets' graphs
+        stream.wait_stream(torch.cuda.current_stream(device))  # the buffers, filled there
 
     def num_graphs(self) -> int:
         return sum(len(b.captured) for b in self._by_keys.values())
