@@ -263,7 +263,7 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
 @pytest.mark.gpu
 def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     """bf16 on the device, the drafter's linear layers on the Triton kernels, its proposals
-    replayed as CUDA graphs."""
+    replayed as CUDA graphs, the target's decode and verify graphs captured tapped."""
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
     drafter = build_drafter(model)
     cfg = config(max_model_len=256)
@@ -275,3 +275,5 @@ def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     made = runner.speculative.drafter
     assert isinstance(made, DraftModelDrafter) and made.graphs is not None
     assert made.graphs.num_graphs() > 0
+    assert runner.graphs is not None and runner.graphs.use_taps
+    assert runner.verify_graphs is not None and runner.verify_graphs.use_taps

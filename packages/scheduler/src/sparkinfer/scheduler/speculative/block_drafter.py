@@ -1,12 +1,14 @@
 """The block drafter of `--draft-model` (DFlash, DFlash2, DSpark; docs/model.md §17) as a
 `Drafter`: one forward of its own proposes a request's whole block of drafts.
 
-Context: every step of an engine with this drafter is read at once (`must_read`), and its
-target forwards run eagerly with the drafter's tap layers (`forward_tapped`, the same pass: no
-extra forward). `observe` gets the tapped rows of every accepted position, prompt chunks and
-verified rows alike, and writes their K/V into the drafter's cache at once. That cache is paged
-with the target's block tables (a position's drafter K/V depend only on the tokens up to it),
-so a prefix-cache hit brings the drafter's context along with the target's.
+Context: every step of an engine with this drafter is read at once (`must_read`: the next block
+starts at the last accepted token, and its context must be written first), and its target
+forwards return the drafter's tap layers (`forward_tapped`, the same pass: no extra forward),
+under the runner's decode and verify graphs too (captured tapped; eager where no bucket holds
+the rows, and for prompt chunks). `observe` gets the tapped rows of every accepted position,
+prompt chunks and verified rows alike, and writes their K/V into the drafter's cache at once.
+That cache is paged with the target's block tables (a position's drafter K/V depend only on the
+tokens up to it), so a prefix-cache hit brings the drafter's context along with the target's.
 
 Proposal: a decode row whose context is written up to right before its input token (the anchor,
 at position P = num_cached) gets a block at P: the drafter writes its block rows' K/V at P ..
