@@ -2,10 +2,12 @@
 
 The proposal's shapes are its rows (requests drafting, padded to a bucket of `row_sizes`) and
 the context positions each row reads (`num_keys`, already a bucket: `speculative.block_drafter.
-key_bucket`). A keys bucket is reached only as contexts grow, so a (rows, keys) graph is captured
-the first time a step needs it, into one memory pool shared by all of them, and replayed after;
-rows beyond the largest bucket or keys past `max_keys` run eagerly. A graph runs the drafter's
-`propose` and `draft_tokens` and returns the draft tokens [rows, n].
+key_bucket`). A keys bucket is reached only as contexts grow, so a (rows, keys) graph is
+captured the first time a step needs it, into one memory pool shared by all of them, and
+replayed after; rows beyond the largest bucket, keys past `max_keys` and shapes of more than
+MAX_GRAPH_KEYS keys in all (rows x keys: the pool keeps the largest graph's gathered keys for
+good) run eagerly. A graph runs the drafter's `propose` and `draft_tokens` and returns the draft
+tokens [rows, n].
 
 Static buffers: each row's anchor id and position and its block table (pages over positions
 0 .. num_keys - 1; a keys bucket's graph reads the first num_keys / page columns). Padding rows
@@ -22,6 +24,10 @@ import torch
 from sparkinfer.model.drafters.cache import DrafterCache
 from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
+
+# Rows x keys of the largest graphed proposal: each layer gathers that many K and V rows (about
+# 1 GB at 8 KV heads of 128 in bf16), which the graphs' pool then holds.
+MAX_GRAPH_KEYS = 1 << 18
 
 
 class BlockDrafterGraphs:
@@ -81,7 +87,7 @@ class BlockDrafterGraphs:
         raises (`GraphCaptureError`, RuntimeError): the caller runs eagerly from then on."""
         num_rows = len(anchors)
         rows = next((b for b in self.row_sizes if b >= num_rows), None)
-        if rows is None or num_keys > self.max_keys:
+        if rows is None or num_keys > self.max_keys or rows * num_keys > MAX_GRAPH_KEYS:
             return None
         buckets = self._by_keys.get(num_keys)
         if buckets is None:
