@@ -171,7 +171,8 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         (f"whole, eager, one keys bucket ({setup.num_keys})", bucket),
         (f"whole, eager, num_keys {first}, {first + 1}, ... (a new shape each call)", growing),
     ):
-        rows.append([tag, name, statistics.median(d for d, _ in samples), 1.0])
+        device_ms = statistics.median(d for d, _ in samples)
+        rows.append([tag, name, device_ms, device_ms / total])
         rows.append(
             [tag, "  of which host time to enqueue", statistics.median(h for _, h in samples), None]
         )
@@ -184,14 +185,8 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         replays = [
             timed(lambda: graphs.run(anchors, starts, tables, setup.num_keys)) for _ in range(iters)
         ]
-    rows.append(
-        [
-            tag,
-            "whole, graphed (replay, staging copies included)",
-            statistics.median(d for d, _ in replays),
-            1.0,
-        ]
-    )
+    graphed = statistics.median(d for d, _ in replays)
+    rows.append([tag, "whole, graphed (replay, staging copies included)", graphed, graphed / total])
     return rows
 
 
@@ -229,7 +224,8 @@ def main() -> None:
         rows,
         [
             "part: median of the CUDA-event spans around that module's calls over the eager "
-            "proposals; share: of the eager proposal's device time",
+            "proposals; share: of those proposals' median device time (the whole rows: theirs "
+            "over it)",
             "whole: device time from before the call to its last kernel (host time: the call's "
             "wall time to return, its kernels enqueued)",
         ],
