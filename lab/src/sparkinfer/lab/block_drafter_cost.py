@@ -71,6 +71,7 @@ class Setup:
                 seq_ids=torch.full((context,), r, device=device),
             )  # fmt: skip
         self.anchors = torch.randint(0, 1000, (rows,), device=device, generator=gen)
+        self.anchors %= drafter.config.vocab_size
         self.starts = torch.full((rows,), context, dtype=torch.int64, device=device)
 
     def propose(self, num_keys: int | None = None) -> torch.Tensor:
