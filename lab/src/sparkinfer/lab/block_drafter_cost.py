@@ -13,6 +13,8 @@ dispatch instead):
 - whole proposals, eager: at one keys bucket each call (`key_bucket`, as the engine now reads),
   and with num_keys growing by one each call (every call a new shape, as before the buckets);
   the host's wall time per call beside the device's;
+- the same whole proposals with the attention held to each SDPA backend (cuDNN, efficient,
+  math), to tell which one the default picks and what a new shape costs it;
 - the graphed proposal (`graphs.block_drafter`: captured once, replayed).
 
 Run on a GPU machine, from the repository root (about a minute):
@@ -43,6 +45,7 @@ from sparkinfer.scheduler.speculative.block_drafter import key_bucket, scratch_p
 
 PAGE = 64  # the bench's KV block size on the GPU
 BETWEEN = "between the parts (norms, masks, rope, copies)"
+GROWING_ROOM = 256  # positions past context + block the calls with a new shape each reach
 
 
 class Setup:
@@ -54,7 +57,7 @@ class Setup:
         self.num_keys = key_bucket(context + block, PAGE)
         self.width = self.num_keys // PAGE
         self.scratch = scratch_pages(block, PAGE)
-        growing_width = -(-(context + block + 64) // PAGE)  # room for the growing-shape calls
+        growing_width = -(-(context + block + GROWING_ROOM) // PAGE)  # the growing-shape calls
         self.width = max(self.width, growing_width)
         num_blocks = rows * self.width + rows * self.scratch
         self.cache = allocate_drafter_cache(
@@ -177,6 +180,7 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         rows.append(
             [tag, "  of which host time to enqueue", statistics.median(h for _, h in samples), None]
         )
+    rows += _per_backend(setup, tag, total, first, iters)
     stream = torch.cuda.Stream()
     graphs = setup.graphs(stream)
     anchors, starts = setup.anchors.tolist(), setup.starts.tolist()
@@ -188,6 +192,32 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         ]
     graphed = statistics.median(d for d, _ in replays)
     rows.append([tag, "whole, graphed (replay, staging copies included)", graphed, graphed / total])
+    return rows
+
+
+def _per_backend(setup: Setup, tag: str, total: float, first: int, iters: int) -> list[list[Any]]:
+    """Whole eager proposals with the attention held to one SDPA backend each (the default
+    picks one per shape): at the keys bucket, and with a new num_keys each call; a backend that
+    cannot run these inputs (GQA, a boolean mask) says so."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows: list[list[Any]] = []
+    offset = iters  # num_keys not used by the calls before
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+        name = f"whole, eager, SDPA held to {backend.name}"
+        try:
+            with sdpa_kernel([backend]):
+                setup.propose()
+                bucket = statistics.median(timed(setup.propose)[0] for _ in range(iters))
+                start = first + offset
+                new = [timed(lambda n=start + i: setup.propose(n)) for i in range(iters)]
+        except RuntimeError as exc:
+            rows.append([tag, f"{name}: cannot run ({str(exc).splitlines()[0][:50]})", None, None])
+            continue
+        offset += iters
+        growing = statistics.median(d for d, _ in new)
+        rows.append([tag, f"{name}, one keys bucket", bucket, bucket / total])
+        rows.append([tag, f"{name}, a new shape each call", growing, growing / total])
     return rows
 
 
@@ -203,11 +233,13 @@ def main() -> None:
     parser.add_argument(
         "--num-layers", type=int, default=64, help="target layers (the taps' spread)"
     )
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=20, help=f"at most {GROWING_ROOM // 4}")
     parser.add_argument(
         "--no-deterministic", action="store_true", help="the measured linear dispatch"
     )
     args = parser.parse_args()
+    if not 1 <= args.iters <= GROWING_ROOM // 4:
+        parser.error(f"--iters is {args.iters}; give 1 to {GROWING_ROOM // 4}")
     device = require_cuda("block_drafter_cost")
     model = random_model(full_size_config(args.num_layers), device, "block_drafter_cost")
     drafter = random_block_drafter(model, num_drafts=args.num_drafts)
