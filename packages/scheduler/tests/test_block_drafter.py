@@ -178,6 +178,49 @@ def test_every_draft_is_the_one_plain_forwards_of_the_drafter_give(target, draft
     assert sum(same) >= 0.9 * len(same), same
 
 
+def test_tapped_verify_graphs_give_plain_decoding_and_the_drafter_its_taps(
+    target, drafter, plain, monkeypatch
+):
+    """The verify graphs captured tapped (`use_taps`; captured and replayed on the CPU
+    stand-ins): the tokens stay plain decoding's, and every draft is still the one plain
+    forwards give, so each replay's tap rows reached the drafter's cache."""
+    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
+    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+
+    off, _ = plain
+    runner = recording_runner(target, drafter, config(max_num_seqs=4))
+    cfg = runner.config
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = VerifyGraphs(
+        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=BLOCK - 1,
+        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
+        block_size=cfg.block_size, stream=CpuStream(), use_taps=True,  # type: ignore[arg-type]
+    )  # fmt: skip
+    with torch.inference_mode(), runner.numerics(is_decode=True):
+        graphs.capture()
+    replays: list[int] = []
+    for size, captured in graphs.buckets.captured.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            replays.append(size)
+            with runner.numerics(is_decode=True):
+                output.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    for size, captured in graphs.commits.captured.items():
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = lambda size=size: graphs._commit_forward(size)
+    runner.verify_graphs = graphs
+    got = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert len(set(replays)) >= 2  # padded buckets and a full one
+    assert got.tokens == off.tokens
+    recorded = runner.speculative.drafter
+    assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5
+    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
+    assert sum(same) >= 0.9 * len(same), same
+
+
 def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, plain):
     """Requests queued over time, some aborted, a small KV pool (preemption): every finished
     request gets plain decoding's tokens, and every block and slot comes back."""
@@ -262,7 +305,8 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
 
 @pytest.mark.gpu
 def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
-    """bf16 on the device, the drafter's linear layers on the Triton kernels."""
+    """bf16 on the device, the drafter's linear layers on the Triton kernels, its proposals
+    replayed as CUDA graphs, the target's decode and verify graphs captured tapped."""
     model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
     drafter = build_drafter(model)
     cfg = config(max_model_len=256)
@@ -271,3 +315,8 @@ def test_block_drafter_speculation_on_cuda_gives_plain_decoding_bit_for_bit():
     runner = Runner(model, cfg, drafter=drafter)
     got = run_mixed_steps(runner, runner.config, PROMPTS, [GREEDY] * len(PROMPTS))
     assert got.tokens == want.tokens and got.logprobs == want.logprobs
+    made = runner.speculative.drafter
+    assert isinstance(made, DraftModelDrafter) and made.graphs is not None
+    assert made.graphs.num_graphs() > 0
+    assert runner.graphs is not None and runner.graphs.use_taps
+    assert runner.verify_graphs is not None and runner.verify_graphs.use_taps

@@ -134,7 +134,7 @@ class Runner:
         self.speculative = SpeculativeStep(self, made)
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
-            if config.is_speculative and not self.speculative.needs_taps:
+            if config.is_speculative:
                 self.verify_graphs = self._capture_verify_graphs()
                 self.speculative.capture_graphs()
             if config.prefill_graph_sizes():
@@ -433,6 +433,7 @@ class Runner:
             max_blocks_per_seq=self.config.max_blocks_per_seq,
             block_size=self.config.block_size,
             stream=self._stream,
+            use_taps=self.speculative.needs_taps,
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
         with torch.inference_mode(), self.numerics(is_decode=True):
@@ -462,6 +463,7 @@ class Runner:
             max_blocks_per_seq=cfg.max_blocks_per_seq,
             block_size=cfg.block_size,
             stream=self._stream,
+            use_taps=self.speculative.needs_taps,
         )
         logger.info("capturing verify CUDA graphs for %s", graphs.batch_sizes)
         with torch.inference_mode(), self.numerics(is_decode=True):

@@ -39,10 +39,18 @@ class GraphBuckets:
         forward: Callable[[int], torch.Tensor],
         *,
         prepare: Callable[[int], object] = lambda size: None,
+        sizes: Sequence[int] | None = None,
+        pool: object | None = None,
     ) -> None:
-        """Capture `forward(size)` for every size (`capture.capture_buckets`)."""
-        self.captured = capture_buckets(
-            self.sizes, self.stream, forward, what=self.what, prepare=prepare
+        """Capture `forward(size)` for every size (`capture.capture_buckets`), or only for
+        `sizes`, added to those captured before (into `pool`, shared with them)."""
+        self.captured |= capture_buckets(
+            self.sizes if sizes is None else sizes,
+            self.stream,
+            forward,
+            what=self.what,
+            prepare=prepare,
+            pool=pool,
         )
 
     def wait_for_staging(self) -> None:

@@ -28,11 +28,14 @@ def capture_buckets(
     *,
     what: str,
     prepare: Callable[[int], object] = lambda size: None,
+    pool: object | None = None,
 ) -> dict[int, Captured]:
     """Capture `forward(size)` for every size, largest first so the smaller ones reuse its memory
     pool; `prepare(size)` fills the static buffers first. `what` names a bucket in messages
-    ("decode graph for batch size", "prefill graph for tokens")."""
-    pool = torch.cuda.graph_pool_handle()
+    ("decode graph for batch size", "prefill graph for tokens"). pool: a
+    `torch.cuda.graph_pool_handle()` shared with graphs captured before (a family that captures
+    its buckets as they are first needed); None: a new one."""
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
     # The buffers were filled on the caller's stream, which our non-blocking stream does not
     # follow. Unordered, while that stream is still busy (zeroing big caches, at a long
     # max_model_len) the warm-up reads input ids not yet zeroed: an out-of-bounds gather.

@@ -10,7 +10,9 @@ larger than the largest bucket runs eagerly. The buffers are filled on the calle
 
 Each graph also leaves its rows' final hidden states in a buffer of its pool (`hidden`, no
 extra kernel: the forward's own output), so a drafter that reads them (MTP) replays the graphs
-for its plain decode steps too.
+for its plain decode steps too. With `use_taps` (a block drafter) the graph runs the model's
+tapped forward (`forward_tapped`: the same pass) and leaves the tap layers' rows beside them
+(`tapped`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch
-from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._causal_lm import CausalLM, forward_tapped
 from sparkinfer.scheduler._inflight import (
     StepInFlight,
     device_source_rows,
@@ -42,10 +44,12 @@ class DecodeGraphs(DecodeRowBuffers):
         max_blocks_per_seq: int,
         block_size: int,
         stream: torch.cuda.Stream,
+        use_taps: bool = False,
     ) -> None:
         self.model = model
         self.caches = caches
         self.block_size = block_size
+        self.use_taps = use_taps
         self.batch_sizes = tuple(sorted(batch_sizes))
         self.max_batch = self.batch_sizes[-1]
         self.stream = stream
@@ -63,6 +67,7 @@ class DecodeGraphs(DecodeRowBuffers):
         # logits [bucket, vocab] fp32 per bucket; the staging guard (`buckets`)
         self.buckets = GraphBuckets(self.batch_sizes, stream, what="decode graph for batch size")
         self._hidden: dict[int, torch.Tensor] = {}  # [bucket, hidden], rewritten by each replay
+        self._tapped: dict[int, torch.Tensor] = {}  # [bucket, taps * hidden] with use_taps
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool."""
@@ -113,12 +118,20 @@ class DecodeGraphs(DecodeRowBuffers):
         it replays again)."""
         return self._hidden[bucket][:num_rows]
 
+    def tapped(self, bucket: int, num_rows: int) -> torch.Tensor:
+        """The tap layers' rows [num_rows, taps * hidden] of the bucket's last replay (graphs
+        captured `use_taps`; valid until it replays again)."""
+        return self._tapped[bucket][:num_rows]
+
     def _forward_batch(self, size: int) -> ForwardBatch:
         """Views of the static buffers for `size` rows (the graph reads these addresses)."""
         return self._rows_batch(size, self.logits_indices[:size])
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         size = batch.num_seqs
-        hidden = self.model(self.input_ids[:size], batch)
+        if self.use_taps:
+            hidden, self._tapped[size] = forward_tapped(self.model, self.input_ids[:size], batch)
+        else:
+            hidden = self.model(self.input_ids[:size], batch)
         self._hidden[size] = hidden  # the captured call's is the graph's: its pool keeps it
         return self.model.compute_logits(hidden)

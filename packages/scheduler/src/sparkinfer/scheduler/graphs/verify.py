@@ -9,7 +9,9 @@ them). The verify writes no state, so its graph replays any number of times; aft
 `commit` replays the bucket's commit graph (two kernels per GDN layer over the bucket's
 `VerifyLayout`), which applies each sequence's kept positions to its slot. The verify graph
 returns every row's final hidden state; the lm_head runs on the rows that count after the
-replay (so the MTP drafter gets them too). Buffers are filled as in `graphs.decode`.
+replay (so the MTP drafter gets them too); with `use_taps` (a block drafter) it runs the tapped
+forward and leaves every row's tap layers' states beside them (`tapped`). Buffers are filled as
+in `graphs.decode`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout
-from sparkinfer.scheduler._causal_lm import CausalLM
+from sparkinfer.scheduler._causal_lm import CausalLM, forward_tapped
 from sparkinfer.scheduler._inflight import StepInFlight
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
@@ -40,11 +42,14 @@ class VerifyGraphs(DecodeRowBuffers):
         max_blocks_per_seq: int,
         block_size: int,
         stream: torch.cuda.Stream,
+        use_taps: bool = False,
     ) -> None:
         self.model = model
         self.caches = caches
         self.block_size = block_size
         self.num_drafts = num_drafts
+        self.use_taps = use_taps
+        self._tapped: dict[int, torch.Tensor] = {}  # [rows, taps * hidden] per bucket
         # The caches' verify stashes hold max_rows rows: the largest bucket fills them.
         fits = [b for b in batch_sizes if b * (num_drafts + 1) <= max_rows]
         self.batch_sizes = tuple(sorted(fits))
@@ -103,6 +108,11 @@ class VerifyGraphs(DecodeRowBuffers):
 
     def bucket_for(self, num_seqs: int) -> int | None:
         return self.buckets.bucket_for(num_seqs)
+
+    def tapped(self, bucket: int) -> torch.Tensor:
+        """The tap layers' states [bucket * (k + 1), taps * hidden] of the bucket's last replay,
+        rows as `run`'s (graphs captured `use_taps`; valid until it replays again)."""
+        return self._tapped[bucket]
 
     def graph_row(self, bucket: int, position: int, rank: int) -> int:
         return position * bucket + rank
@@ -190,4 +200,9 @@ class VerifyGraphs(DecodeRowBuffers):
         return self.num_kept[:size]
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
-        return self.model(self.input_ids[: batch.num_seqs], batch)
+        ids = self.input_ids[: batch.num_seqs]
+        if not self.use_taps:
+            return self.model(ids, batch)
+        hidden, tapped = forward_tapped(self.model, ids, batch)
+        self._tapped[batch.num_seqs // (self.num_drafts + 1)] = tapped  # its pool keeps it
+        return hidden

@@ -1,12 +1,14 @@
 """The block drafter of `--draft-model` (DFlash, DFlash2, DSpark; docs/model.md §17) as a
 `Drafter`: one forward of its own proposes a request's whole block of drafts.
 
-Context: every step of an engine with this drafter is read at once (`must_read`), and its
-target forwards run eagerly with the drafter's tap layers (`forward_tapped`, the same pass: no
-extra forward). `observe` gets the tapped rows of every accepted position, prompt chunks and
-verified rows alike, and writes their K/V into the drafter's cache at once. That cache is paged
-with the target's block tables (a position's drafter K/V depend only on the tokens up to it),
-so a prefix-cache hit brings the drafter's context along with the target's.
+Context: every step of an engine with this drafter is read at once (`must_read`: the next block
+starts at the last accepted token, and its context must be written first), and its target
+forwards return the drafter's tap layers (`forward_tapped`, the same pass: no extra forward),
+under the runner's decode and verify graphs too (captured tapped; eager where no bucket holds
+the rows, and for prompt chunks). `observe` gets the tapped rows of every accepted position,
+prompt chunks and verified rows alike, and writes their K/V into the drafter's cache at once.
+That cache is paged with the target's block tables (a position's drafter K/V depend only on the
+tokens up to it), so a prefix-cache hit brings the drafter's context along with the target's.
 
 Proposal: a decode row whose context is written up to right before its input token (the anchor,
 at position P = num_cached) gets a block at P: the drafter writes its block rows' K/V at P ..
@@ -16,6 +18,14 @@ and the rest lie at or past the request's next num_cached, which no prefix-cache
 until a later `observe` has written them. Positions past a request's own pages go to scratch
 pages of the drafter's own (`SCRATCH_PAGES` per row), never to another request's.
 
+Shapes: a proposal reads `num_keys` context positions per row, rounded up to a keys bucket
+(`key_bucket`: a multiple of the page size and of `MIN_KEY_BUCKET`, eight buckets per doubling),
+so consecutive steps repeat one shape instead of growing it by the tokens each step accepted: a
+kernel chosen or planned per shape (attention) is reused, and the proposal runs as a CUDA graph
+per (rows bucket, keys bucket) (`graphs.block_drafter`, enabled by `use_graphs`; eager where no
+graph holds the shape). The rows past a row's context are masked, so the bucket changes no
+draft.
+
 A request whose context has a gap (none is expected: every step is observed) gets no drafts,
 which makes it slower, never wrong (every draft is verified). The drafts are greedy picks of
 the drafter's scores, so the verify's acceptance equals rejection sampling's for them.
@@ -23,6 +33,8 @@ the drafter's scores, so the verify's acceptance equals rejection sampling's for
 
 from __future__ import annotations
 
+import logging
+import math
 import weakref
 from collections.abc import Sequence
 
@@ -31,9 +43,24 @@ from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.forward_batch import host_to_device
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
+from sparkinfer.scheduler.errors import GraphCaptureError
+from sparkinfer.scheduler.graphs.block_drafter import BlockDrafterGraphs
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.sampler import host_list
 from sparkinfer.scheduler.speculative.drafter import TargetStep
+
+logger = logging.getLogger(__name__)
+
+MIN_KEY_BUCKET = 256  # the smallest step between two keys buckets
+KEY_BUCKETS_PER_DOUBLING = 8  # at most 1/8 more positions read than the longest row needs
+
+
+def key_bucket(num_keys: int, block_size: int) -> int:
+    """The keys bucket holding num_keys positions: a multiple of the page size (block_size)
+    and of MIN_KEY_BUCKET, in steps of a KEY_BUCKETS_PER_DOUBLING-th of the power of two below."""
+    below = 1 << max(0, (num_keys - 1).bit_length() - 1)  # the power of two below num_keys
+    step = math.lcm(block_size, max(MIN_KEY_BUCKET, below // KEY_BUCKETS_PER_DOUBLING))
+    return -(-num_keys // step) * step
 
 
 def scratch_pages(block_len: int, block_size: int) -> int:
@@ -79,6 +106,28 @@ class DraftModelDrafter:
         )
         # Context positions written (0 .. n - 1) per request; dropped with the request.
         self._written: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
+        self.graphs: BlockDrafterGraphs | None = None  # `use_graphs`
+
+    def use_graphs(
+        self, *, row_sizes: Sequence[int], max_context: int, stream: torch.cuda.Stream
+    ) -> None:
+        """Propose under CUDA graphs (`graphs.block_drafter`) for up to the largest of
+        row_sizes rows (those above max_seqs dropped) and contexts up to max_context tokens,
+        each captured the first time a step needs it."""
+        sizes = sorted({min(n, self.max_seqs) for n in row_sizes if n > 0})
+        if not sizes:
+            return
+        max_keys = key_bucket(max_context + self._block_len, self.block_size)
+        width = max_keys // self.block_size
+        pad = [[self._first_scratch + r * self._scratch] * width for r in range(sizes[-1])]
+        self.graphs = BlockDrafterGraphs(
+            self.drafter,
+            self.cache,
+            row_sizes=sizes,
+            max_keys=max_keys,
+            pad_tables=torch.tensor(pad, dtype=torch.int64),
+            stream=stream,
+        )
 
     def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
         """Always: every accepted position's taps must reach the drafter's cache."""
@@ -120,20 +169,34 @@ class DraftModelDrafter:
         rows = [seqs[i] for i in going]
         anchors = [s.req.token_ids[s.num_cached_tokens] for s in rows]
         starts = [s.num_cached_tokens for s in rows]
-        num_keys = max(starts) + self._block_len
-        dev = host_to_device(torch.tensor([anchors, starts], dtype=torch.int64), self.device)
-        draft = self.drafter.propose(
-            dev[0],
-            dev[1],
-            self.cache,
-            block_tables=self._ints(self._block_tables(rows, num_keys)),
-            num_keys=num_keys,
-        )
-        tokens = self.drafter.draft_tokens(draft, dev[0]).tokens
+        num_keys = key_bucket(max(starts) + self._block_len, self.block_size)
+        tables = self._block_tables(rows, num_keys)
+        tokens = self._graphed(anchors, starts, tables, num_keys)
+        if tokens is None:
+            dev = host_to_device(torch.tensor([anchors, starts], dtype=torch.int64), self.device)
+            draft = self.drafter.propose(
+                dev[0], dev[1], self.cache, block_tables=self._ints(tables), num_keys=num_keys
+            )
+            tokens = self.drafter.draft_tokens(draft, dev[0]).tokens
         table: list[list[int]] = host_list(tokens)  # the one wait
         for i, row in zip(going, table, strict=True):
             out[i] = row[: min(num_drafts[i], self.num_drafts)]
         return out
+
+    def _graphed(
+        self, anchors: list[int], starts: list[int], tables: list[list[int]], num_keys: int
+    ) -> torch.Tensor | None:
+        """The draft tokens from a graph replay; None: no graph holds the shape, or a capture
+        failed (then every later proposal runs eagerly: the same drafts, slower)."""
+        if self.graphs is None:
+            return None
+        try:
+            return self.graphs.run(anchors, starts, tables, num_keys)
+        except (GraphCaptureError, RuntimeError):
+            self.graphs = None
+            logger.warning("capturing the block drafter's graph failed: it runs eagerly",
+                           exc_info=True)  # fmt: skip
+            return None
 
     def _block_tables(self, rows: Sequence[ScheduledSeq], num_keys: int) -> list[list[int]]:
         """Each row's pages over positions 0 .. num_keys - 1: its own, then its scratch pages

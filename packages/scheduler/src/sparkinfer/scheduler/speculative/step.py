@@ -2,17 +2,19 @@
 draws, acceptance and the commit of the kept positions' states, and what the drafter learns
 (`speculative.verify`).
 
-The runner hands a step here when its samples must reach the host within the step: the
-scheduler gave a decode row lookahead rows (or a request that samples in it may draft next), or
-the drafter says it must see the step's results before the next (`Drafter.must_read`: MTP for a
-step with prompt chunks, whose head KV is written at once). The step before is read first (a
-drafter drafts from every token); the prompt chunks run as in any step; the decode rows run as
-one verify forward when any of them has drafts (replaying a `graphs.verify` graph when a bucket
+The runner hands a step here when its samples must reach the host within the step: the scheduler
+gave a decode row lookahead rows (or a request that samples in it may draft next), or the
+drafter says it must see the step's results before the next (`Drafter.must_read`: MTP for a step
+with prompt chunks, whose head KV is written at once). The step before is read first (a drafter
+drafts from every token); the prompt chunks run as in any step; the decode rows run as one
+verify forward when any of them has drafts (replaying a `graphs.verify` graph when a bucket
 holds the rows), else as a plain decode forward (the decode graphs then still apply). With a
 drafter that reads hidden states (MTP) a plain decode forward replays a decode graph too (each
-graph keeps its rows' hidden states, `DecodeGraphs.hidden`); prompt chunks, and decode rows no
-bucket holds, run eagerly over every row. Steps that overlap the next stay with the runner; the
-drafter still gets their rows on the device (`observe_in_flight`).
+graph keeps its rows' hidden states, `DecodeGraphs.hidden`); with a block drafter (`needs_taps`)
+the runner captured its decode and verify graphs tapped, so they keep the tap layers' rows too
+(`tapped`); prompt chunks, and decode rows no bucket holds, run eagerly over every row. Steps
+that overlap the next stay with the runner; the drafter still gets their rows on the device
+(`observe_in_flight`).
 
 The step drives the runner through its public face only (`speculative.target.Target`).
 """
@@ -119,8 +121,16 @@ class SpeculativeStep:
 
     def capture_graphs(self) -> None:
         """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
-        head runs eagerly (slower drafts, the same tokens)."""
+        head runs eagerly (slower drafts, the same tokens). A block drafter's proposals are
+        graphed per (decode graph bucket, keys bucket), each captured when first needed."""
         t, verify = self.target, self.target.verify_graphs
+        if isinstance(self.drafter, DraftModelDrafter) and t.graphs is not None:
+            with t.on_stream():  # its buffers, zeroed on the stream that reads them
+                self.drafter.use_graphs(
+                    row_sizes=t.graphs.batch_sizes,
+                    max_context=t.config.max_model_len,
+                    stream=t.graphs.stream,
+                )
         if not isinstance(self.drafter, MTPDrafter) or verify is None:
             return
         try:
@@ -188,7 +198,7 @@ class SpeculativeStep:
     @property
     def needs_taps(self) -> bool:
         """Whether the drafter reads the target's tap layers (a block drafter): the target's
-        forwards then run eagerly, tapped (the graphs keep only the final hidden states)."""
+        forwards then run tapped, its decode and verify graphs too (captured `use_taps`)."""
         # getattr: a wrapping or stand-in drafter (tests, benchmarks) may not declare it
         return self.drafter is not None and bool(getattr(self.drafter, "needs_taps", False))
 
@@ -297,7 +307,8 @@ class SpeculativeStep:
             self._plain(seqs, logits, hidden, inflight)
             return rows, None
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
-        graphs = None if self.needs_taps else t.verify_graphs
+        tapped = torch.empty(0)  # the rows' tap layers' states, with a block drafter
+        graphs = t.verify_graphs
         bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
         if graphs is not None and bucket is not None:
             rank = {id(s): i for i, s in enumerate(seqs)}
@@ -306,7 +317,10 @@ class SpeculativeStep:
                 graphs.graph_row(bucket, j, rank[id(s)])
                 for s, j in zip(rows.row_seqs, rows.row_positions, strict=True)
             ]
-            h = out[host_to_device(torch.tensor(picks, dtype=torch.int64), t.device)]
+            picked = host_to_device(torch.tensor(picks, dtype=torch.int64), t.device)
+            h = out[picked]
+            if self.needs_taps:  # the graphs were captured tapped (the runner's use_taps)
+                tapped = graphs.tapped(bucket)[picked]
 
             def commit(accepted: Accepted) -> None:  # the graph's sequence i is seqs[i]
                 graphs.commit(bucket, accepted.num_kept(seqs, bucket))
@@ -329,12 +343,10 @@ class SpeculativeStep:
             input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
             if self.needs_taps:
                 h, tapped = forward_tapped(t.model, input_ids, batch)
-                logits.append(t.model.compute_logits(h))
-                hidden.append(tapped)
-                return rows, commit
-            h = t.model(input_ids, batch)
+            else:
+                h = t.model(input_ids, batch)
         logits.append(t.model.compute_logits(h))
-        hidden.append(h)
+        hidden.append(tapped if self.needs_taps else h)  # a block drafter reads the taps
         return rows, commit
 
     def _plain(
@@ -345,17 +357,16 @@ class SpeculativeStep:
         inflight: StepInFlight | None,
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] | None = None,
     ) -> None:
-        """A forward as in a step not read at once (graphed where it can be), or eager over
-        every row when the drafter needs their hidden states (their taps, for a block drafter)."""
+        """A forward as in a step not read at once (graphed where it can be); when the drafter
+        needs the rows' hidden states (their taps, for a block drafter) a decode graph's or an
+        eager forward's over every row."""
         t = self.target
         scores = {} if prompt_logprobs is None else prompt_logprobs
-        if self.needs_taps:
-            out, tapped = t.forward_eager(seqs, scores, inflight, all_rows=True, use_taps=True)
-            logits.append(out)
-            hidden.append(tapped)
-        elif self.needs_hidden:
+        if self.needs_hidden:
             graphed = self._plain_graphed(seqs, inflight)
-            out, h = graphed or t.forward_eager(seqs, scores, inflight, all_rows=True)
+            out, h = graphed or t.forward_eager(
+                seqs, scores, inflight, all_rows=True, use_taps=self.needs_taps
+            )
             logits.append(out)
             hidden.append(h)
         else:
@@ -364,7 +375,8 @@ class SpeculativeStep:
     def _plain_graphed(
         self, seqs: list[ScheduledSeq], inflight: StepInFlight | None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Decode rows replayed on a decode graph -> (logits, hidden rows); None: run eagerly."""
+        """Decode rows replayed on a decode graph -> (logits, hidden rows: the tap layers' with
+        a block drafter, whose graphs the runner captured tapped); None: run eagerly."""
         graphs = self.target.graphs
         if graphs is None or not all(s.is_decode for s in seqs):
             return None
@@ -375,6 +387,8 @@ class SpeculativeStep:
             return None
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
         logits = graphs.run(seqs, bucket, sources, inflight)
+        if self.needs_taps:
+            return logits, graphs.tapped(bucket, len(seqs))
         return logits, graphs.hidden(bucket, len(seqs))
 
     def _draw_now(

@@ -1,0 +1,140 @@
+"""A block drafter's proposal under CUDA graphs: one graph per (rows bucket, keys bucket).
+
+The proposal's shapes are its rows (requests drafting, padded to a bucket of `row_sizes`) and
+the context positions each row reads (`num_keys`, already a bucket: `speculative.block_drafter.
+key_bucket`). A keys bucket is reached only as contexts grow, so a (rows, keys) graph is
+captured the first time a step needs it, into one memory pool shared by all of them, and
+replayed after; rows beyond the largest bucket, keys past `max_keys` and shapes of more than
+MAX_GRAPH_KEYS keys in all (rows x keys: the pool keeps the largest graph's gathered keys for
+good) run eagerly. A graph runs the drafter's `propose` and `draft_tokens` and returns the draft
+tokens [rows, n].
+
+Static buffers: each row's anchor id and position and its block table (pages over positions
+0 .. num_keys - 1; a keys bucket's graph reads the first num_keys / page columns). Padding rows
+draft at position 0 over their own row's scratch pages (`pad_tables`), so their scratch writes
+touch no request's pages; the warm-up before a capture runs over padding rows alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from sparkinfer.model.drafters.cache import DrafterCache
+from sparkinfer.model.drafters.dflash import BlockDrafter
+from sparkinfer.scheduler.graphs.buckets import GraphBuckets
+
+# Rows x keys of the largest graphed proposal: each layer gathers that many K and V rows (about
+# 1 GB at 8 KV heads of 128 in bf16), which the graphs' pool then holds.
+MAX_GRAPH_KEYS = 1 << 18
+
+
+class BlockDrafterGraphs:
+    """Owns the drafter's static buffers and its captured graphs (drafter-internal).
+
+    Args:
+        drafter, cache: the block drafter and its paged cache.
+        row_sizes: the rows buckets (each at most the rows that own scratch pages).
+        max_keys: the largest keys bucket graphed (a multiple of the page size).
+        pad_tables: [max(row_sizes), max_keys / page] int64 host tables of padding rows.
+        stream: the stream the graphs are captured and replayed on (the runner's).
+    """
+
+    def __init__(
+        self,
+        drafter: BlockDrafter,
+        cache: DrafterCache,
+        *,
+        row_sizes: Sequence[int],
+        max_keys: int,
+        pad_tables: torch.Tensor,
+        stream: torch.cuda.Stream,
+    ) -> None:
+        self.drafter = drafter
+        self.cache = cache
+        self.row_sizes = tuple(sorted(row_sizes))
+        self.max_keys = max_keys
+        self.stream = stream
+        n, width = pad_tables.shape
+        assert n == self.row_sizes[-1] and width * cache.block_size == max_keys, "pad tables"
+        device = stream.device
+        self.anchor_ids = torch.zeros(n, dtype=torch.int64, device=device)
+        self.anchor_positions = torch.zeros(n, dtype=torch.int64, device=device)
+        self.block_tables = pad_tables.to(device)
+        self._pad_tables_cpu = pad_tables
+        self._pad_tables = pad_tables.numpy()
+        # Host staging: per row [anchor id, anchor position, block table ...]
+        self._staging = torch.zeros(n, 2 + width, dtype=torch.int64).pin_memory()
+        self._staging_np = self._staging.numpy()
+        self._pool = torch.cuda.graph_pool_handle()
+        self._by_keys: dict[int, GraphBuckets] = {}  # keys bucket -> its rows buckets' graphs
+        stream.wait_stream(torch.cuda.current_stream(device))  # the buffers, filled there
+
+    def num_graphs(self) -> int:
+        return sum(len(b.captured) for b in self._by_keys.values())
+
+    def run(
+        self,
+        anchors: Sequence[int],
+        starts: Sequence[int],
+        tables: Sequence[Sequence[int]],
+        num_keys: int,
+    ) -> torch.Tensor | None:
+        """The draft tokens [len(anchors), n] of these rows (each table covering num_keys
+        positions), replayed on the stream; None where no graph holds the shape (run eagerly).
+        Captures the (rows, keys) graph first when this is its first step. A failed capture
+        raises (`GraphCaptureError`, RuntimeError): the caller runs eagerly from then on."""
+        num_rows = len(anchors)
+        rows = next((b for b in self.row_sizes if b >= num_rows), None)
+        if rows is None or num_keys > self.max_keys or rows * num_keys > MAX_GRAPH_KEYS:
+            return None
+        buckets = self._by_keys.get(num_keys)
+        if buckets is None:
+            what = f"block drafter graph over {num_keys} keys for rows"
+            buckets = self._by_keys[num_keys] = GraphBuckets(self.row_sizes, self.stream, what=what)
+        if rows not in buckets.captured:
+            buckets.capture(
+                lambda size: self._forward(size, num_keys),
+                prepare=self._prepare_padding,
+                sizes=(rows,),
+                pool=self._pool,
+            )
+        buckets.wait_for_staging()
+        width = -(-num_keys // self.cache.block_size)
+        staging = self._staging_np
+        staging[:rows, 0:2] = 0
+        staging[:rows, 2:] = self._pad_tables[:rows]
+        staging[:num_rows, 0] = anchors
+        staging[:num_rows, 1] = starts
+        staging[:num_rows, 2 : 2 + width] = np.asarray(tables, dtype=np.int64)
+        caller = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            dev = self._staging[:rows].to(self.stream.device, non_blocking=True)
+            self.anchor_ids[:rows].copy_(dev[:, 0])
+            self.anchor_positions[:rows].copy_(dev[:, 1])
+            self.block_tables[:rows].copy_(dev[:, 2:])
+            tokens = buckets.replay(rows)[:num_rows]
+        caller.wait_stream(self.stream)
+        return tokens
+
+    def _prepare_padding(self, rows: int) -> None:
+        """Every row a padding row before a warm-up and capture: the warm-up runs for real, and
+        a row left from an earlier step could point at pages another request owns now."""
+        with torch.cuda.stream(self.stream):  # the warm-up's stream reads them
+            self.anchor_ids.zero_()
+            self.anchor_positions.zero_()
+            self.block_tables.copy_(self._pad_tables_cpu)
+
+    def _forward(self, rows: int, num_keys: int) -> torch.Tensor:
+        width = -(-num_keys // self.cache.block_size)
+        ids = self.anchor_ids[:rows]
+        draft = self.drafter.propose(
+            ids,
+            self.anchor_positions[:rows],
+            self.cache,
+            block_tables=self.block_tables[:rows, :width],
+            num_keys=num_keys,
+        )
+        return self.drafter.draft_tokens(draft, ids).tokens

@@ -1,0 +1,130 @@
+"""The block drafter's proposal shapes: the keys buckets it reads (CPU), the same drafts at a
+bucket as at the exact context (CPU), and its CUDA graphs replaying what an eager proposal gives,
+padding rows included (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scheduler_testing import build_tiny_model
+from sparkinfer.model.drafters.cache import DrafterCache, allocate_drafter_cache
+from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
+from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
+from sparkinfer.scheduler.speculative.block_drafter import (
+    KEY_BUCKETS_PER_DOUBLING,
+    MIN_KEY_BUCKET,
+    key_bucket,
+)
+
+PAGE, PAGES_PER_SEQ, BLOCK = 16, 40, 5
+DRAFTER_CONFIG = {
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "rope_theta": 10_000_000,
+    "block_size": BLOCK,
+    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
+}
+
+
+@pytest.mark.parametrize("page", [16, 64, 256, 1024])
+def test_a_keys_bucket_holds_the_keys_in_whole_pages_with_little_to_spare(page) -> None:
+    previous = 0
+    for n in [*range(1, 5000, 7), 65_536, 65_537, 262_150]:
+        b = key_bucket(n, page)
+        assert b >= n and b % page == 0 and b % MIN_KEY_BUCKET == 0
+        assert b >= previous  # more keys never get a smaller bucket
+        previous = b
+        assert b - n < max(page, MIN_KEY_BUCKET, n // KEY_BUCKETS_PER_DOUBLING + 1)
+
+
+def test_consecutive_steps_share_a_bucket() -> None:
+    """A context growing by a few tokens a step keeps its shape for many steps."""
+    buckets = {key_bucket(4096 + BLOCK + step * 4, 64) for step in range(100)}
+    assert len(buckets) <= 2
+
+
+def build(device: str) -> tuple[BlockDrafter, torch.Tensor, DrafterCache]:
+    """The tiny drafter with two sequences' contexts (19 and 37 tokens) written in its cache of
+    PAGES_PER_SEQ pages each (sequence b's pages after b's), plus scratch pages after them:
+    (drafter, block tables [2, PAGES_PER_SEQ], cache)."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    target = build_tiny_model(seed=0, device=device, dtype=dtype)
+    config = parse_drafter_config(DRAFTER_CONFIG)
+    check_drafter_fits(config, target.config.text)
+    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
+    drafter = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=dtype)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_((1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=gen) * scale)
+    cache = allocate_drafter_cache(
+        drafter.cache_spec(), num_blocks=2 * PAGES_PER_SEQ + 8, block_size=PAGE, device=device
+    )
+    tables = torch.arange(2 * PAGES_PER_SEQ, device=device).view(2, PAGES_PER_SEQ)
+    lengths = (19, 37)
+    width = config.num_taps * 64
+    tapped = torch.randn(sum(lengths), width, generator=gen).to(device, dtype)
+    positions = torch.cat([torch.arange(n) for n in lengths]).to(device)
+    seq_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]).to(device)
+    with torch.inference_mode():
+        drafter.write_context(tapped, positions, cache, block_tables=tables, seq_ids=seq_ids)
+    return drafter.eval(), tables, cache
+
+
+def test_a_proposal_over_a_keys_bucket_drafts_what_the_exact_context_does() -> None:
+    drafter, tables, cache = build("cpu")
+    anchors, starts = torch.tensor([3, 7]), torch.tensor([19, 37])
+    exact = 37 + BLOCK
+    outs = []
+    for num_keys in (exact, key_bucket(exact, PAGE)):
+        with torch.inference_mode():
+            width = num_keys // PAGE + (num_keys % PAGE > 0)
+            draft = drafter.propose(
+                anchors, starts, cache, block_tables=tables[:, :width], num_keys=num_keys
+            )
+            outs.append((draft.logits, drafter.draft_tokens(draft, anchors).tokens))
+    assert key_bucket(exact, PAGE) > exact
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.gpu
+def test_graphed_proposals_replay_what_eager_ones_give() -> None:
+    """Two real rows in a bucket of four (two padding rows on their own scratch pages), at two
+    keys buckets, each captured on its first use; tokens bit for bit as eager."""
+    from sparkinfer.kernels.linear import batch_invariant
+    from sparkinfer.scheduler.graphs.block_drafter import BlockDrafterGraphs
+
+    drafter, tables, cache = build("cuda")
+    scratch = 2 * PAGES_PER_SEQ  # pages 80 .. 87: two per padding row
+    max_keys = PAGES_PER_SEQ * PAGE
+    pad = [[scratch + 2 * r] * PAGES_PER_SEQ for r in range(4)]
+    stream = torch.cuda.Stream()
+    with torch.inference_mode(), batch_invariant("decode"), torch.cuda.stream(stream):
+        graphs = BlockDrafterGraphs(
+            drafter, cache, row_sizes=(1, 4), max_keys=max_keys,
+            pad_tables=torch.tensor(pad, dtype=torch.int64), stream=stream,
+        )  # fmt: skip
+        for anchors, starts in (([3, 7], [19, 37]), ([11, 5], [19, 37])):
+            for num_keys in (256, 512):
+                width = num_keys // PAGE
+                got = graphs.run(anchors, starts, tables[:, :width].tolist(), num_keys)
+                assert got is not None
+                got = got.clone()
+                a = torch.tensor(anchors, device="cuda")
+                draft = drafter.propose(
+                    a, torch.tensor(starts, device="cuda"), cache,
+                    block_tables=tables[:, :width], num_keys=num_keys,
+                )  # fmt: skip
+                want = drafter.draft_tokens(draft, a).tokens
+                assert torch.equal(got, want), (num_keys, got, want)
+        assert graphs.num_graphs() == 2
+        assert graphs.run([1] * 5, [0] * 5, [[0] * 16] * 5, 256) is None  # rows past the buckets
+        assert graphs.run([1], [0], [[0] * 41], 41 * PAGE) is None  # keys past max_keys
