@@ -64,6 +64,22 @@ def test_fast_op_signature_matches_ref(fast, ref):
     assert inspect.signature(fast) == inspect.signature(ref)
 
 
+@pytest.mark.parametrize("op", [causal_conv1d_verify, causal_conv1d_verify_ref])
+def test_verify_writes_into_out_what_it_returns_without(op, assert_same_bits):
+    """`out` (the model's verify stash rows) receives the output in place of a new tensor."""
+    num_positions = [4, 2, 1]
+    rows = verify_layout(num_positions)
+    slots = torch.tensor([1, -1, 3])
+    x, weight, conv_state = make_inputs(sum(num_positions), seed=5)
+    plain = op(x, weight, conv_state, state_slots=slots, verify_rows=rows)
+    stash = torch.full((sum(num_positions) + 2, x.shape[1]), float("nan"), dtype=x.dtype)
+    out = stash[: x.shape[0]]
+    y = op(x, weight, conv_state, state_slots=slots, verify_rows=rows, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    assert_same_bits(out, plain)
+    assert stash[x.shape[0] :].isnan().all()  # rows past N untouched
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_verify_matches_ref_and_leaves_the_windows(dtype, assert_close, assert_same_bits):
     # Sequences longer and shorter than the window W - 1 = 3, and a padding sequence.

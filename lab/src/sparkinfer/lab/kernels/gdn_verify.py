@@ -98,9 +98,8 @@ class Layer:
         b.copy_(self.b)
         slots, rows = self.slots, self.rows
         x = causal_conv1d_verify(
-            conv_in, self.weight, self.conv, state_slots=slots, verify_rows=rows
+            conv_in, self.weight, self.conv, state_slots=slots, verify_rows=rows, out=conv_out
         )
-        conv_out.copy_(x)
         q, k, v = self.split(x)
         fused_recurrent_gated_delta_rule_verify(
             q, k, v, a, b, self.A_log, self.dt_bias, self.state, state_slots=slots, verify_rows=rows

@@ -108,6 +108,7 @@ def causal_conv1d_verify(
     *,
     state_slots: torch.Tensor,
     verify_rows: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each sequence's positions as consecutive decode updates from its slot's window, which is
     left untouched.
@@ -119,9 +120,11 @@ def causal_conv1d_verify(
         state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
         verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position;
             every row of N belongs to one (i, t).
+        out: where y goes, [N, C] contiguous in x.dtype (the layer's verify stash, so no copy
+            follows); None: a new tensor.
 
     Returns:
-        y: [N, C] in x.dtype.
+        y: [N, C] in x.dtype (`out` where given).
     """
     op = "causal_conv1d_verify"
     _check_conv_inputs(op, x, weight, conv_state)
@@ -129,7 +132,14 @@ def causal_conv1d_verify(
     check_device(op, {"x": x, "weight": weight, "conv_state": conv_state})
     num_rows, channels = x.shape
     width = weight.shape[1]
-    y = torch.empty(num_rows, channels, dtype=x.dtype, device=x.device)
+    if out is None:
+        y = torch.empty(num_rows, channels, dtype=x.dtype, device=x.device)
+    else:
+        check_dtype(op, "out", out, (x.dtype,))
+        check_shape(op, "out", out, (num_rows, channels))
+        check_contiguous(op, "out", out)
+        check_device(op, {"x": x, "out": out})
+        y = out
     num_seqs = state_slots.shape[0]
     if num_rows and num_seqs:
         _causal_conv1d_verify_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](

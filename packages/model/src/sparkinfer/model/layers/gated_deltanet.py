@@ -107,8 +107,9 @@ class GatedDeltaNet(nn.Module):
         stash.a[:num_rows].copy_(a)
         stash.b[:num_rows].copy_(b)
         layout = {"state_slots": verify.seq_slots, "verify_rows": verify.seq_rows}
-        x = self.ops.causal_conv1d_verify(conv_in, conv_weight, state.conv, **layout)
-        stash.conv_out[:num_rows].copy_(x)
+        x = self.ops.causal_conv1d_verify(
+            conv_in, conv_weight, state.conv, **layout, out=stash.conv_out[:num_rows]
+        )
         q, k, v = self._split_qkv(x)
         # early_state as at decode (the copy before writes no state): the decode kernel's own
         # build, so inside batch_invariant each row has the bits of a decode step.
