@@ -93,13 +93,13 @@ class Layer:
 
     def verify_and_commit(self) -> None:
         conv_in, conv_out, a, b = self.stash
-        conv_in.copy_(self.qkv)
         a.copy_(self.a)
         b.copy_(self.b)
         slots, rows = self.slots, self.rows
         x = causal_conv1d_verify(
-            conv_in, self.weight, self.conv, state_slots=slots, verify_rows=rows, out=conv_out
-        )
+            self.qkv, self.weight, self.conv, state_slots=slots, verify_rows=rows,
+            out=conv_out, x_out=conv_in,
+        )  # fmt: skip
         q, k, v = self.split(x)
         fused_recurrent_gated_delta_rule_verify(
             q, k, v, a, b, self.A_log, self.dt_bias, self.state, state_slots=slots, verify_rows=rows

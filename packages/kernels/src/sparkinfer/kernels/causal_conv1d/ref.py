@@ -99,6 +99,7 @@ def causal_conv1d_verify_ref(
     state_slots: torch.Tensor,
     verify_rows: torch.Tensor,
     out: torch.Tensor | None = None,
+    x_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each sequence's positions as consecutive decode updates from its slot's window, which is
     left untouched.
@@ -110,10 +111,13 @@ def causal_conv1d_verify_ref(
         state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
         verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position.
         out: where y goes, [N, C] in x.dtype; None: a new tensor.
+        x_out: where a copy of x goes, [N, C] in x.dtype; None: no copy.
 
     Returns:
         y: [N, C] in x.dtype (`out` where given).
     """
+    if x_out is not None:
+        x_out.copy_(x)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for slot, rows in zip(state_slots.tolist(), verify_rows.tolist(), strict=True):
         if slot < 0:
