@@ -64,6 +64,25 @@ def test_fast_op_signature_matches_ref(fast, ref):
     assert inspect.signature(fast) == inspect.signature(ref)
 
 
+@pytest.mark.parametrize("op", [causal_conv1d_verify, causal_conv1d_verify_ref])
+def test_verify_writes_into_out_and_copies_x_into_x_out(op, assert_same_bits):
+    """`out` and `x_out` (the model's verify stash rows) receive the output in place of a new
+    tensor and a copy of the (strided) inputs, every row's, a padding sequence's too."""
+    num_positions = [4, 2, 1]
+    rows = verify_layout(num_positions)
+    slots = torch.tensor([1, -1, 3])
+    n = sum(num_positions)
+    x, weight, conv_state = make_inputs(n, seed=5)
+    plain = op(x, weight, conv_state, state_slots=slots, verify_rows=rows)
+    y_stash, x_stash = (torch.full((n + 2, x.shape[1]), float("nan"), dtype=x.dtype) for _ in "yx")
+    out, x_out = y_stash[:n], x_stash[:n]
+    y = op(x, weight, conv_state, state_slots=slots, verify_rows=rows, out=out, x_out=x_out)
+    assert y.data_ptr() == out.data_ptr()
+    assert_same_bits(out, plain)
+    assert_same_bits(x_out, x.contiguous())
+    assert y_stash[n:].isnan().all() and x_stash[n:].isnan().all()  # rows past N untouched
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_verify_matches_ref_and_leaves_the_windows(dtype, assert_close, assert_same_bits):
     # Sequences longer and shorter than the window W - 1 = 3, and a padding sequence.

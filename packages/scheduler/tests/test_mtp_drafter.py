@@ -39,7 +39,10 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=10, logprobs=1)
 
 @pytest.fixture(scope="module")
 def mtp_model() -> Qwen3_8ForCausalLM:
-    model = build_tiny_model(seed=0)
+    return _with_mtp_head(build_tiny_model(seed=0))
+
+
+def _with_mtp_head(model: Qwen3_8ForCausalLM) -> Qwen3_8ForCausalLM:
     head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cpu"), dtype=model.dtype)
     gen = torch.Generator().manual_seed(9)
     with torch.no_grad():
@@ -412,6 +415,67 @@ def test_a_draft_vocabulary_keeps_drafts_among_its_ids_and_output_unchanged(mtp_
     off = config(speculative="off")
     assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:2], params).tokens
     assert drafter.proposals and all(t < 100 for _, d in drafter.proposals for t in d)
+
+
+DEFAULT_DRAFT_VOCAB = SchedulerConfig().speculative_draft_vocab
+
+
+def test_the_default_draft_vocabulary_is_whole_below_its_size(mtp_model):
+    """The default slice (65,536 ids) is larger than the tiny model's 256: its drafts take the
+    whole vocabulary, as 0 does."""
+    assert DEFAULT_DRAFT_VOCAB == 65_536
+    drafter = _recording_runner(mtp_model, config()).speculative.drafter
+    assert isinstance(drafter, MTPDrafter) and drafter.draft_vocab == 0
+    hidden = torch.randn(2, mtp_model.config.text.hidden_size)
+    assert torch.equal(drafter.draft_logits(hidden), mtp_model.compute_logits(hidden))
+
+
+@pytest.fixture(scope="module")
+def wide_mtp_model() -> Qwen3_8ForCausalLM:
+    """The tiny model over a vocabulary 64 ids wider than the default draft vocabulary, every id
+    real, the lm_head's rows past the slice scaled up so that greedy decoding often picks them."""
+    vocab = DEFAULT_DRAFT_VOCAB + 64
+    model = build_tiny_model(seed=0, overrides={"vocab_size": vocab})
+    model.lm_head.num_real_tokens = vocab
+    with torch.no_grad():
+        model.lm_head.weight[DEFAULT_DRAFT_VOCAB:] *= 4.0
+    return _with_mtp_head(model)
+
+
+def test_the_default_draft_vocabulary_slices_a_larger_one_and_keeps_output(wide_mtp_model):
+    """Over a vocabulary larger than the default, drafts come from its first 65,536 ids only, by
+    one product over a view of those lm_head rows (no copy), and greedy output is plain
+    decoding's, its tokens past the slice included (their drafts are never proposed)."""
+    model = wide_mtp_model
+    cfg = config(num_speculative_tokens=3)
+    runner = _recording_runner(model, cfg)
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, RecordingDrafter) and drafter.draft_vocab == DEFAULT_DRAFT_VOCAB
+
+    weights: list[torch.Tensor] = []
+
+    def spy(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        weights.append(w)
+        return torch.nn.functional.linear(x, w)
+
+    lm_head = model.lm_head
+    plain_ops = lm_head.ops
+    lm_head.ops = replace(plain_ops, linear=spy)
+    try:
+        drafter.draft_logits(torch.randn(2, model.config.text.hidden_size))
+    finally:
+        lm_head.ops = plain_ops
+    [w] = weights
+    assert w.shape[0] == DEFAULT_DRAFT_VOCAB and w.is_contiguous()
+    assert w.data_ptr() == lm_head.weight.data_ptr()  # a view of the first rows, read in place
+
+    params = [replace(GREEDY, max_tokens=12)] * 3
+    on = run_mixed_steps(runner, cfg, PROMPTS[:3], params)
+    off = config(speculative="off")
+    assert on.tokens == run_mixed_steps(Runner(model, off), off, PROMPTS[:3], params).tokens
+    assert drafter.proposals
+    assert all(t < DEFAULT_DRAFT_VOCAB for _, d in drafter.proposals for t in d)
+    assert any(t >= DEFAULT_DRAFT_VOCAB for row in on.tokens for t in row)  # the slice mattered
 
 
 def test_auto_drafts_with_the_mtp_head_and_says_so(mtp_model, caplog):

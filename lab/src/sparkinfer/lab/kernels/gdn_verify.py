@@ -4,10 +4,10 @@ with a state copy per position (the roll-back rows) against the verify kernels a
 Both run k = 3 drafts (4 positions) for every sequence, one accepted. "per-position": for each
 position the conv update and the recurrent decode kernel (state read and written in place), then
 the conv and recurrent state of each sequence copied to a roll-back row, and the kept one copied
-back. "verify + commit": the stash copies, `causal_conv1d_verify` and
-`fused_recurrent_gated_delta_rule_verify` (state only read), then `causal_conv1d_commit` and
-`fused_recurrent_gated_delta_rule_commit` over the kept positions. Each is timed as CUDA-graph
-replays (`time_graph`), per layer and over the 48 layers. Run alone:
+back. "verify + commit": the gates' stash copy, `causal_conv1d_verify` (which stashes its inputs
+and outputs itself) and `fused_recurrent_gated_delta_rule_verify` (state only read), then
+`causal_conv1d_commit` and `fused_recurrent_gated_delta_rule_commit` over the kept positions.
+Each is timed as CUDA-graph replays (`time_graph`), per layer and over the 48 layers. Run alone:
 ``python -m sparkinfer.lab.kernels.gdn_verify [--quick]``.
 """
 
@@ -50,7 +50,8 @@ class Layer:
 
         self.num_seqs = num_seqs
         self.qkv = randn(n, CONV_DIM)
-        self.a, self.b = randn(n, NUM_V_HEADS), randn(n, NUM_V_HEADS)
+        self.gates = randn(n, 2 * NUM_V_HEADS)  # [b | a], the in_proj's columns
+        self.b, self.a = self.gates.split(NUM_V_HEADS, dim=1)
         self.weight = randn(CONV_DIM, CONV_WIDTH)
         self.A_log = torch.rand(NUM_V_HEADS, device=device, generator=gen) * 2.0
         self.dt_bias = randn(NUM_V_HEADS, dtype=torch.float32)
@@ -62,7 +63,7 @@ class Layer:
         positions = torch.arange(NUM_POSITIONS, device=device)
         self.rows = (positions[None, :] * num_seqs + self.slots[:, None]).contiguous()
         self.kept = torch.full((num_seqs,), NUM_KEPT, device=device)
-        self.stash = [torch.empty_like(t) for t in (self.qkv, self.qkv, self.a, self.b)]
+        self.stash = [torch.empty_like(t) for t in (self.qkv, self.qkv, self.gates)]
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = x.split((NUM_HEADS * HEAD_DIM, NUM_HEADS * HEAD_DIM, NUM_V_HEADS * HEAD_DIM), 1)
@@ -92,15 +93,14 @@ class Layer:
         self.state.index_copy_(0, self.slots, self.state.index_select(0, kept))
 
     def verify_and_commit(self) -> None:
-        conv_in, conv_out, a, b = self.stash
-        conv_in.copy_(self.qkv)
-        a.copy_(self.a)
-        b.copy_(self.b)
+        conv_in, conv_out, gates = self.stash
+        gates.copy_(self.gates)
+        b, a = gates.split(NUM_V_HEADS, dim=1)
         slots, rows = self.slots, self.rows
         x = causal_conv1d_verify(
-            conv_in, self.weight, self.conv, state_slots=slots, verify_rows=rows
-        )
-        conv_out.copy_(x)
+            self.qkv, self.weight, self.conv, state_slots=slots, verify_rows=rows,
+            out=conv_out, x_out=conv_in,
+        )  # fmt: skip
         q, k, v = self.split(x)
         fused_recurrent_gated_delta_rule_verify(
             q, k, v, a, b, self.A_log, self.dt_bias, self.state, state_slots=slots, verify_rows=rows

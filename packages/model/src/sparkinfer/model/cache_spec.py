@@ -84,7 +84,8 @@ class VerifyStash:
 
     conv_in: [num_rows, conv_dim] pre-conv [q | k | v] (the conv window's new inputs).
     conv_out: [num_rows, conv_dim] post-conv [q | k | v] (the recurrent update's k and v).
-    a, b: [num_rows, num_v_heads] raw gate inputs (decay, write strength).
+    gates: [num_rows, 2 * num_v_heads] raw gate inputs [b | a] (write strength, decay), in the
+        in_proj's column order, so one copy stashes both; `b` and `a` are its halves.
     All in the model dtype. At 27B (conv_dim 10240, 48 value heads, bf16) that is 41,152 bytes
     per row and layer, 1.98 MB per row over the 48 GDN layers: 7.9 MB per sequence verifying 3
     drafts, against 151 MB of state per copied roll-back point.
@@ -92,8 +93,17 @@ class VerifyStash:
 
     conv_in: torch.Tensor
     conv_out: torch.Tensor
-    a: torch.Tensor
-    b: torch.Tensor
+    gates: torch.Tensor
+
+    @property
+    def b(self) -> torch.Tensor:
+        """[num_rows, num_v_heads] raw write strength (a view of `gates`)."""
+        return self.gates[:, : self.gates.shape[1] // 2]
+
+    @property
+    def a(self) -> torch.Tensor:
+        """[num_rows, num_v_heads] raw decay input (a view of `gates`)."""
+        return self.gates[:, self.gates.shape[1] // 2 :]
 
 
 @dataclass
@@ -160,4 +170,4 @@ def _verify_stash(s: LinearStateSpec, num_rows: int, device: torch.device | str)
     def rows(width: int) -> torch.Tensor:
         return torch.zeros(num_rows, width, dtype=s.conv_dtype, device=device)
 
-    return VerifyStash(rows(s.conv_dim), rows(s.conv_dim), rows(s.num_v_heads), rows(s.num_v_heads))
+    return VerifyStash(rows(s.conv_dim), rows(s.conv_dim), rows(2 * s.num_v_heads))

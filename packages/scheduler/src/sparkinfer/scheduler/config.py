@@ -203,12 +203,14 @@ class SchedulerConfig:
         ),
     )
     speculative_draft_vocab: int = field(
-        default=0,
+        default=65_536,
         metadata=_help(
             "MTP drafts choose among the vocabulary's first N ids only (byte-pair vocabularies "
             "put their most common merges first), so each draft reads N rows of the lm_head, not "
-            "all of them. Drafts are verified, so this trades acceptance for draft time, never "
-            "output. 0: the whole vocabulary"
+            "all of them; a vocabulary of N ids or fewer drafts over all of it. Drafts are "
+            "verified, so this trades acceptance for draft time, never output. The default's "
+            "first 65,536 of Qwen3.5/3.6's 248,320 ids hold about 98 in 100 tokens of English and "
+            "Python text, in a quarter of the lm_head's bytes. 0: the whole vocabulary"
         ),
     )
     speculative_adaptive: bool = field(

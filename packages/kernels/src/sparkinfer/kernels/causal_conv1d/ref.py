@@ -98,6 +98,8 @@ def causal_conv1d_verify_ref(
     *,
     state_slots: torch.Tensor,
     verify_rows: torch.Tensor,
+    out: torch.Tensor | None = None,
+    x_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each sequence's positions as consecutive decode updates from its slot's window, which is
     left untouched.
@@ -108,10 +110,14 @@ def causal_conv1d_verify_ref(
         conv_state: [num_slots, W - 1, C] windows, oldest first; read only.
         state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
         verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position.
+        out: where y goes, [N, C] in x.dtype; None: a new tensor.
+        x_out: where a copy of x goes, [N, C] in x.dtype; None: no copy.
 
     Returns:
-        y: [N, C] in x.dtype.
+        y: [N, C] in x.dtype (`out` where given).
     """
+    if x_out is not None:
+        x_out.copy_(x)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for slot, rows in zip(state_slots.tolist(), verify_rows.tolist(), strict=True):
         if slot < 0:
@@ -121,7 +127,7 @@ def causal_conv1d_verify_ref(
             window = torch.cat([window, x[r : r + 1].float()])  # [W, C]
             y[r] = _conv_silu(window, weight)[0]
             window = window[1:]
-    return y.to(x.dtype)
+    return y.to(x.dtype) if out is None else out.copy_(y)
 
 
 def causal_conv1d_commit_ref(

@@ -38,8 +38,8 @@ def _window_rows(x, conv_state, p_rows, slot, t, o_r, o_c, m_r, m_c, C, stride_x
 
 @triton.jit(do_not_specialize=["T"])  # positions of the step: one build for all
 def _causal_conv1d_verify_kernel(
-    x, weight, conv_state, y, state_slots, verify_rows, T, C, stride_xb, stride_wc,
-    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    x, weight, conv_state, y, x_out, state_slots, verify_rows, T, C, stride_xb, stride_wc,
+    W: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, COPY_X: tl.constexpr,
 ):  # fmt: skip
     i_n, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     o_c = i_c * BC + tl.arange(0, BC)
@@ -57,6 +57,9 @@ def _causal_conv1d_verify_kernel(
         row = tl.load(p_rows + t).to(tl.int64)
         if row >= 0:
             p_y = y + row * C + o_c
+            if COPY_X:
+                b_in = tl.load(x + row * stride_xb + o_c, mask=m_c, other=0.0)
+                tl.store(x_out + row * C + o_c, b_in, mask=m_c)
             if slot < 0:
                 tl.store(p_y, tl.zeros([BC], dtype=tl.float32).to(y.dtype.element_ty), mask=m_c)
             else:
@@ -108,6 +111,8 @@ def causal_conv1d_verify(
     *,
     state_slots: torch.Tensor,
     verify_rows: torch.Tensor,
+    out: torch.Tensor | None = None,
+    x_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each sequence's positions as consecutive decode updates from its slot's window, which is
     left untouched.
@@ -119,9 +124,13 @@ def causal_conv1d_verify(
         state_slots: [B] int64 slot per sequence; -1 is a padding sequence (its rows zero).
         verify_rows: [B, T] int64 row of position t of sequence i, -1 past its last position;
             every row of N belongs to one (i, t).
+        out: where y goes, [N, C] contiguous in x.dtype (the layer's verify stash, so no copy
+            follows); None: a new tensor.
+        x_out: where a copy of x goes, [N, C] contiguous in x.dtype (the stash's inputs, for
+            the commit), written as the rows are read; None: no copy.
 
     Returns:
-        y: [N, C] in x.dtype.
+        y: [N, C] in x.dtype (`out` where given).
     """
     op = "causal_conv1d_verify"
     _check_conv_inputs(op, x, weight, conv_state)
@@ -129,13 +138,25 @@ def causal_conv1d_verify(
     check_device(op, {"x": x, "weight": weight, "conv_state": conv_state})
     num_rows, channels = x.shape
     width = weight.shape[1]
-    y = torch.empty(num_rows, channels, dtype=x.dtype, device=x.device)
+    if out is None:
+        y = torch.empty(num_rows, channels, dtype=x.dtype, device=x.device)
+    else:
+        check_dtype(op, "out", out, (x.dtype,))
+        check_shape(op, "out", out, (num_rows, channels))
+        check_contiguous(op, "out", out)
+        check_device(op, {"x": x, "out": out})
+        y = out
+    if x_out is not None:
+        check_dtype(op, "x_out", x_out, (x.dtype,))
+        check_shape(op, "x_out", x_out, (num_rows, channels))
+        check_contiguous(op, "x_out", x_out)
+        check_device(op, {"x": x, "x_out": x_out})
     num_seqs = state_slots.shape[0]
     if num_rows and num_seqs:
         _causal_conv1d_verify_kernel[(num_seqs, triton.cdiv(channels, UPDATE_BC))](
-            x, weight, conv_state, y, state_slots, verify_rows, verify_rows.shape[1], channels,
-            x.stride(0), weight.stride(0),
-            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC,
+            x, weight, conv_state, y, y if x_out is None else x_out, state_slots, verify_rows,
+            verify_rows.shape[1], channels, x.stride(0), weight.stride(0),
+            W=width, BR=triton.next_power_of_2(width - 1), BC=UPDATE_BC, COPY_X=x_out is not None,
         )  # fmt: skip
     return y
 

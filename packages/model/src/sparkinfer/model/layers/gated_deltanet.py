@@ -82,8 +82,7 @@ class GatedDeltaNet(nn.Module):
         self,
         qkv: torch.Tensor,
         z: torch.Tensor,
-        a: torch.Tensor,
-        b: torch.Tensor,
+        gates: torch.Tensor,
         conv_weight: torch.Tensor,
         state: LinearStateCache,
         batch: ForwardBatch,
@@ -102,15 +101,16 @@ class GatedDeltaNet(nn.Module):
                 "num_verify_rows (allocate_caches)"
             )
         num_rows = qkv.shape[0]
-        conv_in = stash.conv_in[:num_rows]
-        conv_in.copy_(qkv)
-        stash.a[:num_rows].copy_(a)
-        stash.b[:num_rows].copy_(b)
+        stash.gates[:num_rows].copy_(gates)  # b and a in one copy
+        b, a = gates.split(self.num_v_heads, dim=-1)
         layout = {"state_slots": verify.seq_slots, "verify_rows": verify.seq_rows}
-        x = self.ops.causal_conv1d_verify(conv_in, conv_weight, state.conv, **layout)
-        stash.conv_out[:num_rows].copy_(x)
+        # The conv keeps its inputs and outputs in the stash itself (no copy launches).
+        x = self.ops.causal_conv1d_verify(
+            qkv, conv_weight, state.conv, **layout,
+            out=stash.conv_out[:num_rows], x_out=stash.conv_in[:num_rows],
+        )  # fmt: skip
         q, k, v = self._split_qkv(x)
-        # early_state as at decode (the copy before writes no state): the decode kernel's own
+        # early_state as at decode (the conv before writes no state): the decode kernel's own
         # build, so inside batch_invariant each row has the bits of a decode step.
         return self.ops.fused_recurrent_gated_delta_rule_verify(
             q, k, v, a, b, self.A_log, self.dt_bias, state.recurrent, **layout,
@@ -151,12 +151,14 @@ class GatedDeltaNet(nn.Module):
         x quantized for an FP8 in_proj."""
         num_tokens = x.shape[0]
         # pre-conv [q | k | v] [T, conv_dim], z [T, value_dim], b and a [T, HV]
-        qkv, z, b, a = self.in_proj(x, x_fp8).split(self.in_proj_sizes, dim=-1)
+        projected = self.in_proj(x, x_fp8)
+        qkv, z, b, a = projected.split(self.in_proj_sizes, dim=-1)
         z = z.view(num_tokens, self.num_v_heads, self.v_head_dim)
         conv_weight = self.conv1d.weight.squeeze(1)  # [conv_dim, kernel]
         state = batch.caches.linear[self.layer_idx]
         if batch.verify is not None:
-            o = self._verify_positions(qkv, z, a, b, conv_weight, state, batch)
+            gates = projected[:, -2 * self.num_v_heads :]  # [b | a]
+            o = self._verify_positions(qkv, z, gates, conv_weight, state, batch)
             if output_rows is not None:
                 o = o[output_rows]
         elif batch.is_decode:

@@ -31,8 +31,10 @@ the draft steps replay one CUDA graph (`graphs.head`); a request back from a str
 drafts first runs the head eagerly over all but its last k + 1 rows, so the drafts still replay
 the graph. The head runs under the target's decode numerics, so it builds no kernel variant of
 its own while serving. The drafts are greedy, so the verify's acceptance equals rejection
-sampling's (`rejection_sampler`). Each draft reads the full lm_head ([vocab, hidden]): at batch
-1 that is the head's main cost.
+sampling's (`rejection_sampler`). Each draft's logits read the lm_head's first
+`speculative_draft_vocab` rows only (a view; by default 65,536 of Qwen's 248,320, a quarter of
+the bytes: the full lm_head was the head's main cost at batch 1); a token past them is never
+drafted, and the verify emits it as it would without drafts.
 """
 
 from __future__ import annotations
