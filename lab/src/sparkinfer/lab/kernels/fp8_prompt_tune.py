@@ -113,9 +113,7 @@ def main() -> None:
     cli = parser.parse_args()
     start = time.perf_counter()
     sweep(tuple(int(r) for r in cli.rows.split(",")), cli.warmup, cli.iters)
-    print(
-        f"fp8_prompt_tune: {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}"
-    )
+    print(f"fp8_prompt_tune: {time.perf_counter() - start:.0f} s on {torch.cuda.get_device_name()}")
 
 
 if __name__ == "__main__":
