@@ -1,6 +1,8 @@
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
+import torch
 from sparkinfer.bench.errors import DeviceError
 from sparkinfer.bench.tracker import OutputTracker
 from sparkinfer.lab import idle_gaps, profile
@@ -48,25 +50,29 @@ def test_windows_sum_kernels_per_step_and_group_them():
     assert abs(sum(r[3] for r in by_op) - 1.0) < 1e-9
 
 
-class _Graphs:
-    stream = None
+class _Event:
+    def __init__(self, **kw):
+        self.streams = []
 
-    def run(self, seqs, bucket):
-        return "logits"
-
-
-class _Engine:
-    def __init__(self, graphs):
-        self.runner = type("Runner", (), {"graphs": graphs})()
+    def record(self, stream):
+        self.streams.append(stream)
 
 
-def test_timed_replays_wraps_the_graph_run_only_inside_the_block():
-    graphs = _Graphs()
-    with profile.timed_replays(_Engine(graphs)) as events:
-        assert graphs.run.__name__ == "timed" and events == []
-    assert graphs.run.__func__ is _Graphs.run  # the class's method again
-    with profile.timed_replays(_Engine(None)) as events:  # eager engines replay nothing
-        assert events == []
+def test_the_replay_timer_times_decode_replays_only_inside_its_block(monkeypatch):
+    monkeypatch.setattr(profile.torch.cuda, "Event", _Event)
+    timer, stream = profile.ReplayTimer(), cast(torch.cuda.Stream, object())
+    with timer.span("decode_replay", stream):  # before the block: nothing recorded
+        pass
+    with timer.recording() as events:
+        with timer.span("decode_replay", stream):
+            assert len(events) == 0  # appended once the replay's end is recorded
+        with timer.span("draft_propose", stream), timer.span("decode_replay", None):
+            pass  # neither a replay nor on a CUDA stream
+        assert len(events) == 1
+        assert all(cast(_Event, e).streams == [stream] for e in events[0])
+    with timer.span("decode_replay", stream):
+        pass
+    assert len(events) == 1
 
 
 def test_waits_stop_at_the_first_failed_request():

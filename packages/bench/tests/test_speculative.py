@@ -2,11 +2,14 @@
 AR run's (on bf16 and on FP8 weights), the oracle's right drafts are all accepted, and priced rows
 accept by their schedule."""
 
+import contextlib
 import json
+from types import SimpleNamespace
 
 import pytest
 from sparkinfer.bench.__main__ import main
 from sparkinfer.bench.spec_drafters import OracleDrafter, PricedDrafter
+from sparkinfer.bench.speculative import _CallTimer, _DrafterTimer
 
 
 def test_spec_mode_runs_every_drafter_with_identical_outputs(tmp_path, capsys):
@@ -38,9 +41,11 @@ def test_spec_mode_on_fp8_weights_keeps_every_output(tmp_path, capsys):
 
 class _Seq:
     def __init__(self, tokens: list[int], num_prompt: int) -> None:
-        self.req = type("R", (), {})()
-        self.req.token_ids, self.req.num_prompt_tokens = tokens, num_prompt
-        self.req.num_output_tokens = len(tokens) - num_prompt
+        self.req = SimpleNamespace(
+            token_ids=tokens,
+            num_prompt_tokens=num_prompt,
+            num_output_tokens=len(tokens) - num_prompt,
+        )
 
 
 def test_the_oracle_is_right_on_the_first_drafts_only():
@@ -86,6 +91,46 @@ def test_a_priced_drafter_pays_the_real_drafts_and_repeats_its_draws():
     assert all(r in (0, 1, 2) for r in num_right) and len(set(num_right)) > 1
     with pytest.raises(ValueError, match="cannot exceed"):
         PricedDrafter(inner, {}, (0.5, 0.9), seed=0)
+
+
+def test_the_drafter_timer_times_each_call_into_its_timers():
+    calls, blocks = _CallTimer(), _CallTimer()
+    timer = _DrafterTimer(calls, blocks)
+    for kind in ("draft_propose", "draft_observe", "decode_replay"):
+        with timer.span(kind, None):  # the CPU: the wall clock
+            pass
+    assert len(calls.seconds()) == 2 and len(blocks.seconds()) == 1
+    with _DrafterTimer(None, None).span("draft_propose", None):
+        pass
+
+
+class _Spans:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    @contextlib.contextmanager
+    def span(self, kind, stream):
+        self.log.append(f"{kind} begins")
+        yield
+        self.log.append(f"{kind} ends")
+
+
+class _LoggedInner(_Inner):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def propose(self, seqs, num_drafts):
+        self.log.append("inner")
+        return super().propose(seqs, num_drafts)
+
+
+def test_a_priced_drafter_gives_its_observer_the_real_drafters_calls_only():
+    log: list[str] = []
+    inner = _LoggedInner(log)
+    priced = PricedDrafter(inner, {(1, 2): [5, 6]}, (0.9, 0.5), seed=7, observer=_Spans(log))
+    priced.propose([_Seq([1, 2], 2)], [2])
+    assert log == ["draft_propose begins", "inner", "draft_propose ends"]
 
 
 def test_the_block_drafter_runs_with_identical_outputs_and_prices_its_blocks(tmp_path):

@@ -301,6 +301,7 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
         max_blocks_per_seq=runner.config.max_blocks_per_seq,
         block_size=runner.config.block_size,
         stream=CpuStream(),  # type: ignore[arg-type]
+        observer=runner.observer,
     )
     runner.graphs = graphs
     return _replay_on_cpu(graphs, monkeypatch, lambda: runner.numerics(is_decode=True))

@@ -4,9 +4,10 @@ sequence gives (its KV kept across chunks, verifies and rejections); on FP8 weig
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -28,8 +29,10 @@ from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
+from sparkinfer.scheduler.observer import StepObserver, StepSpan
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
+from sparkinfer.scheduler.speculative.drafter import TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 
 RNG = random.Random(3)
@@ -106,9 +109,12 @@ class CountingHead(torch.nn.Module):
 
 
 def _recording_runner(
-    model: Qwen3_8ForCausalLM, cfg: SchedulerConfig, kind: type[RecordingDrafter] = RecordingDrafter
+    model: Qwen3_8ForCausalLM,
+    cfg: SchedulerConfig,
+    kind: type[RecordingDrafter] = RecordingDrafter,
+    observer: StepObserver | None = None,
 ) -> Runner:
-    runner = Runner(model, cfg)
+    runner = Runner(model, cfg, observer=observer)
     assert model.mtp is not None
     drafter = kind(
         model, model.mtp, runner.caches, block_size=cfg.block_size, device=runner.device,
@@ -255,6 +261,74 @@ def test_plain_steps_overlap_while_no_request_drafts_and_the_head_still_sees_the
     drafter = runner.speculative.drafter
     assert isinstance(drafter, WrongDrafter) and len(drafter.proposals) > 4
     _assert_heads_drafts(mtp_model, drafter.proposals)
+
+
+class LoggingObserver:
+    """Logs where each span begins and ends, and the stream each was given."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.streams: list[tuple[StepSpan, object]] = []
+
+    @contextlib.contextmanager
+    def span(self, kind: StepSpan, stream: torch.cuda.Stream | None) -> Iterator[None]:
+        self.log.append(f"{kind} begins")
+        self.streams.append((kind, stream))
+        yield
+        self.log.append(f"{kind} ends")
+
+
+class LoggedDrafter(WrongDrafter):
+    """Logs each call of propose and observe."""
+
+    log: list[str]
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        self.log.append("propose")
+        return super().propose(seqs, num_drafts)
+
+    def observe(self, step: TargetStep) -> None:
+        self.log.append("observe")
+        super().observe(step)
+
+
+def test_a_step_observer_brackets_each_graph_replay_and_drafter_call_once(mtp_model, monkeypatch):
+    """Every decode-graph replay and every call of the drafter (its observe of steps read at
+    once and of steps in flight) is one span; the tokens are those of the unobserved engine."""
+    cfg = config(num_speculative_tokens=2, speculative_adaptive=True, max_num_batched_tokens=20)
+    params = [replace(GREEDY, max_tokens=40)] * 2
+    log: list[str] = []
+    observer = LoggingObserver(log)
+    runner = _recording_runner(mtp_model, cfg, LoggedDrafter, observer=observer)
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, LoggedDrafter) and runner.speculative.observer is observer
+    drafter.log = log
+    replayed = attach_cpu_graphs(runner, monkeypatch)
+    on = run_mixed_steps(runner, cfg, PROMPTS[:2], params)
+
+    calls = [e for e in log if e in ("propose", "observe")]
+    assert calls.count("propose") > 4 and calls.count("observe") > 4
+    spans = [e for e in log if not e.startswith("decode_replay")]
+    assert spans == [e for c in calls for e in (f"draft_{c} begins", c, f"draft_{c} ends")]
+    replays = [e for e in log if e.startswith("decode_replay")]
+    assert replays == ["decode_replay begins", "decode_replay ends"] * len(replayed)
+    assert replayed, "no plain decode step replayed a graph"
+    assert all((s is None) == (k != "decode_replay") for k, s in observer.streams)  # CPU
+
+    unobserved = _recording_runner(mtp_model, cfg, WrongDrafter)
+    assert unobserved.observer is None
+    attach_cpu_graphs(unobserved, monkeypatch)
+    assert on.tokens == run_mixed_steps(unobserved, cfg, PROMPTS[:2], params).tokens
+
+
+def test_an_engines_observer_sees_its_drafter(mtp_model):
+    log: list[str] = []
+    engine = Engine.from_model(mtp_model, config(), observer=LoggingObserver(log))
+    try:
+        engine.generate(PROMPTS[0], GREEDY)
+    finally:
+        engine.shutdown()
+    assert log.count("draft_propose begins") == log.count("draft_propose ends") > 0
 
 
 def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -30,6 +30,7 @@ from sparkinfer.lab.idle_gaps import Idle, idle
 
 if TYPE_CHECKING:
     from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.scheduler.observer import StepSpan
 
 # First match wins; the patterns are the kernel names of sparkinfer.kernels and of cuBLAS/torch.
 CATEGORIES: tuple[tuple[str, str], ...] = (
@@ -147,33 +148,47 @@ def decode_room(batch: int, context: int, window: int) -> int:
     return 4 + 2 * window + batch * (context // 1024 + 2) + PROFILER_START_STEPS
 
 
-@contextlib.contextmanager
-def timed_replays(engine) -> Iterator[list[tuple[torch.cuda.Event, torch.cuda.Event]]]:
-    """CUDA events around each decode-graph run (staging and replay) while the block runs."""
-    graphs = engine.runner.graphs
-    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-    if graphs is None:
-        yield events
-        return
-    run = graphs.run
+class ReplayTimer:
+    """The engine's step observer (`sparkinfer.scheduler.observer`): CUDA events around each
+    decode-graph run (staging and replay) while a `recording` block runs; nothing otherwise."""
 
-    def timed(*args):
+    def __init__(self) -> None:
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] | None = None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[tuple[torch.cuda.Event, torch.cuda.Event]]]:
+        """The (start, end) events of the replays the engine runs while the block runs."""
+        self._events = events = []
+        try:
+            yield events
+        finally:
+            self._events = None
+
+    def span(
+        self, kind: StepSpan, stream: torch.cuda.Stream | None
+    ) -> contextlib.AbstractContextManager[object]:
+        events = self._events  # read once: the block may end on another thread
+        if events is None or kind != "decode_replay" or stream is None:
+            return contextlib.nullcontext()
+        return self._timed(events, stream)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _timed(
+        events: list[tuple[torch.cuda.Event, torch.cuda.Event]], stream: torch.cuda.Stream
+    ) -> Iterator[None]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(graphs.stream)
-        logits = run(*args)
-        end.record(graphs.stream)
+        start.record(stream)
+        yield
+        end.record(stream)
         events.append((start, end))
-        return logits
-
-    graphs.run = timed
-    try:
-        yield events
-    finally:
-        del graphs.run  # the instance attribute goes; the class's method shows through again
 
 
-def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
-    """Kernels of `window` decode steps once all `batch` streams decode at `context`."""
+def profile_decode(
+    engine, replays: ReplayTimer, *, batch: int, context: int, window: int
+) -> Window:
+    """Kernels of `window` decode steps once all `batch` streams decode at `context`; the
+    median graph replay timed by `replays`, the engine's observer."""
     from sparkinfer.scheduler.request import SamplingParams
 
     warm = 4
@@ -191,7 +206,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
 
     _wait(all_decoding, 600, f"{batch} streams decoding", tracker)
     with (
-        timed_replays(engine) as replays,
+        replays.recording() as events,
         torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof,
     ):
         # Counted once tracing runs: starting the profiler takes longer than many steps.
@@ -218,7 +233,7 @@ def profile_decode(engine, *, batch: int, context: int, window: int) -> Window:
     steps = sum(1 for ts in _tokens(tracker)[last] if t0 <= ts <= t1) or window
     # Steps the engine ran after the window's synchronize recorded events too: wait for them.
     torch.cuda.synchronize()
-    replay_ms = [start.elapsed_time(end) for start, end in replays]
+    replay_ms = [start.elapsed_time(end) for start, end in events]
     return Window(
         f"decode {batch} x {context}",
         steps,
@@ -272,11 +287,14 @@ def run(args: argparse.Namespace, info: RunInfo) -> Report:
     sched = scheduler_config(args)
     log("profile: starting the engine (caches, CUDA graphs)")
     windows: list[Window] = []
-    with offline.started_engine(model, sched, device) as engine:
+    replays = ReplayTimer()
+    with offline.started_engine(model, sched, device, observer=replays) as engine:
         offline.run_requests(engine, offline.random_prompts(2, 512, 1), 8, "warmup")
         for b in args.decode_batches:
             log(f"profile: decode, {b} stream(s) at {args.context} context")
-            window = profile_decode(engine, batch=b, context=args.context, window=args.window)
+            window = profile_decode(
+                engine, replays, batch=b, context=args.context, window=args.window
+            )
             windows.append(window)
         for n in args.prefill_lengths:
             log(f"profile: prefill {n} tokens")

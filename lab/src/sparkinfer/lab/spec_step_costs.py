@@ -131,7 +131,12 @@ def _rows(args: argparse.Namespace) -> Iterator[tuple[int, str, float]]:
     cfg = SchedulerConfig(deterministic=args.deterministic)
     k, context, max_batch = args.num_speculative_tokens, args.context, max(args.batches)
     bench_args = argparse.Namespace(
-        model=None, tiny=False, num_layers=args.num_layers, drafters=["mtp"], quantization="none"
+        model=None,
+        tiny=False,
+        cpu=False,
+        num_layers=args.num_layers,
+        drafters=["mtp"],
+        quantization="none",
     )
     model, _ = spec_bench.spec_model(bench_args, device)
     blocks_per_seq = -(-(context + k + 2) // BLOCK_SIZE)

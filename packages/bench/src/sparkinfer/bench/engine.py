@@ -31,6 +31,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 if TYPE_CHECKING:
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.engine import Engine
+    from sparkinfer.scheduler.observer import StepObserver
 
 NUM_REAL_TOKENS = 248_077  # ids above are vocabulary padding (docs/model.md §11)
 WARMUP_PROMPT, _WARMUP_TOKENS = 512, 8  # two such requests compile and warm every path first
@@ -137,13 +138,18 @@ def matmul_weight_bytes(model: torch.nn.Module) -> int:
 
 @contextlib.contextmanager
 def started_engine(
-    model: Qwen3_8ForCausalLM, sched: SchedulerConfig, device: torch.device
+    model: Qwen3_8ForCausalLM,
+    sched: SchedulerConfig,
+    device: torch.device,
+    *,
+    observer: StepObserver | None = None,
 ) -> Iterator[Engine]:
-    """The engine on `model` (caches sized, graphs captured); shut down and its caches freed
-    when the block ends, however it ends."""
+    """The engine on `model` (caches sized, graphs captured; `observer`: its step observer,
+    what a profiler times through); shut down and its caches freed when the block ends,
+    however it ends."""
     from sparkinfer.scheduler.engine import Engine
 
-    engine = Engine.from_model(model, sched, device=device)
+    engine = Engine.from_model(model, sched, device=device, observer=observer)
     try:
         yield engine
     finally:

@@ -10,10 +10,16 @@ that accept draft j (as the report's "accepted at 1..k" column counts it), so it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from sparkinfer.scheduler.observer import StepObserver, StepSpan
 
 
 def _right_or_wrong(known: Sequence[int], num_right: int) -> list[int]:
@@ -66,7 +72,10 @@ def check_schedule(schedule: Sequence[float]) -> None:
 class PricedDrafter:
     """Wraps a real drafter: its proposals are made (and paid for), then each verify's first n
     drafts are made right and the rest wrong, n drawn so that draft j is right with probability
-    schedule[j - 1]. Seeded by the request's prompt and output position, so runs repeat."""
+    schedule[j - 1]. Seeded by the request's prompt and output position, so runs repeat.
+
+    `observer`: a step observer given the real drafter's calls (the engine's own spans would
+    bracket this wrapper's host work too), on the current stream of `device`."""
 
     def __init__(
         self,
@@ -75,9 +84,13 @@ class PricedDrafter:
         schedule: Sequence[float],
         *,
         seed: int,
+        observer: StepObserver | None = None,
+        device: torch.device | None = None,
     ) -> None:
         check_schedule(schedule)
         self.inner = inner
+        self.observer = observer
+        self.device = device
         self.needs_hidden: bool = inner.needs_hidden
         self.needs_taps: bool = getattr(inner, "needs_taps", False)
         self.continuations = continuations
@@ -85,7 +98,8 @@ class PricedDrafter:
         self.seed = seed
 
     def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
-        proposed = self.inner.propose(seqs, num_drafts)  # the real drafter's full cost
+        with self._span("draft_propose"):
+            proposed = self.inner.propose(seqs, num_drafts)  # the real drafter's full cost
         out: list[list[int]] = []
         for seq, drafts in zip(seqs, proposed, strict=True):
             known = _continuation(seq, self.continuations, len(drafts))
@@ -102,7 +116,16 @@ class PricedDrafter:
         return self.inner.must_read(batch, is_overlapped=is_overlapped)
 
     def observe(self, step: Any) -> None:
-        self.inner.observe(step)
+        with self._span("draft_observe"):
+            self.inner.observe(step)
+
+    def _span(self, kind: StepSpan) -> AbstractContextManager[object]:
+        if self.observer is None:
+            return contextlib.nullcontext()
+        import torch
+
+        is_cuda = self.device is not None and self.device.type == "cuda"
+        return self.observer.span(kind, torch.cuda.current_stream(self.device) if is_cuda else None)
 
 
 _PUBLISHED_TAPS = (1, 16, 31, 46, 61)  # z-lab's Qwen3.5/3.6-27B DFlash, of 64 target layers

@@ -36,9 +36,11 @@ speculation is on by default and must never make decoding slower.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     import torch
     from sparkinfer.model.decoder import Qwen3_8ForCausalLM
     from sparkinfer.scheduler.config import SchedulerConfig
+    from sparkinfer.scheduler.observer import StepObserver, StepSpan
 
 DRAFTERS = ("ngram", "mtp", "oracle")  # the default set
 CODE_MODEL = "embedded"  # the `code` mode's --model: the embedded checkpoint
@@ -264,9 +267,11 @@ def _measure(
     elif drafter == "dflash":
         block = random_block_drafter(model, num_drafts=k, num_layers=args.draft_layers)
 
-    def pricing(inner: Any) -> Any:
+    def pricing(inner: Any, timer: StepObserver) -> Any:
         assert priced is not None
-        return PricedDrafter(inner, continuations, priced, seed=args.seed)
+        return PricedDrafter(
+            inner, continuations, priced, seed=args.seed, observer=timer, device=device
+        )
 
     timer: list[float] = []
     blocks: list[float] = []
@@ -304,29 +309,34 @@ def _decode(
     drafter: object | None = None,
     timer: list[float] | None = None,
     with_stats: bool = False,
-    wrap: Callable[[Any], Any] | None = None,
+    wrap: Callable[[Any, StepObserver], Any] | None = None,
     block_drafter: Any = None,
     block_timer: list[float] | None = None,
 ) -> Any:
     """Warm the engine up, then decode every prompt at once -> (seconds from the last first
-    token to the last token, each prompt's tokens[, the engine's stats]). `wrap`: wraps the
-    engine's drafter (after its calls are timed); `block_drafter`: the engine's --draft-model
+    token to the last token, each prompt's tokens[, the engine's stats]). The MTP or block
+    drafter's calls are timed into `timer` through the engine's step observer; `wrap`: wraps
+    the engine's drafter, given the observer to time the real drafter's calls by (the
+    engine's would bracket the wrapper too); `block_drafter`: the engine's --draft-model
     drafter, its propose calls timed into `block_timer`."""
     from sparkinfer.scheduler.engine import Engine
     from sparkinfer.scheduler.request import SamplingParams
 
-    engine = Engine.from_model(model, cfg, device=device, drafter=block_drafter)
+    calls, blocks = _CallTimer(), _CallTimer()
+    observer = _DrafterTimer(
+        calls if timer is not None and cfg.speculative in ("mtp", "draft_model") else None,
+        blocks if block_timer is not None and cfg.speculative == "draft_model" else None,
+    )
+    engine = Engine.from_model(
+        model, cfg, device=device, drafter=block_drafter,
+        observer=observer if wrap is None else None,
+    )  # fmt: skip
     try:
         runner = engine.runner
         if drafter is not None:
             runner.speculative.drafter = drafter  # type: ignore[attr-defined]
-        calls, blocks = _CallTimer(), _CallTimer()
-        if timer is not None and cfg.speculative in ("mtp", "draft_model"):
-            calls.wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
-        if block_timer is not None and cfg.speculative == "draft_model":
-            blocks.wrap(runner.speculative.drafter, names=("propose",))  # type: ignore[attr-defined]
         if wrap is not None:
-            runner.speculative.drafter = wrap(runner.speculative.drafter)  # type: ignore[attr-defined]
+            runner.speculative.drafter = wrap(runner.speculative.drafter, observer)  # type: ignore[attr-defined]
         warm = SamplingParams(temperature=0.0, max_tokens=_WARMUP_TOKENS, ignore_eos=True)
         engine.generate(prompts[0][:64], warm)
         calls.clear()
@@ -362,37 +372,51 @@ def _decode(
     return (seconds, results, stats) if with_stats else (seconds, results)
 
 
+class _DrafterTimer:
+    """The engine's step observer in the spec mode: each drafter call (propose and observe)
+    timed into `calls`, each propose into `blocks`, where given."""
+
+    def __init__(self, calls: _CallTimer | None, blocks: _CallTimer | None) -> None:
+        self.calls = calls
+        self.blocks = blocks
+
+    def span(
+        self, kind: StepSpan, stream: torch.cuda.Stream | None
+    ) -> AbstractContextManager[object]:
+        timers = [self.calls] if kind in ("draft_propose", "draft_observe") else []
+        timers += [self.blocks] if kind == "draft_propose" else []
+        spans = contextlib.ExitStack()
+        for timer in timers:
+            if timer is not None:
+                spans.enter_context(timer.timed(stream))
+        return spans
+
+
 class _CallTimer:
     """Times a drafter's calls without waiting for the device: a call made while a step is in
     flight (MTP's observe of an overlapped plain step) must not wait for that step, else the
     timer takes the overlap away and bills the step's forward to the drafter. On CUDA each call
-    is bracketed by two events on the current stream (the drafter's span on the device, host
-    gaps between its launches included); on the CPU, by the wall clock."""
+    is bracketed by two events on the runner's stream (the drafter's span on the device, host
+    gaps between its launches included); on the CPU (no stream), by the wall clock."""
 
     def __init__(self) -> None:
         self._spans: list[tuple[Any, Any]] = []
         self._seconds: list[float] = []
 
-    def wrap(self, drafter: Any, names: tuple[str, ...] = ("propose", "observe")) -> None:
+    @contextlib.contextmanager
+    def timed(self, stream: torch.cuda.Stream | None) -> Iterator[None]:
+        if stream is None:
+            start = time.perf_counter()
+            yield
+            self._seconds.append(time.perf_counter() - start)
+            return
         import torch
 
-        for name in names:
-            call = getattr(drafter, name)
-
-            def timed(*a: Any, call: Any = call) -> Any:
-                if not torch.cuda.is_available():
-                    start = time.perf_counter()
-                    out = call(*a)
-                    self._seconds.append(time.perf_counter() - start)
-                    return out
-                begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                begin.record()
-                out = call(*a)
-                end.record()
-                self._spans.append((begin, end))
-                return out
-
-            setattr(drafter, name, timed)
+        begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        begin.record(stream)
+        yield
+        end.record(stream)
+        self._spans.append((begin, end))
 
     def clear(self) -> None:
         self._spans.clear()

@@ -17,6 +17,7 @@ from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ModelOutput, ScheduledBatch
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.errors import EngineStopped, InvalidRequest, QueueFull
+from sparkinfer.scheduler.observer import StepObserver
 from sparkinfer.scheduler.request import (
     FinishReason,
     MultimodalInputs,
@@ -114,11 +115,14 @@ class Engine:
         *,
         device: torch.device | str | None = None,
         drafter: BlockDrafter | None = None,
+        observer: StepObserver | None = None,
     ) -> Engine:
         """Build the runner for `model` (caches sized from memory, graphs captured), then start
         with the runner's config ("auto" speculation made concrete for this model). `drafter`:
-        a loaded block drafter (`--draft-model`), which "auto" and "draft_model" draft with."""
-        runner = Runner(model, config, device=device, drafter=drafter)
+        a loaded block drafter (`--draft-model`), which "auto" and "draft_model" draft with.
+        `observer`: brackets the steps' decode-graph replays and drafter calls (profilers and
+        benchmarks time them through it; `observer.py`); None, the default, costs nothing."""
+        runner = Runner(model, config, device=device, drafter=drafter, observer=observer)
         return cls(runner, runner.config)
 
     def add_request(

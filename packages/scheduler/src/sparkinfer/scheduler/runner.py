@@ -48,6 +48,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.graphs.decode import DecodeGraphs
 from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
 from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+from sparkinfer.scheduler.observer import StepObserver
 from sparkinfer.scheduler.request import MultimodalInputs, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler, token_logprobs
 from sparkinfer.scheduler.speculative.step import (
@@ -73,8 +74,10 @@ class Runner:
         *,
         device: torch.device | str | None = None,
         drafter: BlockDrafter | None = None,
+        observer: StepObserver | None = None,
     ) -> None:
         self.model = model
+        self.observer = observer  # development tools' hook (observer.py); None: nothing
         asked = config.speculative
         config = config.resolve_speculative(
             has_mtp_head=getattr(model, "mtp", None) is not None,
@@ -131,7 +134,7 @@ class Runner:
                 config, model, self.caches, self.device,
                 draft_model=drafter, num_blocks=self.plan.num_blocks,
             )  # fmt: skip
-        self.speculative = SpeculativeStep(self, made)
+        self.speculative = SpeculativeStep(self, made, observer=observer)
         if self._is_cuda and not config.enforce_eager:
             self.graphs = self._capture_graphs()
             if config.is_speculative:
@@ -434,6 +437,7 @@ class Runner:
             block_size=self.config.block_size,
             stream=self._stream,
             use_taps=self.speculative.needs_taps,
+            observer=self.observer,
         )
         logger.info("capturing decode CUDA graphs for %s", graphs.batch_sizes)
         with torch.inference_mode(), self.numerics(is_decode=True):

@@ -13,6 +13,8 @@ extra kernel: the forward's own output), so a drafter that reads them (MTP) repl
 for its plain decode steps too. With `use_taps` (a block drafter) the graph runs the model's
 tapped forward (`forward_tapped`: the same pass) and leaves the tap layers' rows beside them
 (`tapped`).
+
+Each run is one "decode_replay" span of the runner's `StepObserver`, when it has one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sparkinfer.scheduler._inflight import (
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
+from sparkinfer.scheduler.observer import StepObserver, observed
 
 
 class DecodeGraphs(DecodeRowBuffers):
@@ -45,8 +48,10 @@ class DecodeGraphs(DecodeRowBuffers):
         block_size: int,
         stream: torch.cuda.Stream,
         use_taps: bool = False,
+        observer: StepObserver | None = None,
     ) -> None:
         self.model = model
+        self.observer = observer  # brackets each run (development tools; None: nothing)
         self.caches = caches
         self.block_size = block_size
         self.use_taps = use_taps
@@ -89,6 +94,16 @@ class DecodeGraphs(DecodeRowBuffers):
         sources[i]: the row of `inflight` whose sample (still on the device) is row i's input;
         None where the input is known.
         """
+        with observed(self.observer, "decode_replay", self.stream):
+            return self._run(seqs, bucket, sources, inflight)
+
+    def _run(
+        self,
+        seqs: Sequence[ScheduledSeq],
+        bucket: int,
+        sources: Sequence[int | None],
+        inflight: StepInFlight | None,
+    ) -> torch.Tensor:
         # A row per sampled token, each input a generated token at position n + rope_delta.
         assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
         self.buckets.wait_for_staging()

@@ -16,13 +16,16 @@ the runner captured its decode and verify graphs tapped, so they keep the tap la
 that overlap the next stay with the runner; the drafter still gets their rows on the device
 (`observe_in_flight`).
 
-The step drives the runner through its public face only (`speculative.target.Target`).
+The step drives the runner through its public face only (`speculative.target.Target`). Each
+call of the drafter's `propose` and `observe` is a span of the runner's `StepObserver`, when it
+has one (`_drafter_span`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
@@ -33,6 +36,7 @@ from sparkinfer.scheduler._inflight import StepInFlight, merge_inflight_inputs
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import GraphCaptureError
+from sparkinfer.scheduler.observer import StepObserver, StepSpan, observed
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
 from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
@@ -115,9 +119,12 @@ def make_drafter(
 class SpeculativeStep:
     """Runs a runner's steps read at once; owns its drafter."""
 
-    def __init__(self, target: Target, drafter: Drafter | None) -> None:
+    def __init__(
+        self, target: Target, drafter: Drafter | None, *, observer: StepObserver | None = None
+    ) -> None:
         self.target = target
         self.drafter = drafter
+        self.observer = observer  # brackets each drafter call (development tools)
 
     def capture_graphs(self) -> None:
         """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
@@ -225,7 +232,9 @@ class SpeculativeStep:
                 # The target's decode numerics: the kernels its graphs already built, so no
                 # head shape compiles a kernel of its own mid-serving.
                 with t.numerics(is_decode=True):
-                    drafts = self._valid(self.drafter.propose(decodes, wanted), wanted)
+                    with self._drafter_span("draft_propose"):
+                        proposed = self.drafter.propose(decodes, wanted)
+                    drafts = self._valid(proposed, wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
             rows, commit = layout_verify(decodes, drafts), None
@@ -245,7 +254,7 @@ class SpeculativeStep:
             now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
             if self.drafter is not None and self.needs_hidden:
                 step = self._target_step(batch, rows, accepted, now, hidden)
-                with t.numerics(is_decode=not prefills):
+                with t.numerics(is_decode=not prefills), self._drafter_span("draft_observe"):
                     self.drafter.observe(step)
         return ModelOutput(
             samples=tuple(before + now), prompt_logprobs=prompt_logprobs, spec=accepted.outcomes
@@ -276,8 +285,16 @@ class SpeculativeStep:
             hidden=hidden,
             next_token_ids=token_ids,  # the step's own draw: no later step writes it
         )
-        with self.target.numerics(is_decode=True):
+        with self.target.numerics(is_decode=True), self._drafter_span("draft_observe"):
             self.drafter.observe(step)
+
+    def _drafter_span(self, kind: StepSpan) -> AbstractContextManager[object]:
+        """The observer's span around one drafter call, on the current (the runner's) stream."""
+        if self.observer is None:
+            return observed(None, kind, None)
+        device = self.target.device
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        return observed(self.observer, kind, stream)
 
     def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
         """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
