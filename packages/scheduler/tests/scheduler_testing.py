@@ -14,6 +14,8 @@ import torch
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.drafters.config import DrafterConfig, check_drafter_fits, parse_drafter_config
+from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -168,6 +170,41 @@ def build_tiny_model(
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
     return model.eval()
+
+
+TINY_DRAFTER_BLOCK = 5  # 4 drafts a step
+TINY_DRAFTER_CONFIG = {
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "rope_theta": 10_000_000,
+    "block_size": TINY_DRAFTER_BLOCK,
+    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
+}
+
+
+def build_tiny_block_drafter(
+    target: Qwen3_8ForCausalLM, gen: torch.Generator
+) -> tuple[BlockDrafter, DrafterConfig]:
+    """A tiny DFlash drafter (TINY_DRAFTER_CONFIG) sharing `target`'s embedding and head, on its
+    device and dtype, with random weights drawn on the CPU from `gen`: (drafter, its config)."""
+    config = parse_drafter_config(TINY_DRAFTER_CONFIG)
+    check_drafter_fits(config, target.config.text)
+    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
+    device = target.lm_head.weight.device
+    drafter = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
+    return drafter, config
 
 
 def reference_greedy(model: Qwen3_8ForCausalLM, prompt: list[int], num_new: int) -> list[int]:

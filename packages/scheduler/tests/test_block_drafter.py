@@ -12,12 +12,18 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, build_tiny_model, reference_greedy, run_mixed_steps
+from scheduler_testing import (
+    TINY_DRAFTER_BLOCK,
+    MixedRun,
+    build_tiny_block_drafter,
+    build_tiny_model,
+    reference_greedy,
+    run_mixed_steps,
+)
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.drafters.cache import allocate_drafter_cache
-from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
-from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
@@ -30,20 +36,7 @@ from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 RNG = random.Random(11)
 PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(6)]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, logprobs=1)
-BLOCK = 5  # 4 drafts a step
-DRAFTER_CONFIG = {
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "rope_theta": 10_000_000,
-    "block_size": BLOCK,
-    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
-}
+BLOCK = TINY_DRAFTER_BLOCK  # 4 drafts a step
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +47,7 @@ def target() -> Qwen3_8ForCausalLM:
 def build_drafter(target: Qwen3_8ForCausalLM) -> BlockDrafter:
     """The tiny DFlash drafter beside `target` (its device and dtype, values drawn on the CPU);
     sets the target's tap layers."""
-    config = parse_drafter_config(DRAFTER_CONFIG)
-    check_drafter_fits(config, target.config.text)
-    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
-    device = target.lm_head.weight.device
-    out = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, p in out.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
+    out, config = build_tiny_block_drafter(target, torch.Generator().manual_seed(5))
     target.set_tap_layers(config.target_layer_ids)
     return out.eval()
 
