@@ -22,6 +22,7 @@ from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.graphs.decode import DecodeGraphs
 from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
+from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 from sparkinfer.scheduler.request import (
     MultimodalInputs,
     Request,
@@ -390,6 +391,50 @@ def _replay_on_cpu(
 
     monkeypatch.setattr(graphs, "run", recording_run)
     return replayed
+
+
+@dataclass(frozen=True)
+class VerifyReplays:
+    """The bucket of every verify-graph replay and of every commit-graph replay, in order."""
+
+    verifies: list[int]
+    commits: list[int]
+
+
+def attach_cpu_verify_graphs(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch, *, num_drafts: int, use_taps: bool = False
+) -> VerifyReplays:
+    """Capture the real verify graphs (buckets 1, 2 and 4) for `runner` on the CPU stand-ins and
+    make the runner replay them; returns the lists that collect the buckets replayed."""
+    cfg = runner.config
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = VerifyGraphs(
+        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=num_drafts,
+        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
+        block_size=cfg.block_size, stream=CpuStream(), use_taps=use_taps,  # type: ignore[arg-type]
+    )  # fmt: skip
+    with torch.inference_mode(), runner.numerics(is_decode=True):
+        graphs.capture()
+    replays = VerifyReplays([], [])
+    for size, captured in graphs.buckets.captured.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            replays.verifies.append(size)
+            with runner.numerics(is_decode=True):
+                output.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    for size, captured in graphs.commits.captured.items():
+
+        def recommit(size: int = size) -> None:
+            replays.commits.append(size)
+            graphs._commit_forward(size)
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = recommit
+    runner.verify_graphs = graphs
+    return replays
 
 
 def run_steps(

@@ -166,36 +166,14 @@ def test_tapped_verify_graphs_give_plain_decoding_and_the_drafter_its_taps(
     """The verify graphs captured tapped (`use_taps`; captured and replayed on the CPU
     stand-ins): the tokens stay plain decoding's, and every draft is still the one plain
     forwards give, so each replay's tap rows reached the drafter's cache."""
-    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+    from scheduler_testing import attach_cpu_verify_graphs
 
     off, _ = plain
     runner = recording_runner(target, drafter, config(max_num_seqs=4))
     cfg = runner.config
-    use_cpu_graph_standins(monkeypatch, CpuStream())
-    graphs = VerifyGraphs(
-        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=BLOCK - 1,
-        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
-        block_size=cfg.block_size, stream=CpuStream(), use_taps=True,  # type: ignore[arg-type]
-    )  # fmt: skip
-    with torch.inference_mode(), runner.numerics(is_decode=True):
-        graphs.capture()
-    replays: list[int] = []
-    for size, captured in graphs.buckets.captured.items():
-
-        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
-            replays.append(size)
-            with runner.numerics(is_decode=True):
-                output.copy_(graphs._forward(graphs._forward_batch(size)))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    for size, captured in graphs.commits.captured.items():
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = lambda size=size: graphs._commit_forward(size)
-    runner.verify_graphs = graphs
+    replays = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=BLOCK - 1, use_taps=True)
     got = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
-    assert len(set(replays)) >= 2  # padded buckets and a full one
+    assert len(set(replays.verifies)) >= 2  # padded buckets and a full one
     assert got.tokens == off.tokens
     recorded = runner.speculative.drafter
     assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5

@@ -295,45 +295,17 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     drafts, padding sequences without a state slot, the accepted positions committed after each
     replay; tokens and logprobs stay plain decoding's, among requests that finish and join
     (buckets 1 to 4)."""
-    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+    from scheduler_testing import attach_cpu_verify_graphs
 
     cfg = config(max_num_seqs=4)
     runner = Runner(tiny_model, cfg)
     runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
-    use_cpu_graph_standins(monkeypatch, CpuStream())
-    graphs = VerifyGraphs(
-        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
-        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
-        block_size=cfg.block_size, stream=CpuStream(),  # type: ignore[arg-type]
-    )  # fmt: skip
-    with torch.inference_mode(), runner.numerics(is_decode=True):
-        graphs.capture()
-    replays: list[int] = []
-    for size, captured in graphs.buckets.captured.items():
-
-        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
-            replays.append(size)
-            with runner.numerics(is_decode=True):
-                output.copy_(graphs._forward(graphs._forward_batch(size)))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    commits: list[int] = []
-    for size, captured in graphs.commits.captured.items():
-
-        def recommit(size: int = size) -> None:
-            commits.append(size)
-            graphs._commit_forward(size)
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = recommit
-    runner.verify_graphs = graphs
+    replays = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
     lengths = [RNG.randint(2, NUM_NEW) for _ in range(7)]
     params = [replace(GREEDY, max_tokens=n) for n in lengths]
     got = run_mixed_steps(runner, cfg, PROMPTS[:7], params)
-    assert 4 in replays and len(set(replays)) >= 2  # padded buckets and a full one
-    assert commits == replays  # each verify's accepted positions committed by its bucket
+    assert 4 in replays.verifies and len(set(replays.verifies)) >= 2  # padded and full buckets
+    assert replays.commits == replays.verifies  # each verify's accepted positions committed
     assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
     assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]
 
