@@ -14,6 +14,7 @@ import torch
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.config import DrafterConfig, check_drafter_fits, parse_drafter_config
 from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
 from sparkinfer.model.forward_batch import ForwardBatch
@@ -32,6 +33,7 @@ from sparkinfer.scheduler.request import (
 )
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
+from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 
 
 class FakeRunner:
@@ -206,6 +208,66 @@ def build_tiny_block_drafter(
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
     return drafter, config
+
+
+class RecordingBlockDrafter(DraftModelDrafter):
+    """Records (tokens so far, drafts) of every proposal."""
+
+    proposals: list[tuple[list[int], list[int]]]
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        out = super().propose(seqs, num_drafts)
+        for seq, drafts in zip(seqs, out, strict=True):
+            if drafts:
+                self.proposals.append((list(seq.req.token_ids), drafts))
+        return out
+
+
+def recording_block_runner(
+    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, cfg: SchedulerConfig
+) -> tuple[Runner, RecordingBlockDrafter]:
+    """A runner of `cfg` speculating with `drafter`, its proposals recorded: (runner, recorder)."""
+    runner = Runner(target, cfg, drafter=drafter)
+    made = runner.speculative.drafter
+    assert isinstance(made, DraftModelDrafter)
+    recording = RecordingBlockDrafter(
+        drafter, num_blocks=runner.num_blocks, block_size=cfg.block_size,
+        max_seqs=cfg.max_num_seqs, device=runner.device,
+    )  # fmt: skip
+    recording.proposals = []
+    runner.speculative.drafter = recording
+    return runner, recording
+
+
+def reference_block_drafts(
+    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, tokens: list[int], k: int
+) -> list[int]:
+    """Drafts after `tokens` from plain forwards on fresh caches: the tapped target over every
+    token but the last, the drafter's context over them, then one block at the last token."""
+    bs, n, block = 16, len(tokens), drafter.config.block_size
+    num_blocks = -(-(n + block) // bs)
+    caches = allocate_caches(
+        target.cache_spec(), num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu"
+    )
+    cache = allocate_drafter_cache(
+        drafter.cache_spec(), num_blocks=num_blocks, block_size=bs, device="cpu"
+    )
+    table = torch.arange(num_blocks)[None]
+    with torch.inference_mode():
+        batch = ForwardBatch.build(
+            [n - 1], [0], [table[0].tolist()], [0], caches=caches, block_size=bs, device="cpu"
+        )
+        tapped = target.forward_tapped(torch.tensor(tokens[:-1]), batch).tapped
+        drafter.write_context(
+            tapped, torch.arange(n - 1), cache, block_tables=table,
+            seq_ids=torch.zeros(n - 1, dtype=torch.int64),
+        )  # fmt: skip
+        anchor = torch.tensor(tokens[-1:])
+        draft = drafter.propose(
+            anchor, torch.tensor([n - 1]), cache, block_tables=table, num_keys=n - 1 + block
+        )
+        out: list[int] = drafter.draft_tokens(draft, anchor).tokens[0, :k].tolist()
+    return out
 
 
 def reference_greedy(model: Qwen3_8ForCausalLM, prompt: list[int], num_new: int) -> list[int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -15,17 +14,16 @@ import torch
 from scheduler_testing import (
     TINY_DRAFTER_BLOCK,
     MixedRun,
+    RecordingBlockDrafter,
     build_tiny_block_drafter,
     build_tiny_model,
+    recording_block_runner,
+    reference_block_drafts,
     reference_greedy,
     run_mixed_steps,
 )
-from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.dflash import BlockDrafter
-from sparkinfer.model.forward_batch import ForwardBatch
-from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import FinishReason, SamplingParams
@@ -65,32 +63,6 @@ def config(**kw: object) -> SchedulerConfig:
     return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
 
 
-class RecordingDrafter(DraftModelDrafter):
-    """Records (tokens so far, drafts) of every proposal."""
-
-    proposals: list[tuple[list[int], list[int]]]
-
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        out = super().propose(seqs, num_drafts)
-        for seq, drafts in zip(seqs, out, strict=True):
-            if drafts:
-                self.proposals.append((list(seq.req.token_ids), drafts))
-        return out
-
-
-def recording_runner(target, drafter, cfg: SchedulerConfig) -> Runner:
-    runner = Runner(target, cfg, drafter=drafter)
-    made = runner.speculative.drafter
-    assert isinstance(made, DraftModelDrafter)
-    recording = RecordingDrafter(
-        drafter, num_blocks=runner.num_blocks, block_size=cfg.block_size,
-        max_seqs=cfg.max_num_seqs, device=runner.device,
-    )  # fmt: skip
-    recording.proposals = []
-    runner.speculative.drafter = recording
-    return runner
-
-
 @pytest.fixture(scope="module")
 def plain(target, drafter) -> tuple[MixedRun, list[MixedRun]]:
     """Every prompt together, and the first two alone, without speculation."""
@@ -103,7 +75,7 @@ def plain(target, drafter) -> tuple[MixedRun, list[MixedRun]]:
 def test_block_drafter_speculation_gives_plain_decoding_bit_for_bit(target, drafter, plain):
     off, alone = plain
     cfg = config(max_num_batched_tokens=48)  # prompts in chunks beside verify rows
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     assert runner.config.num_speculative_tokens == BLOCK - 1  # the drafter's block
     cfg = runner.config  # the scheduler drafts as deep as the resolved config says
     for p in PROMPTS[:2]:
@@ -113,49 +85,18 @@ def test_block_drafter_speculation_gives_plain_decoding_bit_for_bit(target, draf
     on = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
     assert on.tokens == off.tokens  # tokens only: prompt chunks are cut differently
     drafter_run = runner.speculative.drafter
-    assert isinstance(drafter_run, RecordingDrafter) and drafter_run.proposals
+    assert isinstance(drafter_run, RecordingBlockDrafter) and drafter_run.proposals
     assert max(len(d) for _, d in drafter_run.proposals) == BLOCK - 1
-
-
-def _reference_drafts(
-    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, tokens: list[int], k: int
-) -> list[int]:
-    """Drafts after `tokens` from plain forwards on fresh caches: the tapped target over every
-    token but the last, the drafter's context over them, then one block at the last token."""
-    bs, n = 16, len(tokens)
-    num_blocks = -(-(n + BLOCK) // bs)
-    caches = allocate_caches(
-        target.cache_spec(), num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu"
-    )
-    cache = allocate_drafter_cache(
-        drafter.cache_spec(), num_blocks=num_blocks, block_size=bs, device="cpu"
-    )
-    table = torch.arange(num_blocks)[None]
-    with torch.inference_mode():
-        batch = ForwardBatch.build(
-            [n - 1], [0], [table[0].tolist()], [0], caches=caches, block_size=bs, device="cpu"
-        )
-        tapped = target.forward_tapped(torch.tensor(tokens[:-1]), batch).tapped
-        drafter.write_context(
-            tapped, torch.arange(n - 1), cache, block_tables=table,
-            seq_ids=torch.zeros(n - 1, dtype=torch.int64),
-        )  # fmt: skip
-        anchor = torch.tensor(tokens[-1:])
-        draft = drafter.propose(
-            anchor, torch.tensor([n - 1]), cache, block_tables=table, num_keys=n - 1 + BLOCK
-        )
-        out: list[int] = drafter.draft_tokens(draft, anchor).tokens[0, :k].tolist()
-    return out
 
 
 def test_every_draft_is_the_one_plain_forwards_of_the_drafter_give(target, drafter):
     cfg = config(max_num_batched_tokens=20)  # prompts in chunks
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     run_mixed_steps(runner, runner.config, PROMPTS[:3], [replace(GREEDY, max_tokens=14)] * 3)
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5
+    assert isinstance(recorded, RecordingBlockDrafter) and len(recorded.proposals) > 5
     same = [
-        d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals
+        d == reference_block_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals
     ]  # rounding may flip a near tie, rarely
     assert sum(same) >= 0.9 * len(same), same
 
@@ -169,15 +110,15 @@ def test_tapped_verify_graphs_give_plain_decoding_and_the_drafter_its_taps(
     from scheduler_testing import attach_cpu_verify_graphs
 
     off, _ = plain
-    runner = recording_runner(target, drafter, config(max_num_seqs=4))
+    runner, _ = recording_block_runner(target, drafter, config(max_num_seqs=4))
     cfg = runner.config
     replays = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=BLOCK - 1, use_taps=True)
     got = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
     assert len(set(replays.verifies)) >= 2  # padded buckets and a full one
     assert got.tokens == off.tokens
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5
-    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
+    assert isinstance(recorded, RecordingBlockDrafter) and len(recorded.proposals) > 5
+    same = [d == reference_block_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
     assert sum(same) >= 0.9 * len(same), same
 
 
@@ -242,9 +183,9 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
         max_model_len=512, max_num_batched_tokens=512, prefix_cache_min_tokens=128,
         prefix_cache_snapshots=2,
     )  # fmt: skip
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter)
+    assert isinstance(recorded, RecordingBlockDrafter)
     sched = Scheduler(
         runner.config, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
         snapshot_rows=runner.snapshot_rows,
@@ -259,7 +200,7 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
     assert sched.stats().num_prefix_cached_tokens == 256
     second = [(t, d) for t, d in recorded.proposals if t[:300] == prompts[1]]
     assert second
-    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in second]
+    same = [d == reference_block_drafts(target, drafter, t, len(d)) for t, d in second]
     assert sum(same) >= 0.9 * len(same), same
 
 
