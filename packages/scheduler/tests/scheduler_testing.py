@@ -5,6 +5,7 @@ capture and replay."""
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -497,6 +498,29 @@ def attach_cpu_verify_graphs(
         captured.graph.rerun = recommit
     runner.verify_graphs = graphs
     return replays
+
+
+def run_with_random_aborts(
+    runner: Runner,
+    sched: Scheduler,
+    rng: random.Random,
+    num_requests: int,
+    add_request: Callable[[int], object],
+) -> None:
+    """Call `add_request(i)` for i in range(num_requests), each followed by 0 to 3 steps and, 30%
+    of the time, the abort of a random unfinished request (draws from `rng`); then step until
+    nothing is left."""
+    for i in range(num_requests):
+        add_request(i)
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.3 and sched._requests:
+            sched.abort(rng.choice(sorted(sched._requests)))
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
 
 
 def run_steps(

@@ -21,6 +21,7 @@ from scheduler_testing import (
     reference_block_drafts,
     reference_greedy,
     run_mixed_steps,
+    run_with_random_aborts,
 )
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
 from sparkinfer.model.drafters.dflash import BlockDrafter
@@ -132,19 +133,13 @@ def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, plain):
     cfg = runner.config
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(20):
+
+    def add(i: int) -> None:
         p = rng.randrange(len(PROMPTS))
         sp = replace(GREEDY, max_tokens=rng.randint(1, 10))
         reqs.append((sched.add_request(str(i), PROMPTS[p], sp), p))
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 20, add)
     stats = sched.stats()
     assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
     finished = [(r, p) for r, p in reqs if r.finish_reason is FinishReason.LENGTH]

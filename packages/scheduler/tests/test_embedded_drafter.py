@@ -17,6 +17,7 @@ from scheduler_testing import (
     recording_block_runner,
     reference_block_drafts,
     run_mixed_steps,
+    run_with_random_aborts,
 )
 from sparkinfer.model.chat_template import ChatOptions, ChatTemplate
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
@@ -128,19 +129,13 @@ def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, prompts, p
     cfg = runner.config
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(6):
+
+    def add(i: int) -> None:
         p = rng.randrange(len(prompts))
         sp = replace(GREEDY, max_tokens=rng.randint(1, 12))
         reqs.append((sched.add_request(str(i), prompts[p], sp), p))
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 6, add)
     stats = sched.stats()
     assert stats.spec.num_drafts > 0
     finished = [(r, p) for r, p in reqs if r.finish_reason is FinishReason.LENGTH]

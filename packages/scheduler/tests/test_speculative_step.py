@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps
+from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps, run_with_random_aborts
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import SamplingParams
@@ -258,18 +258,12 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     runner = Runner(tiny_model, cfg)
     runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
-    for i in range(24):
+
+    def add(i: int) -> None:
         sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))
         sched.add_request(str(i), PROMPTS[rng.randrange(len(PROMPTS))], sp)
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 24, add)
     stats = sched.stats()
     assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
     assert sched.blocks.num_free_blocks == cfg.num_kv_blocks
