@@ -133,7 +133,7 @@ def _rows(args: argparse.Namespace) -> Iterator[tuple[int, str, float]]:
     bench_args = argparse.Namespace(
         model=None, tiny=False, num_layers=args.num_layers, drafters=["mtp"], quantization="none"
     )
-    model, _ = spec_bench._model(bench_args, device)  # pyright: ignore[reportPrivateUsage]
+    model, _ = spec_bench.spec_model(bench_args, device)
     blocks_per_seq = -(-(context + k + 2) // BLOCK_SIZE)
     caches = allocate_caches(
         model.cache_spec(), num_blocks=max_batch * blocks_per_seq, block_size=BLOCK_SIZE,
