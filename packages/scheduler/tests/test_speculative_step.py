@@ -463,20 +463,14 @@ def test_every_request_kind_keeps_its_output_across_aborts(tiny_model, kinds_off
     runner.speculative.drafter = _scripted(kinds_off, PROMPTS[: len(KINDS)])  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(21):
+
+    def add(i: int) -> None:
         kind, n = i % len(KINDS), rng.randint(1, NUM_NEW)
         reqs.append(
             (kind, sched.add_request(str(i), PROMPTS[kind], replace(KINDS[kind], max_tokens=n)))
         )
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 21, add)
     for kind, req in reqs:  # an aborted request's tokens are a prefix of the plain output too
         assert req.output_token_ids == kinds_off.tokens[kind][: len(req.output_token_ids)]
     stats = sched.stats()
