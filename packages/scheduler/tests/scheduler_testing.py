@@ -5,6 +5,7 @@ capture and replay."""
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,12 +15,16 @@ import torch
 from sparkinfer.model.cache_spec import allocate_caches
 from sparkinfer.model.config import parse_model_config
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
+from sparkinfer.model.drafters.cache import allocate_drafter_cache
+from sparkinfer.model.drafters.config import DrafterConfig, check_drafter_fits, parse_drafter_config
+from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
 from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.scheduler.batch import ModelOutput, SampledToken, ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.graphs.decode import DecodeGraphs
 from sparkinfer.scheduler.graphs.prefill import PrefillGraphs
+from sparkinfer.scheduler.graphs.verify import VerifyGraphs
 from sparkinfer.scheduler.request import (
     MultimodalInputs,
     Request,
@@ -29,6 +34,7 @@ from sparkinfer.scheduler.request import (
 )
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
+from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 
 
 class FakeRunner:
@@ -168,6 +174,101 @@ def build_tiny_model(
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
     return model.eval()
+
+
+TINY_DRAFTER_BLOCK = 5  # 4 drafts a step
+TINY_DRAFTER_CONFIG = {
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "rope_theta": 10_000_000,
+    "block_size": TINY_DRAFTER_BLOCK,
+    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
+}
+
+
+def build_tiny_block_drafter(
+    target: Qwen3_8ForCausalLM, gen: torch.Generator
+) -> tuple[BlockDrafter, DrafterConfig]:
+    """A tiny DFlash drafter (TINY_DRAFTER_CONFIG) sharing `target`'s embedding and head, on its
+    device and dtype, with random weights drawn on the CPU from `gen`: (drafter, its config)."""
+    config = parse_drafter_config(TINY_DRAFTER_CONFIG)
+    check_drafter_fits(config, target.config.text)
+    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
+    device = target.lm_head.weight.device
+    drafter = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
+    return drafter, config
+
+
+class RecordingBlockDrafter(DraftModelDrafter):
+    """Records (tokens so far, drafts) of every proposal."""
+
+    proposals: list[tuple[list[int], list[int]]]
+
+    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+        out = super().propose(seqs, num_drafts)
+        for seq, drafts in zip(seqs, out, strict=True):
+            if drafts:
+                self.proposals.append((list(seq.req.token_ids), drafts))
+        return out
+
+
+def recording_block_runner(
+    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, cfg: SchedulerConfig
+) -> tuple[Runner, RecordingBlockDrafter]:
+    """A runner of `cfg` speculating with `drafter`, its proposals recorded: (runner, recorder)."""
+    runner = Runner(target, cfg, drafter=drafter)
+    made = runner.speculative.drafter
+    assert isinstance(made, DraftModelDrafter)
+    recording = RecordingBlockDrafter(
+        drafter, num_blocks=runner.num_blocks, block_size=cfg.block_size,
+        max_seqs=cfg.max_num_seqs, device=runner.device,
+    )  # fmt: skip
+    recording.proposals = []
+    runner.speculative.drafter = recording
+    return runner, recording
+
+
+def reference_block_drafts(
+    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, tokens: list[int], k: int
+) -> list[int]:
+    """Drafts after `tokens` from plain forwards on fresh caches: the tapped target over every
+    token but the last, the drafter's context over them, then one block at the last token."""
+    bs, n, block = 16, len(tokens), drafter.config.block_size
+    num_blocks = -(-(n + block) // bs)
+    caches = allocate_caches(
+        target.cache_spec(), num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu"
+    )
+    cache = allocate_drafter_cache(
+        drafter.cache_spec(), num_blocks=num_blocks, block_size=bs, device="cpu"
+    )
+    table = torch.arange(num_blocks)[None]
+    with torch.inference_mode():
+        batch = ForwardBatch.build(
+            [n - 1], [0], [table[0].tolist()], [0], caches=caches, block_size=bs, device="cpu"
+        )
+        tapped = target.forward_tapped(torch.tensor(tokens[:-1]), batch).tapped
+        drafter.write_context(
+            tapped, torch.arange(n - 1), cache, block_tables=table,
+            seq_ids=torch.zeros(n - 1, dtype=torch.int64),
+        )  # fmt: skip
+        anchor = torch.tensor(tokens[-1:])
+        draft = drafter.propose(
+            anchor, torch.tensor([n - 1]), cache, block_tables=table, num_keys=n - 1 + block
+        )
+        out: list[int] = drafter.draft_tokens(draft, anchor).tokens[0, :k].tolist()
+    return out
 
 
 def reference_greedy(model: Qwen3_8ForCausalLM, prompt: list[int], num_new: int) -> list[int]:
@@ -354,6 +455,73 @@ def _replay_on_cpu(
 
     monkeypatch.setattr(graphs, "run", recording_run)
     return replayed
+
+
+@dataclass(frozen=True)
+class VerifyReplays:
+    """The bucket of every verify-graph replay and of every commit-graph replay, in order."""
+
+    verifies: list[int]
+    commits: list[int]
+
+
+def attach_cpu_verify_graphs(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch, *, num_drafts: int, use_taps: bool = False
+) -> VerifyReplays:
+    """Capture the real verify graphs (buckets 1, 2 and 4) for `runner` on the CPU stand-ins and
+    make the runner replay them; returns the lists that collect the buckets replayed."""
+    cfg = runner.config
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    graphs = VerifyGraphs(
+        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=num_drafts,
+        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
+        block_size=cfg.block_size, stream=CpuStream(), use_taps=use_taps,  # type: ignore[arg-type]
+    )  # fmt: skip
+    with torch.inference_mode(), runner.numerics(is_decode=True):
+        graphs.capture()
+    replays = VerifyReplays([], [])
+    for size, captured in graphs.buckets.captured.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            replays.verifies.append(size)
+            with runner.numerics(is_decode=True):
+                output.copy_(graphs._forward(graphs._forward_batch(size)))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    for size, captured in graphs.commits.captured.items():
+
+        def recommit(size: int = size) -> None:
+            replays.commits.append(size)
+            graphs._commit_forward(size)
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = recommit
+    runner.verify_graphs = graphs
+    return replays
+
+
+def run_with_random_aborts(
+    runner: Runner,
+    sched: Scheduler,
+    rng: random.Random,
+    num_requests: int,
+    add_request: Callable[[int], object],
+) -> None:
+    """Call `add_request(i)` for i in range(num_requests), each followed by 0 to 3 steps and, 30%
+    of the time, the abort of a random unfinished request (draws from `rng`); then step until
+    nothing is left."""
+    for i in range(num_requests):
+        add_request(i)
+        for _ in range(rng.randint(0, 3)):
+            if sched.has_work():
+                batch = sched.schedule()
+                sched.update(batch, runner.run(batch))
+        if rng.random() < 0.3 and sched._requests:
+            sched.abort(rng.choice(sorted(sched._requests)))
+    while sched.has_work():
+        batch = sched.schedule()
+        sched.update(batch, runner.run(batch))
 
 
 def run_steps(

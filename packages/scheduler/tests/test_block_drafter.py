@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, build_tiny_model, reference_greedy, run_mixed_steps
-from sparkinfer.model.cache_spec import allocate_caches
+from scheduler_testing import (
+    TINY_DRAFTER_BLOCK,
+    MixedRun,
+    RecordingBlockDrafter,
+    build_tiny_block_drafter,
+    build_tiny_model,
+    recording_block_runner,
+    reference_block_drafts,
+    reference_greedy,
+    run_mixed_steps,
+    run_with_random_aborts,
+)
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-from sparkinfer.model.drafters.cache import allocate_drafter_cache
-from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
-from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
-from sparkinfer.model.forward_batch import ForwardBatch
-from sparkinfer.scheduler.batch import ScheduledSeq
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.request import FinishReason, SamplingParams
@@ -30,20 +35,7 @@ from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 RNG = random.Random(11)
 PROMPTS = [[RNG.randrange(250) for _ in range(RNG.randint(3, 40))] for _ in range(6)]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, logprobs=1)
-BLOCK = 5  # 4 drafts a step
-DRAFTER_CONFIG = {
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "rope_theta": 10_000_000,
-    "block_size": BLOCK,
-    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
-}
+BLOCK = TINY_DRAFTER_BLOCK  # 4 drafts a step
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +46,7 @@ def target() -> Qwen3_8ForCausalLM:
 def build_drafter(target: Qwen3_8ForCausalLM) -> BlockDrafter:
     """The tiny DFlash drafter beside `target` (its device and dtype, values drawn on the CPU);
     sets the target's tap layers."""
-    config = parse_drafter_config(DRAFTER_CONFIG)
-    check_drafter_fits(config, target.config.text)
-    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
-    device = target.lm_head.weight.device
-    out = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=target.dtype)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, p in out.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.1)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * (p.shape[-1] ** -0.5))
+    out, config = build_tiny_block_drafter(target, torch.Generator().manual_seed(5))
     target.set_tap_layers(config.target_layer_ids)
     return out.eval()
 
@@ -83,32 +64,6 @@ def config(**kw: object) -> SchedulerConfig:
     return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
 
 
-class RecordingDrafter(DraftModelDrafter):
-    """Records (tokens so far, drafts) of every proposal."""
-
-    proposals: list[tuple[list[int], list[int]]]
-
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        out = super().propose(seqs, num_drafts)
-        for seq, drafts in zip(seqs, out, strict=True):
-            if drafts:
-                self.proposals.append((list(seq.req.token_ids), drafts))
-        return out
-
-
-def recording_runner(target, drafter, cfg: SchedulerConfig) -> Runner:
-    runner = Runner(target, cfg, drafter=drafter)
-    made = runner.speculative.drafter
-    assert isinstance(made, DraftModelDrafter)
-    recording = RecordingDrafter(
-        drafter, num_blocks=runner.num_blocks, block_size=cfg.block_size,
-        max_seqs=cfg.max_num_seqs, device=runner.device,
-    )  # fmt: skip
-    recording.proposals = []
-    runner.speculative.drafter = recording
-    return runner
-
-
 @pytest.fixture(scope="module")
 def plain(target, drafter) -> tuple[MixedRun, list[MixedRun]]:
     """Every prompt together, and the first two alone, without speculation."""
@@ -121,7 +76,7 @@ def plain(target, drafter) -> tuple[MixedRun, list[MixedRun]]:
 def test_block_drafter_speculation_gives_plain_decoding_bit_for_bit(target, drafter, plain):
     off, alone = plain
     cfg = config(max_num_batched_tokens=48)  # prompts in chunks beside verify rows
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     assert runner.config.num_speculative_tokens == BLOCK - 1  # the drafter's block
     cfg = runner.config  # the scheduler drafts as deep as the resolved config says
     for p in PROMPTS[:2]:
@@ -131,49 +86,18 @@ def test_block_drafter_speculation_gives_plain_decoding_bit_for_bit(target, draf
     on = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
     assert on.tokens == off.tokens  # tokens only: prompt chunks are cut differently
     drafter_run = runner.speculative.drafter
-    assert isinstance(drafter_run, RecordingDrafter) and drafter_run.proposals
+    assert isinstance(drafter_run, RecordingBlockDrafter) and drafter_run.proposals
     assert max(len(d) for _, d in drafter_run.proposals) == BLOCK - 1
-
-
-def _reference_drafts(
-    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, tokens: list[int], k: int
-) -> list[int]:
-    """Drafts after `tokens` from plain forwards on fresh caches: the tapped target over every
-    token but the last, the drafter's context over them, then one block at the last token."""
-    bs, n = 16, len(tokens)
-    num_blocks = -(-(n + BLOCK) // bs)
-    caches = allocate_caches(
-        target.cache_spec(), num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu"
-    )
-    cache = allocate_drafter_cache(
-        drafter.cache_spec(), num_blocks=num_blocks, block_size=bs, device="cpu"
-    )
-    table = torch.arange(num_blocks)[None]
-    with torch.inference_mode():
-        batch = ForwardBatch.build(
-            [n - 1], [0], [table[0].tolist()], [0], caches=caches, block_size=bs, device="cpu"
-        )
-        tapped = target.forward_tapped(torch.tensor(tokens[:-1]), batch).tapped
-        drafter.write_context(
-            tapped, torch.arange(n - 1), cache, block_tables=table,
-            seq_ids=torch.zeros(n - 1, dtype=torch.int64),
-        )  # fmt: skip
-        anchor = torch.tensor(tokens[-1:])
-        draft = drafter.propose(
-            anchor, torch.tensor([n - 1]), cache, block_tables=table, num_keys=n - 1 + BLOCK
-        )
-        out: list[int] = drafter.draft_tokens(draft, anchor).tokens[0, :k].tolist()
-    return out
 
 
 def test_every_draft_is_the_one_plain_forwards_of_the_drafter_give(target, drafter):
     cfg = config(max_num_batched_tokens=20)  # prompts in chunks
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     run_mixed_steps(runner, runner.config, PROMPTS[:3], [replace(GREEDY, max_tokens=14)] * 3)
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5
+    assert isinstance(recorded, RecordingBlockDrafter) and len(recorded.proposals) > 5
     same = [
-        d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals
+        d == reference_block_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals
     ]  # rounding may flip a near tie, rarely
     assert sum(same) >= 0.9 * len(same), same
 
@@ -184,40 +108,18 @@ def test_tapped_verify_graphs_give_plain_decoding_and_the_drafter_its_taps(
     """The verify graphs captured tapped (`use_taps`; captured and replayed on the CPU
     stand-ins): the tokens stay plain decoding's, and every draft is still the one plain
     forwards give, so each replay's tap rows reached the drafter's cache."""
-    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+    from scheduler_testing import attach_cpu_verify_graphs
 
     off, _ = plain
-    runner = recording_runner(target, drafter, config(max_num_seqs=4))
+    runner, _ = recording_block_runner(target, drafter, config(max_num_seqs=4))
     cfg = runner.config
-    use_cpu_graph_standins(monkeypatch, CpuStream())
-    graphs = VerifyGraphs(
-        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=BLOCK - 1,
-        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
-        block_size=cfg.block_size, stream=CpuStream(), use_taps=True,  # type: ignore[arg-type]
-    )  # fmt: skip
-    with torch.inference_mode(), runner.numerics(is_decode=True):
-        graphs.capture()
-    replays: list[int] = []
-    for size, captured in graphs.buckets.captured.items():
-
-        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
-            replays.append(size)
-            with runner.numerics(is_decode=True):
-                output.copy_(graphs._forward(graphs._forward_batch(size)))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    for size, captured in graphs.commits.captured.items():
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = lambda size=size: graphs._commit_forward(size)
-    runner.verify_graphs = graphs
+    replays = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=BLOCK - 1, use_taps=True)
     got = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
-    assert len(set(replays)) >= 2  # padded buckets and a full one
+    assert len(set(replays.verifies)) >= 2  # padded buckets and a full one
     assert got.tokens == off.tokens
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter) and len(recorded.proposals) > 5
-    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
+    assert isinstance(recorded, RecordingBlockDrafter) and len(recorded.proposals) > 5
+    same = [d == reference_block_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
     assert sum(same) >= 0.9 * len(same), same
 
 
@@ -231,19 +133,13 @@ def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, plain):
     cfg = runner.config
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(20):
+
+    def add(i: int) -> None:
         p = rng.randrange(len(PROMPTS))
         sp = replace(GREEDY, max_tokens=rng.randint(1, 10))
         reqs.append((sched.add_request(str(i), PROMPTS[p], sp), p))
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 20, add)
     stats = sched.stats()
     assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
     finished = [(r, p) for r, p in reqs if r.finish_reason is FinishReason.LENGTH]
@@ -282,9 +178,9 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
         max_model_len=512, max_num_batched_tokens=512, prefix_cache_min_tokens=128,
         prefix_cache_snapshots=2,
     )  # fmt: skip
-    runner = recording_runner(target, drafter, cfg)
+    runner, _ = recording_block_runner(target, drafter, cfg)
     recorded = runner.speculative.drafter
-    assert isinstance(recorded, RecordingDrafter)
+    assert isinstance(recorded, RecordingBlockDrafter)
     sched = Scheduler(
         runner.config, num_blocks=runner.num_blocks, num_slots=runner.num_slots,
         snapshot_rows=runner.snapshot_rows,
@@ -299,7 +195,7 @@ def test_drafts_after_a_prefix_cache_hit_read_the_drafters_kv_of_the_cached_bloc
     assert sched.stats().num_prefix_cached_tokens == 256
     second = [(t, d) for t, d in recorded.proposals if t[:300] == prompts[1]]
     assert second
-    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in second]
+    same = [d == reference_block_drafts(target, drafter, t, len(d)) for t, d in second]
     assert sum(same) >= 0.9 * len(same), same
 
 

@@ -6,30 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scheduler_testing import build_tiny_model
+from scheduler_testing import TINY_DRAFTER_BLOCK, build_tiny_block_drafter, build_tiny_model
 from sparkinfer.model.drafters.cache import DrafterCache, allocate_drafter_cache
-from sparkinfer.model.drafters.config import check_drafter_fits, parse_drafter_config
-from sparkinfer.model.drafters.dflash import BlockDrafter, SharedTargetModules
+from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.scheduler.speculative.block_drafter import (
     KEY_BUCKETS_PER_DOUBLING,
     MIN_KEY_BUCKET,
     key_bucket,
 )
 
-PAGE, PAGES_PER_SEQ, BLOCK = 16, 40, 5
-DRAFTER_CONFIG = {
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "rope_theta": 10_000_000,
-    "block_size": BLOCK,
-    "dflash_config": {"mask_token_id": 249, "target_layer_ids": [0, 2, 3]},
-}
+PAGE, PAGES_PER_SEQ, BLOCK = 16, 40, TINY_DRAFTER_BLOCK
 
 
 @pytest.mark.parametrize("page", [16, 64, 256, 1024])
@@ -55,15 +41,8 @@ def build(device: str) -> tuple[BlockDrafter, torch.Tensor, DrafterCache]:
     (drafter, block tables [2, PAGES_PER_SEQ], cache)."""
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     target = build_tiny_model(seed=0, device=device, dtype=dtype)
-    config = parse_drafter_config(DRAFTER_CONFIG)
-    check_drafter_fits(config, target.config.text)
-    shared = SharedTargetModules(target.model.embed_tokens, target.lm_head)
-    drafter = BlockDrafter(config, shared, ops=target.ops, device=device, dtype=dtype)
     gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, p in drafter.named_parameters():
-            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
-            p.copy_((1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=gen) * scale)
+    drafter, config = build_tiny_block_drafter(target, gen)
     cache = allocate_drafter_cache(
         drafter.cache_spec(), num_blocks=2 * PAGES_PER_SEQ + 8, block_size=PAGE, device=device
     )

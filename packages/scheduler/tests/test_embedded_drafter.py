@@ -8,16 +8,19 @@ asserted: the shipped weights are whatever the last training run wrote."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, run_mixed_steps
-from sparkinfer.model.cache_spec import allocate_caches
+from scheduler_testing import (
+    MixedRun,
+    recording_block_runner,
+    reference_block_drafts,
+    run_mixed_steps,
+    run_with_random_aborts,
+)
 from sparkinfer.model.chat_template import ChatOptions, ChatTemplate
 from sparkinfer.model.decoder import Qwen3_8ForCausalLM
-from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.config import DFLASH
 from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.drafters.weights import load_drafter, read_drafter_config
@@ -26,15 +29,12 @@ from sparkinfer.model.embedded import (
     embedded_checkpoint_dir,
     embedded_drafter_dir,
 )
-from sparkinfer.model.forward_batch import ForwardBatch
 from sparkinfer.model.tokenizer import Tokenizer
 from sparkinfer.model.weights import load_model
-from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import FinishReason, SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.scheduler import Scheduler
-from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, logprobs=1)
 REQUESTS = (
@@ -75,30 +75,6 @@ def config(**kw: object) -> SchedulerConfig:
     return SchedulerConfig(**{**base, **kw})  # type: ignore[arg-type]
 
 
-class RecordingDrafter(DraftModelDrafter):
-    """Records (tokens so far, drafts) of every proposal."""
-
-    proposals: list[tuple[list[int], list[int]]]
-
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        out = super().propose(seqs, num_drafts)
-        for seq, drafts in zip(seqs, out, strict=True):
-            if drafts:
-                self.proposals.append((list(seq.req.token_ids), drafts))
-        return out
-
-
-def recording_runner(target, drafter, cfg: SchedulerConfig) -> tuple[Runner, RecordingDrafter]:
-    runner = Runner(target, cfg, drafter=drafter)
-    recording = RecordingDrafter(
-        drafter, num_blocks=runner.num_blocks, block_size=cfg.block_size,
-        max_seqs=cfg.max_num_seqs, device=runner.device,
-    )  # fmt: skip
-    recording.proposals = []
-    runner.speculative.drafter = recording
-    return runner, recording
-
-
 @pytest.fixture(scope="module")
 def plain(target, prompts) -> tuple[MixedRun, list[MixedRun]]:
     """Every prompt together, and the first two alone, without speculation."""
@@ -121,7 +97,7 @@ def test_the_shipped_drafter_loads_and_fits_the_embedded_model(target, drafter):
 
 def test_speculation_gives_plain_decoding_alone_and_among_others(target, drafter, prompts, plain):
     off, alone = plain
-    runner, recorded = recording_runner(target, drafter, config())
+    runner, recorded = recording_block_runner(target, drafter, config())
     cfg = runner.config
     assert cfg.num_speculative_tokens == drafter.config.num_drafts
     for p, ref in zip(prompts[:2], alone, strict=True):
@@ -133,44 +109,13 @@ def test_speculation_gives_plain_decoding_alone_and_among_others(target, drafter
     assert recorded.proposals
 
 
-def _reference_drafts(
-    target: Qwen3_8ForCausalLM, drafter: BlockDrafter, tokens: list[int], k: int
-) -> list[int]:
-    """Drafts after `tokens` from fresh caches: the tapped target over every token but the last,
-    the drafter's context over them, then one block at the last token."""
-    bs, n, block = 16, len(tokens), drafter.config.block_size
-    num_blocks = -(-(n + block) // bs)
-    caches = allocate_caches(
-        target.cache_spec(), num_blocks=num_blocks, block_size=bs, num_slots=1, device="cpu"
-    )
-    cache = allocate_drafter_cache(
-        drafter.cache_spec(), num_blocks=num_blocks, block_size=bs, device="cpu"
-    )
-    table = torch.arange(num_blocks)[None]
-    with torch.inference_mode():
-        batch = ForwardBatch.build(
-            [n - 1], [0], [table[0].tolist()], [0], caches=caches, block_size=bs, device="cpu"
-        )
-        tapped = target.forward_tapped(torch.tensor(tokens[:-1]), batch).tapped
-        drafter.write_context(
-            tapped, torch.arange(n - 1), cache, block_tables=table,
-            seq_ids=torch.zeros(n - 1, dtype=torch.int64),
-        )  # fmt: skip
-        anchor = torch.tensor(tokens[-1:])
-        draft = drafter.propose(
-            anchor, torch.tensor([n - 1]), cache, block_tables=table, num_keys=n - 1 + block
-        )
-        out: list[int] = drafter.draft_tokens(draft, anchor).tokens[0, :k].tolist()
-    return out
-
-
 def test_the_drafters_kv_follows_acceptance(target, drafter, prompts):
     """Prompts in chunks, then decode steps that accept part of a block or none: every proposal
     is the one fresh forwards give, so no rejected draft's scratch K/V reaches a later block."""
-    runner, recorded = recording_runner(target, drafter, config(max_num_batched_tokens=24))
+    runner, recorded = recording_block_runner(target, drafter, config(max_num_batched_tokens=24))
     run_mixed_steps(runner, runner.config, prompts[1:], [GREEDY] * 2)
     assert len(recorded.proposals) > 3
-    same = [d == _reference_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
+    same = [d == reference_block_drafts(target, drafter, t, len(d)) for t, d in recorded.proposals]
     assert sum(same) >= 0.9 * len(same), same  # rounding may flip a near tie, rarely
 
 
@@ -184,19 +129,13 @@ def test_requests_join_leave_and_abort_with_no_leaks(target, drafter, prompts, p
     cfg = runner.config
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(6):
+
+    def add(i: int) -> None:
         p = rng.randrange(len(prompts))
         sp = replace(GREEDY, max_tokens=rng.randint(1, 12))
         reqs.append((sched.add_request(str(i), prompts[p], sp), p))
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 6, add)
     stats = sched.stats()
     assert stats.spec.num_drafts > 0
     finished = [(r, p) for r, p in reqs if r.finish_reason is FinishReason.LENGTH]

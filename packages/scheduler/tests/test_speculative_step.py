@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps
+from scheduler_testing import MixedRun, reference_greedy, run_mixed_steps, run_with_random_aborts
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.config import SchedulerConfig
 from sparkinfer.scheduler.request import SamplingParams
@@ -258,18 +258,12 @@ def test_no_block_or_slot_leaks_after_random_requests_and_aborts(tiny_model, pla
     runner = Runner(tiny_model, cfg)
     runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
-    for i in range(24):
+
+    def add(i: int) -> None:
         sp = replace(GREEDY, max_tokens=rng.randint(1, NUM_NEW))
         sched.add_request(str(i), PROMPTS[rng.randrange(len(PROMPTS))], sp)
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 24, add)
     stats = sched.stats()
     assert stats.num_aborted > 0 and stats.spec.num_drafts > 0
     assert sched.blocks.num_free_blocks == cfg.num_kv_blocks
@@ -295,45 +289,17 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     drafts, padding sequences without a state slot, the accepted positions committed after each
     replay; tokens and logprobs stay plain decoding's, among requests that finish and join
     (buckets 1 to 4)."""
-    from scheduler_testing import CpuGraph, CpuStream, use_cpu_graph_standins
-    from sparkinfer.scheduler.graphs.verify import VerifyGraphs
+    from scheduler_testing import attach_cpu_verify_graphs
 
     cfg = config(max_num_seqs=4)
     runner = Runner(tiny_model, cfg)
     runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
-    use_cpu_graph_standins(monkeypatch, CpuStream())
-    graphs = VerifyGraphs(
-        runner.model, runner.caches, batch_sizes=(1, 2, 4), num_drafts=3,
-        max_rows=runner.plan.num_verify_rows, max_blocks_per_seq=cfg.max_blocks_per_seq,
-        block_size=cfg.block_size, stream=CpuStream(),  # type: ignore[arg-type]
-    )  # fmt: skip
-    with torch.inference_mode(), runner.numerics(is_decode=True):
-        graphs.capture()
-    replays: list[int] = []
-    for size, captured in graphs.buckets.captured.items():
-
-        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
-            replays.append(size)
-            with runner.numerics(is_decode=True):
-                output.copy_(graphs._forward(graphs._forward_batch(size)))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    commits: list[int] = []
-    for size, captured in graphs.commits.captured.items():
-
-        def recommit(size: int = size) -> None:
-            commits.append(size)
-            graphs._commit_forward(size)
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = recommit
-    runner.verify_graphs = graphs
+    replays = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
     lengths = [RNG.randint(2, NUM_NEW) for _ in range(7)]
     params = [replace(GREEDY, max_tokens=n) for n in lengths]
     got = run_mixed_steps(runner, cfg, PROMPTS[:7], params)
-    assert 4 in replays and len(set(replays)) >= 2  # padded buckets and a full one
-    assert commits == replays  # each verify's accepted positions committed by its bucket
+    assert 4 in replays.verifies and len(set(replays.verifies)) >= 2  # padded and full buckets
+    assert replays.commits == replays.verifies  # each verify's accepted positions committed
     assert got.tokens == [t[:n] for t, n in zip(plain.tokens, lengths, strict=False)]
     assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]
 
@@ -497,20 +463,14 @@ def test_every_request_kind_keeps_its_output_across_aborts(tiny_model, kinds_off
     runner.speculative.drafter = _scripted(kinds_off, PROMPTS[: len(KINDS)])  # type: ignore[assignment]
     sched = Scheduler(cfg, num_blocks=runner.num_blocks, num_slots=runner.num_slots)
     reqs = []
-    for i in range(21):
+
+    def add(i: int) -> None:
         kind, n = i % len(KINDS), rng.randint(1, NUM_NEW)
         reqs.append(
             (kind, sched.add_request(str(i), PROMPTS[kind], replace(KINDS[kind], max_tokens=n)))
         )
-        for _ in range(rng.randint(0, 3)):
-            if sched.has_work():
-                batch = sched.schedule()
-                sched.update(batch, runner.run(batch))
-        if rng.random() < 0.3 and sched._requests:
-            sched.abort(rng.choice(sorted(sched._requests)))
-    while sched.has_work():
-        batch = sched.schedule()
-        sched.update(batch, runner.run(batch))
+
+    run_with_random_aborts(runner, sched, rng, 21, add)
     for kind, req in reqs:  # an aborted request's tokens are a prefix of the plain output too
         assert req.output_token_ids == kinds_off.tokens[kind][: len(req.output_token_ids)]
     stats = sched.stats()

@@ -159,6 +159,9 @@ def model_card(s: dict[str, Any]) -> str:
         f"greedy decoding writes the reference answer for {tasks['greedy_reference']} of the "
         f"{tasks['tasks']} held-out tasks and its signature line for "
         f"{tasks['greedy_signature']} (teacher forced, thinking on).",
+        "- **Size**: everything shipped in this folder, the DFlash block drafter in `dflash/` "
+        "included, stays within the package's 40 MiB budget "
+        "(packages/model/tests/test_embedded.py).",
         "- **Sampling defaults** (generation_config.json): temperature "
         f"{GENERATION['temperature']}, top_k {GENERATION['top_k']}, top_p {GENERATION['top_p']}.",
         "",
