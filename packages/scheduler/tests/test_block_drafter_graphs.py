@@ -71,7 +71,12 @@ def test_a_proposal_over_a_keys_bucket_drafts_what_the_exact_context_does() -> N
             outs.append((draft.logits, drafter.draft_tokens(draft, anchors).tokens))
     assert key_bucket(exact, PAGE) > exact
     torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
-    assert torch.equal(outs[0][1], outs[1][1])
+    # Each bucket draft is a best pick of the exact context's logits (equal but for ties within
+    # rounding: on the CPU the two key counts are matmuls of different shapes; the GPU test below
+    # holds the tokens to the bits).
+    exact_logits, bucket_tokens = outs[0][0], outs[1][1]
+    picked = exact_logits.gather(-1, bucket_tokens[..., None]).squeeze(-1)
+    torch.testing.assert_close(picked, exact_logits.amax(-1), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.gpu
