@@ -95,38 +95,33 @@ class DecodeGraphs(DecodeRowBuffers):
         None where the input is known.
         """
         with observed(self.observer, "decode_replay", self.stream):
-            return self._run(seqs, bucket, sources, inflight)
-
-    def _run(
-        self,
-        seqs: Sequence[ScheduledSeq],
-        bucket: int,
-        sources: Sequence[int | None],
-        inflight: StepInFlight | None,
-    ) -> torch.Tensor:
-        # A row per sampled token, each input a generated token at position n + rope_delta.
-        assert all(s.is_decode for s in seqs), "only decode rows replay (ScheduledSeq.is_decode)"
-        self.buckets.wait_for_staging()
-        rows, tables = self._rows_np, self._tables_np
-        rows[:, :bucket] = 0
-        rows[2, :bucket] = -1  # padding rows write no KV
-        rows[5, :bucket] = -1  # and touch no state slot
-        rows[6, :bucket] = -1  # and feed known tokens
-        rows[6, : len(seqs)] = device_source_rows(sources)
-        for i, seq in enumerate(seqs):
-            pos = seq.num_cached_tokens
-            table = seq.req.block_ids
-            rows[0, i] = 0 if seq.is_input_inflight else seq.req.token_ids[pos]
-            rows[1, i] = pos + seq.req.rope_delta  # after an image, positions run behind
-            rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
-            rows[3, i] = pos
-            rows[4, i] = pos + 1
-            assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
-            rows[5, i] = seq.req.state_slot
-            tables[i, : len(table)] = table
-        with torch.cuda.stream(self.stream):
-            self._copy_staged_rows(self._rows_cpu, self._tables_cpu, bucket, inflight)
-            return self.buckets.replay(bucket)[: len(seqs)]
+            # A row per sampled token, each input a generated token at position n + rope_delta.
+            assert all(s.is_decode for s in seqs), (
+                "only decode rows replay (ScheduledSeq.is_decode)"
+            )
+            self.buckets.wait_for_staging()
+            rows, tables = self._rows_np, self._tables_np
+            rows[:, :bucket] = 0
+            rows[2, :bucket] = -1  # padding rows write no KV
+            rows[5, :bucket] = -1  # and touch no state slot
+            rows[6, :bucket] = -1  # and feed known tokens
+            rows[6, : len(seqs)] = device_source_rows(sources)
+            for i, seq in enumerate(seqs):
+                pos = seq.num_cached_tokens
+                table = seq.req.block_ids
+                rows[0, i] = 0 if seq.is_input_inflight else seq.req.token_ids[pos]
+                rows[1, i] = pos + seq.req.rope_delta  # after an image, positions run behind
+                rows[2, i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
+                rows[3, i] = pos
+                rows[4, i] = pos + 1
+                assert seq.req.state_slot is not None, (
+                    f"{seq.req.request_id} runs without a state slot"
+                )
+                rows[5, i] = seq.req.state_slot
+                tables[i, : len(table)] = table
+            with torch.cuda.stream(self.stream):
+                self._copy_staged_rows(self._rows_cpu, self._tables_cpu, bucket, inflight)
+                return self.buckets.replay(bucket)[: len(seqs)]
 
     def hidden(self, bucket: int, num_rows: int) -> torch.Tensor:
         """The final hidden states [num_rows, hidden] of the bucket's last replay (valid until
