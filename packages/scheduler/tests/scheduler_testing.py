@@ -211,17 +211,25 @@ def build_tiny_block_drafter(
     return drafter, config
 
 
+def record_proposals(
+    proposals: list[tuple[list[int], list[int]]],
+    seqs: Sequence[ScheduledSeq],
+    out: list[list[int]],
+) -> list[list[int]]:
+    """Append (tokens so far, drafts) of each row that got drafts to `proposals`; returns out."""
+    for seq, drafts in zip(seqs, out, strict=True):
+        if drafts:
+            proposals.append((list(seq.req.token_ids), drafts))
+    return out
+
+
 class RecordingBlockDrafter(DraftModelDrafter):
     """Records (tokens so far, drafts) of every proposal."""
 
     proposals: list[tuple[list[int], list[int]]]
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        out = super().propose(seqs, num_drafts)
-        for seq, drafts in zip(seqs, out, strict=True):
-            if drafts:
-                self.proposals.append((list(seq.req.token_ids), drafts))
-        return out
+        return record_proposals(self.proposals, seqs, super().propose(seqs, num_drafts))
 
 
 def recording_block_runner(

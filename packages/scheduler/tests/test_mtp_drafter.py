@@ -19,6 +19,7 @@ from scheduler_testing import (
     MixedRun,
     attach_cpu_graphs,
     build_tiny_model,
+    record_proposals,
     run_mixed_steps,
     use_cpu_graph_standins,
 )
@@ -70,11 +71,7 @@ class RecordingDrafter(MTPDrafter):
     proposals: list[tuple[list[int], list[int]]]
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        out = super().propose(seqs, num_drafts)
-        for seq, drafts in zip(seqs, out, strict=True):
-            if drafts:
-                self.proposals.append((list(seq.req.token_ids), drafts))
-        return out
+        return record_proposals(self.proposals, seqs, super().propose(seqs, num_drafts))
 
 
 class ThrottledDrafter(RecordingDrafter):
