@@ -2,7 +2,8 @@
 
 Each record file is one workload: its title, what it measures, and its runs (date, revision, GPU,
 command, an optional note under docs/notes/ and the rows measured). The page shows each
-workload's runs of its latest date; the earlier ones stay in the record file, which it names.
+workload's rows of its latest date, each case once at its newest run; the earlier ones stay in
+the record file, which it names.
 A row gives a case, its figure (value and unit, optional detail), its ratio to the roofline
 measured in the same run and the peer measured in the same run (null where there is none). A new
 workload is a new file; its `order` places its table. The page also lists the dated notes under
@@ -94,7 +95,8 @@ def _table(workload: Workload) -> list[str]:
     ]
     latest = max(run["date"] for run in workload.runs)
     shown = [run for run in workload.runs if run["date"] == latest]
-    lines += [_row(row, run) for run in shown for row in run["rows"]]
+    newest = {row["case"]: (row, run) for run in shown for row in run["rows"]}
+    lines += [_row(row, run) for row, run in newest.values()]
     earlier = len(workload.runs) - len(shown)
     if earlier:
         link = f"records/{workload.source}"
