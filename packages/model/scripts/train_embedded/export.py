@@ -46,11 +46,12 @@ def write_checkpoint(
     config = Qwen3_5Config(**model_config.checkpoint_config(text_cfg, control))
     torch.manual_seed(1)  # the vision tower's random weights
     full = Qwen3_5ForConditionalGeneration(config)
+    trunk_body = trunk.get_submodule("model")
     missing = full.model.language_model.load_state_dict(
-        {k: v.detach().float().cpu() for k, v in trunk.model.state_dict().items()}
+        {k: v.detach().float().cpu() for k, v in trunk_body.state_dict().items()}
     )
     assert not missing.missing_keys and not missing.unexpected_keys, missing
-    full = full.to(torch.bfloat16)
+    full.bfloat16()
     with tempfile.TemporaryDirectory() as tmp:
         full.save_pretrained(tmp)
         tensors: dict[str, torch.Tensor] = {}
