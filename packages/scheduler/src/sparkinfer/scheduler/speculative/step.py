@@ -40,7 +40,7 @@ from sparkinfer.scheduler.observer import StepObserver, StepSpan, observed
 from sparkinfer.scheduler.request import Request, TokenLogprob
 from sparkinfer.scheduler.sampler import Sampler
 from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
-from sparkinfer.scheduler.speculative.drafter import Drafter, TargetStep
+from sparkinfer.scheduler.speculative.drafter import Drafter, Drafts, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 from sparkinfer.scheduler.speculative.ngram_drafter import NgramDrafter
 from sparkinfer.scheduler.speculative.target import Target
@@ -227,17 +227,15 @@ class SpeculativeStep:
         with t.on_stream():
             t.prepare_step(batch)
             wanted = [s.num_lookahead_tokens for s in decodes]
-            drafts: list[list[int]] = [[] for _ in decodes]
+            drafts = Drafts.on_host([[] for _ in decodes])
             if self.drafter is not None and any(wanted):
                 # The target's decode numerics: the kernels its graphs already built, so no
                 # head shape compiles a kernel of its own mid-serving.
-                with t.numerics(is_decode=True):
-                    with self._drafter_span("draft_propose"):
-                        proposed = self.drafter.propose(decodes, wanted)
-                    drafts = self._valid(proposed, wanted)
+                with t.numerics(is_decode=True), self._drafter_span("draft_propose"):
+                    drafts = self._propose(self.drafter, decodes, wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
-            rows, commit = layout_verify(decodes, drafts), None
+            rows, commit = layout_verify(decodes, drafts.counts), None
             if decodes:
                 with t.numerics(is_decode=True):
                     rows, commit = self._decode_rows(decodes, drafts, logits, hidden, inflight)
@@ -245,9 +243,11 @@ class SpeculativeStep:
             if prefills:
                 with t.numerics(is_decode=False):
                     self._plain(prefills, logits, hidden, inflight, prompt_logprobs)
-            drawn = self._draw_now(rows, sampled, logits, inflight, known)
+            drawn = self._draw_now(rows, drafts, decodes, sampled, logits, inflight, known)
             num_verify = len(rows.row_seqs)
-            accepted = accept(rows, drawn[:num_verify])
+            # Drafts left on the device: their copy was queued behind them, done by now.
+            drafts_of = {id(s): d for s, d in zip(decodes, drafts.host(), strict=True)}
+            accepted = accept(rows, drafts_of, drawn[:num_verify])
             if commit is not None:  # the verify left the GDN states: keep the accepted rows'
                 with t.numerics(is_decode=True):  # the decode steps' arithmetic
                     commit(accepted)
@@ -296,6 +296,15 @@ class SpeculativeStep:
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         return observed(self.observer, kind, stream)
 
+    def _propose(self, drafter: Drafter, seqs: list[ScheduledSeq], wanted: list[int]) -> Drafts:
+        """The drafter's drafts, left on the device where it can (`propose_drafts`)."""
+        # getattr: an optional method (MTP has it; wrapping drafters may pass it on)
+        on_device = getattr(drafter, "propose_drafts", None)
+        if on_device is not None:
+            proposed: Drafts = on_device(seqs, wanted)
+            return proposed.capped(wanted)  # ids: argmaxes over the lm_head, all in vocabulary
+        return Drafts.on_host(self._valid(drafter.propose(seqs, wanted), wanted))
+
     def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
         """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
         (a drafter's bug must not fail the step)."""
@@ -310,16 +319,17 @@ class SpeculativeStep:
     def _decode_rows(
         self,
         seqs: list[ScheduledSeq],
-        drafts: list[list[int]],
+        drafts: Drafts,
         logits: list[torch.Tensor],
         hidden: list[torch.Tensor],
         inflight: StepInFlight | None,
     ) -> tuple[VerifyRows, Callable[[Accepted], None] | None]:
         """The decode rows' forward: a verify (graphed when a bucket holds it) when any row has
         drafts, else a plain decode; appends logits (and hidden states) in the rows' order.
+        Drafts still on the device feed the verify's input ids there.
         -> the rows, and after a verify what commits the accepted positions' GDN states."""
         t = self.target
-        rows = layout_verify(seqs, drafts)
+        rows = layout_verify(seqs, drafts.counts)
         if len(rows.row_seqs) == len(seqs):  # no drafts: a plain decode step
             self._plain(seqs, logits, hidden, inflight)
             return rows, None
@@ -355,9 +365,10 @@ class SpeculativeStep:
                 t.model.commit_verify(t.caches, layout, num_kept)
 
             feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
-            ids, sources_row = verify_input_ids(rows, feeds)
-            dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), t.device)
-            input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
+            index = {id(s): i for i, s in enumerate(seqs)}
+            staged = verify_input_ids(rows, feeds, drafts, index)
+            dev = host_to_device(torch.tensor(staged, dtype=torch.int64), t.device)
+            input_ids = drafts.merge_into(merge_inflight_inputs(dev[0], dev[1], inflight), dev[2])
             if self.needs_taps:
                 h, tapped = forward_tapped(t.model, input_ids, batch)
             else:
@@ -411,6 +422,8 @@ class SpeculativeStep:
     def _draw_now(
         self,
         rows: VerifyRows,
+        drafts: Drafts,
+        decodes: list[ScheduledSeq],
         sampled: list[ScheduledSeq],
         logits: list[torch.Tensor],
         inflight: StepInFlight | None,
@@ -418,16 +431,21 @@ class SpeculativeStep:
     ) -> list[SampledToken]:
         """A token for every verify row, then every sampled prompt chunk, read on the host: a
         request's verify row j draws its output at index output_idx + j, taking its drafts
-        before j as outputs (penalties count them, a grammar reads them)."""
+        before j as outputs (penalties count them, a grammar reads them: only then are drafts
+        still on the device read before the draw)."""
         seqs = [*rows.row_seqs, *sampled]
         if not seqs:
             return []
         pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
         idxs = [s.output_idx + j for s, j in pairs] + [s.output_idx for s in sampled]
         prefixes: list[list[int]] = []
-        if any(j for j in rows.row_positions):
+        if any(j for j in rows.row_positions) and any(
+            Sampler.counts_outputs(s.req) or Sampler.needs_host_history(s.req)
+            for s in rows.row_seqs
+        ):
+            of = {id(s): d for s, d in zip(decodes, drafts.host(), strict=True)}
             pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
-            prefixes = [rows.drafts[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
+            prefixes = [of[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
         out = logits[0] if len(logits) == 1 else torch.cat(logits)
         reqs = [s.req for s in seqs]
         late: list[torch.Tensor | None] = []
