@@ -6,8 +6,9 @@ j * b + i is position j of sequence i). A step's sequences fill the first rows; 
 fewer than k drafts runs its missing positions too (input 0, no KV written, no context read),
 which its state never commits; padding sequences have no state slot (-1: the GDN kernels skip
 them). The verify writes no state, so its graph replays any number of times; after acceptance
-`commit` replays the bucket's commit graph (two kernels per GDN layer over the bucket's
-`VerifyLayout`), which applies each sequence's kept positions to its slot. The verify graph
+(on the device) `commit` replays the bucket's commit graph (two kernels per GDN layer over the
+bucket's `VerifyLayout`), which applies each sequence's kept positions to its slot. Drafts
+still on the device feed their rows' input ids there (`Drafts.merge_into`). The verify graph
 returns every row's final hidden state; the lm_head runs on the rows that count after the
 replay (so the MTP drafter gets them too); with `use_taps` (a block drafter) it runs the tapped
 forward and leaves every row's tap layers' states beside them (`tapped`). Buffers are filled as
@@ -78,11 +79,9 @@ class VerifyGraphs(DecodeRowBuffers):
         }
         # hidden [bucket * (k + 1), hidden] per bucket; the staging guard
         self.buckets = GraphBuckets(self.batch_sizes, stream, what="verify graph for batch size")
-        # The commit's graphs: each sequence's kept positions, staged like the rows.
+        # The commit's graphs: each sequence's kept positions, computed on the device.
         max_bucket = self.batch_sizes[-1]
         self.num_kept = torch.zeros(max_bucket, dtype=torch.int64, device=device)
-        self._kept_cpu = torch.zeros(max_bucket, dtype=torch.int64).pin_memory()
-        self._kept_np = self._kept_cpu.numpy()
         self.commits = GraphBuckets(
             self.batch_sizes, stream, what="verify commit graph for batch size"
         )
@@ -91,15 +90,12 @@ class VerifyGraphs(DecodeRowBuffers):
         """The bucket's rows as the model sees them (views of the static buffers)."""
         return VerifyLayout(self._seq_rows[bucket], self.state_slots[:bucket])
 
-    def commit(self, bucket: int, num_kept: Sequence[int]) -> None:
-        """After acceptance: apply each sequence's first num_kept[i] positions (padding
-        sequences: none) of the last replay to the state in its slot (the bucket's commit
-        graph)."""
-        self.commits.wait_for_staging()
-        self._kept_np[:bucket] = 0
-        self._kept_np[: len(num_kept)] = num_kept
+    def commit(self, bucket: int, num_kept: torch.Tensor) -> None:
+        """After acceptance: apply each sequence's first num_kept[i] positions (num_kept
+        [bucket] int64 on the device; padding sequences: 0) of the last replay to the state in
+        its slot (the bucket's commit graph)."""
         with torch.cuda.stream(self.stream):
-            self.num_kept[:bucket].copy_(self._kept_cpu[:bucket], non_blocking=True)
+            self.num_kept[:bucket].copy_(num_kept)
             self.commits.replay(bucket)
 
     def capture(self) -> None:

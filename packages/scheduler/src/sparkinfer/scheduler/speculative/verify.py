@@ -187,6 +187,42 @@ def accept(
     return Accepted(samples, outcomes, num_rows)
 
 
+def num_kept_on_device(
+    rows: VerifyRows,
+    drafts: Drafts,
+    index: dict[int, int],
+    order: Sequence[ScheduledSeq],
+    num_seqs: int,
+    drawn: torch.Tensor,
+) -> torch.Tensor:
+    """`accept`'s kept rows per sequence of a `VerifyLayout` of num_seqs sequences (`order`
+    first, padding after: none kept), [num_seqs] int64 on the device from the draws still there
+    (drawn [>= rows] int64, in the rows' order), so the commit follows the sampler with no host
+    read between: 1 + the leading drafts equal to the draw at the row before each. `index`: id
+    of the seq -> its row in `drafts` (ids on the host, or fed from the device's)."""
+    k = max(rows.num_drafts.values(), default=0)
+    host = None if drafts.is_on_device else drafts.host()
+    # [draft ids (host), draft feeds (device ids), the draw's row, draft counted, real] per
+    # (sequence, draft): -1 or 0 where none
+    staged = [[[-1] * k for _ in range(num_seqs)] for _ in range(2)]
+    staged += [[[0] * k for _ in range(num_seqs)] for _ in range(3)]
+    for b, seq in enumerate(order):
+        i = index[id(seq)]
+        staged[4][b] = [1] * k
+        for a in range(rows.num_drafts[id(seq)]):
+            if host is not None:
+                staged[0][b][a] = host[i][a]
+            else:
+                staged[1][b][a] = drafts.feed_index(i, a)
+            staged[2][b][a] = rows.row_index[(id(seq), a)]
+            staged[3][b][a] = 1
+    assert k > 0, "a verify has drafts"
+    dev = host_to_device(torch.tensor(staged, dtype=torch.int64), drawn.device)
+    ids = drafts.merge_into(dev[0].reshape(-1), dev[1].reshape(-1)).reshape(num_seqs, k)
+    equal = (ids == drawn[dev[2]]) & (dev[3] > 0)
+    return dev[4][:, 0] + equal.long().cumprod(dim=1).sum(dim=1)
+
+
 def _slot(seq: ScheduledSeq) -> int:
     assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a state slot"
     return seq.req.state_slot
