@@ -443,6 +443,40 @@ def test_drafts_feed_the_verify_graph_on_the_device_and_are_read_after_the_draws
             assert drawn, f"drafts read on the host before the step's draws: {log}"
 
 
+def _one_in_three(history: Sequence[int], row: torch.Tensor) -> None:
+    """A grammar's stand-in: the ids it allows next depend on every token before."""
+    allowed = (sum(history) + torch.arange(row.shape[-1])) % 3 == 0
+    row.masked_fill_(~allowed, float("-inf"))
+
+
+def test_requests_that_read_their_drafts_before_the_draw_keep_their_output(mtp_model, monkeypatch):
+    """Penalties and a logits processor take a verify row's drafts before it as outputs, so
+    they read drafts left on the device before the draw; seeded sampling beside them. Tokens
+    and logprobs are those without speculation."""
+    from scheduler_testing import attach_cpu_verify_graphs
+
+    kinds = [
+        replace(GREEDY, presence_penalty=1.5),
+        SamplingParams(temperature=0.9, seed=4, max_tokens=10, frequency_penalty=0.7, logprobs=1),
+        replace(GREEDY, repetition_penalty=1.3),
+        replace(GREEDY, logits_processor=_one_in_three),
+        SamplingParams(temperature=0.8, seed=2, max_tokens=10, logprobs=2),
+    ]
+    prompts = PROMPTS[: len(kinds)]
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=48)
+    runner = Runner(mtp_model, cfg)
+    _attach_cpu_head_graphs(runner, monkeypatch)
+    verify = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
+    on = run_mixed_steps(runner, cfg, prompts, kinds)
+    off = config(speculative="off", max_num_batched_tokens=48)
+    want = run_mixed_steps(Runner(mtp_model, off), off, prompts, kinds)
+    assert verify.verifies
+    assert on.tokens == want.tokens
+    # Past each prompt's token: that one's logprob may differ in its last bit from the plain
+    # run's (a prompt step's lm_head over every row, for the head), drafts or not.
+    assert [lp[1:] for lp in on.logprobs] == [lp[1:] for lp in want.logprobs]
+
+
 def test_a_failed_head_capture_leaves_the_eager_head(mtp_model, monkeypatch):
     runner = Runner(mtp_model, config())
     runner.verify_graphs = SimpleNamespace(batch_sizes=(1,), num_drafts=3, stream=CpuStream())  # type: ignore[assignment]
