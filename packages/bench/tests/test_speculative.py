@@ -93,6 +93,37 @@ def test_a_priced_drafter_pays_the_real_drafts_and_repeats_its_draws():
         PricedDrafter(inner, {}, (0.5, 0.9), seed=0)
 
 
+class _DeviceInner(_Inner):
+    """Leaves its drafts on the device (`propose_drafts`), counting reads of them."""
+
+    num_reads = 0
+
+    def propose_drafts(self, seqs, num_drafts):
+        import torch
+        from sparkinfer.scheduler.speculative.drafter import Drafts
+
+        self.num_calls += 1
+        inner = self
+
+        class Counted(Drafts):
+            def host(self):
+                inner.num_reads += 1
+                return super().host()
+
+        ids = torch.zeros(len(seqs), max(num_drafts), dtype=torch.int64)
+        return Counted(num_drafts, ids=ids, rows=range(len(seqs)))
+
+
+def test_a_priced_drafter_leaves_the_real_drafters_device_drafts_unread():
+    inner = _DeviceInner()
+    known = list(range(10, 30))
+    priced = PricedDrafter(inner, {(1, 2): known}, (0.9, 0.5), seed=7)
+    seqs = [_Seq([1, 2, *known[:n]], 2) for n in range(15)]
+    drafts = priced.propose_drafts(seqs, [2] * len(seqs))
+    assert inner.num_calls == 1 and inner.num_reads == 0 and not drafts.is_on_device
+    assert drafts.host() == priced.propose(seqs, [2] * len(seqs))  # the same draws
+
+
 def test_the_drafter_timer_times_each_call_into_its_timers():
     calls, blocks = _CallTimer(), _CallTimer()
     timer = _DrafterTimer(calls, blocks)

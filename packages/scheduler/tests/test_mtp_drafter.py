@@ -33,7 +33,8 @@ from sparkinfer.scheduler.engine import Engine
 from sparkinfer.scheduler.observer import StepObserver, StepSpan
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
-from sparkinfer.scheduler.speculative.drafter import TargetStep
+from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 
 RNG = random.Random(3)
@@ -70,8 +71,10 @@ class RecordingDrafter(MTPDrafter):
 
     proposals: list[tuple[list[int], list[int]]]
 
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        return record_proposals(self.proposals, seqs, super().propose(seqs, num_drafts))
+    def propose_drafts(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> Drafts:
+        drafts = super().propose_drafts(seqs, num_drafts)
+        record_proposals(self.proposals, seqs, drafts.host())  # the ids still feed the verify
+        return drafts
 
 
 class ThrottledDrafter(RecordingDrafter):
@@ -82,14 +85,14 @@ class ThrottledDrafter(RecordingDrafter):
     num_calls = 0
     is_silent = False  # never draft
 
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+    def propose_drafts(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> Drafts:
         self.num_calls += 1
         c = self.num_calls
         wanted = [
             0 if self.is_silent or (c // 5 + i) % 3 == 0 else min(k, 1 + (c + i) % 3)
             for i, k in enumerate(num_drafts)
         ]
-        return super().propose(seqs, wanted)
+        return super().propose_drafts(seqs, wanted)
 
 
 class CountingHead(torch.nn.Module):
@@ -225,8 +228,11 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
 class WrongDrafter(RecordingDrafter):
     """Records the head's drafts, then proposes each one wrong (every verify rejects)."""
 
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
-        return [[(t + 1) % 250 for t in d] for d in super().propose(seqs, num_drafts)]
+    def propose_drafts(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> Drafts:
+        drafts = super().propose_drafts(seqs, num_drafts)
+        if drafts.ids is None:
+            return Drafts.on_host([[(t + 1) % 250 for t in d] for d in drafts.host()])
+        return Drafts(drafts.counts, ids=(drafts.ids + 1) % 250, rows=drafts.rows)
 
 
 def test_plain_steps_overlap_while_no_request_drafts_and_the_head_still_sees_them(
@@ -280,9 +286,9 @@ class LoggedDrafter(WrongDrafter):
 
     log: list[str]
 
-    def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
+    def propose_drafts(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> Drafts:
         self.log.append("propose")
-        return super().propose(seqs, num_drafts)
+        return super().propose_drafts(seqs, num_drafts)
 
     def observe(self, step: TargetStep) -> None:
         self.log.append("observe")
@@ -378,6 +384,97 @@ def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind)
     assert bool(trimmed) == (kind is ThrottledDrafter)
     assert len(drafter.proposals) > 5
     _assert_heads_drafts(mtp_model, drafter.proposals)
+
+
+def test_drafts_feed_the_verify_graph_on_the_device_and_are_read_after_the_draws(
+    mtp_model, plain, monkeypatch
+):
+    """The head graph's drafts stay on the device: the verify graph takes them as its input ids
+    there, and the host reads them only after the step's draws (the wait that sat between the
+    drafts and the verify); tokens and logprobs stay plain decoding's."""
+    from scheduler_testing import attach_cpu_verify_graphs
+
+    off, _ = plain
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=48)
+    runner = Runner(mtp_model, cfg)
+    head_replays = _attach_cpu_head_graphs(runner, monkeypatch)
+    verify = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
+    graphs = runner.verify_graphs
+    assert graphs is not None
+    log: list[str] = []
+    run, host, draw = graphs.run, Drafts.host, Sampler.draw
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, MTPDrafter)
+    propose = drafter.propose_drafts
+
+    def logged_propose(seqs, num_drafts):
+        log.append("propose")
+        return propose(seqs, num_drafts)
+
+    def logged_run(seqs, drafts, *args):
+        log.append("verify on device" if drafts.is_on_device else "verify from host")
+        return run(seqs, drafts, *args)
+
+    def logged_host(drafts: Drafts) -> list[list[int]]:
+        if drafts.is_on_device:
+            log.append("read drafts")
+        return host(drafts)
+
+    def logged_draw(sampler: Sampler, *args, **kw):
+        log.append("draw")
+        return draw(sampler, *args, **kw)
+
+    monkeypatch.setattr(drafter, "propose_drafts", logged_propose)
+    monkeypatch.setattr(graphs, "run", logged_run)
+    monkeypatch.setattr(Drafts, "host", logged_host)
+    monkeypatch.setattr(Sampler, "draw", logged_draw)
+    on = run_mixed_steps(runner, cfg, PROMPTS, [GREEDY] * len(PROMPTS))
+    assert on.tokens == off.tokens and on.logprobs == off.logprobs
+    assert head_replays and verify.verifies and verify.commits == verify.verifies
+    assert log.count("verify on device") == len(verify.verifies)
+    assert "read drafts" in log
+    drawn = True  # no proposal since the last draw
+    for event in log:
+        if event == "propose":
+            drawn = False
+        elif event == "draw":
+            drawn = True
+        elif event == "read drafts":
+            assert drawn, f"drafts read on the host before the step's draws: {log}"
+
+
+def _one_in_three(history: Sequence[int], row: torch.Tensor) -> None:
+    """A grammar's stand-in: the ids it allows next depend on every token before."""
+    allowed = (sum(history) + torch.arange(row.shape[-1])) % 3 == 0
+    row.masked_fill_(~allowed, float("-inf"))
+
+
+def test_requests_that_read_their_drafts_before_the_draw_keep_their_output(mtp_model, monkeypatch):
+    """Penalties and a logits processor take a verify row's drafts before it as outputs, so
+    they read drafts left on the device before the draw; seeded sampling beside them. Tokens
+    and logprobs are those without speculation."""
+    from scheduler_testing import attach_cpu_verify_graphs
+
+    kinds = [
+        replace(GREEDY, presence_penalty=1.5),
+        SamplingParams(temperature=0.9, seed=4, max_tokens=10, frequency_penalty=0.7, logprobs=1),
+        replace(GREEDY, repetition_penalty=1.3),
+        replace(GREEDY, logits_processor=_one_in_three),
+        SamplingParams(temperature=0.8, seed=2, max_tokens=10, logprobs=2),
+    ]
+    prompts = PROMPTS[: len(kinds)]
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=48)
+    runner = Runner(mtp_model, cfg)
+    _attach_cpu_head_graphs(runner, monkeypatch)
+    verify = attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
+    on = run_mixed_steps(runner, cfg, prompts, kinds)
+    off = config(speculative="off", max_num_batched_tokens=48)
+    want = run_mixed_steps(Runner(mtp_model, off), off, prompts, kinds)
+    assert verify.verifies
+    assert on.tokens == want.tokens
+    # Past each prompt's token: that one's logprob may differ in its last bit from the plain
+    # run's (a prompt step's lm_head over every row, for the head), drafts or not.
+    assert [lp[1:] for lp in on.logprobs] == [lp[1:] for lp in want.logprobs]
 
 
 def test_a_failed_head_capture_leaves_the_eager_head(mtp_model, monkeypatch):

@@ -304,6 +304,47 @@ def test_graphed_verify_steps_give_the_eager_steps_tokens(tiny_model, plain, mon
     assert got.logprobs == [lp[:n] for lp, n in zip(plain.logprobs, lengths, strict=False)]
 
 
+@pytest.mark.parametrize("is_graphed", [False, True], ids=["eager", "graphs"])
+def test_acceptance_on_the_device_keeps_the_rows_the_host_accepts(
+    tiny_model, plain, monkeypatch, is_graphed
+):
+    """The commit follows the draws on the device, its kept rows computed there before the host
+    reads the draws (`num_kept_on_device`): each verify's equal what the host's acceptance of
+    the same draws gives, over verifies that accept all, some and none of their drafts."""
+    from scheduler_testing import attach_cpu_verify_graphs
+    from sparkinfer.scheduler.speculative import step as spec_step
+
+    cfg = config(max_num_seqs=4)
+    runner = Runner(tiny_model, cfg)
+    runner.speculative.drafter = _scripted(plain)  # type: ignore[assignment]
+    if is_graphed:
+        attach_cpu_verify_graphs(runner, monkeypatch, num_drafts=3)
+    on_device: list[tuple[Sequence[ScheduledSeq], int, list[int]]] = []
+    on_host: list[spec_step.Accepted] = []
+    kept_fn, accept_fn = spec_step.num_kept_on_device, spec_step.accept
+
+    def kept(rows, drafts, index, order, num_seqs, drawn):
+        out = kept_fn(rows, drafts, index, order, num_seqs, drawn)
+        on_device.append((list(order), num_seqs, out.tolist()))
+        return out
+
+    def accept(*args):
+        on_host.append(accept_fn(*args))
+        return on_host[-1]
+
+    monkeypatch.setattr(spec_step, "num_kept_on_device", kept)
+    monkeypatch.setattr(spec_step, "accept", accept)
+    got = run_mixed_steps(runner, cfg, PROMPTS[:6], [GREEDY] * 6)
+    assert got.tokens == plain.tokens[:6]
+    verified = [a for a in on_host if a.outcomes]
+    assert len(verified) == len(on_device) > 0
+    for accepted, (order, num_seqs, device_kept) in zip(verified, on_device, strict=True):
+        assert device_kept == accepted.num_kept(order, num_seqs)
+    outcomes = [o for a in verified for o in a.outcomes.values()]
+    assert {o.num_accepted == o.num_drafts for o in outcomes} == {True, False}
+    assert any(o.num_accepted == 0 for o in outcomes)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
 @pytest.mark.parametrize("num_prompts", [5, 12])

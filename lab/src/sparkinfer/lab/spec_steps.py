@@ -3,9 +3,10 @@ the drafters (it prints rather than returns rows).
 
 The `spec` bench's model and prompts (27B shapes with random weights, or a checkpoint) decode
 once per drafter; the engine's step pieces (schedule, update, propose and its graphed or eager
-path, the head's catch-ups, the verify and plain forwards by graphed or eager, the draw that
-waits for the device, observe) are wrapped with wall-clock timers for the timed decode only.
-Each row gives calls, total and per-call milliseconds and the share of the decode's wall time.
+path, the head's catch-ups, the verify and plain forwards by graphed or eager, the draws
+queued and their read that waits for the device, observe) are wrapped with wall-clock timers
+for the timed decode only. Each row gives calls, total and per-call milliseconds and the share
+of the decode's wall time.
 Run: ``python -m sparkinfer.lab.spec_steps --concurrency 1,8`` (``--model DIR`` for a
 checkpoint).
 """
@@ -25,6 +26,7 @@ from sparkinfer.bench import speculative as spec_bench
 from sparkinfer.model import decoder
 from sparkinfer.scheduler import runner, scheduler
 from sparkinfer.scheduler.graphs import verify as verify_graphs
+from sparkinfer.scheduler.speculative import drafter as spec_drafter
 from sparkinfer.scheduler.speculative import mtp_drafter
 from sparkinfer.scheduler.speculative import step as spec_step
 
@@ -37,14 +39,16 @@ _WRAPPED: tuple[tuple[Any, str, str], ...] = (
     (scheduler.Scheduler, "schedule", "schedule"),
     (scheduler.Scheduler, "update", "update"),
     (spec_step.SpeculativeStep, "run", "step read at once"),
-    (mtp_drafter.MTPDrafter, "propose", "propose"),
+    (mtp_drafter.MTPDrafter, "propose_drafts", "propose"),
+    (spec_drafter.Drafts, "host", "drafts read on the host"),
     (mtp_drafter.MTPDrafter, "_propose_graphed", "propose from the head graph"),
     (mtp_drafter.MTPDrafter, "_catch_up", "head catch-up (eager)"),
     (mtp_drafter.MTPDrafter, "_catch_up_older", "head catch-up of older rows (eager)"),
     (mtp_drafter.MTPDrafter, "observe", "observe"),
     (spec_step.SpeculativeStep, "_decode_rows", "decode rows (verify or plain)"),
     (spec_step.SpeculativeStep, "_plain_graphed", "plain decode graph"),
-    (spec_step.SpeculativeStep, "_draw_now", "draw (waits for the device)"),
+    (spec_step.SpeculativeStep, "_draw", "draw (queued)"),
+    (spec_step.StepDraws, "read", "draws read (waits for the device)"),
     (verify_graphs.VerifyGraphs, "run", "verify graph replay"),
     (verify_graphs.VerifyGraphs, "_fill", "verify graph rows"),
     (torch.cuda.Event, "synchronize", "event wait"),

@@ -100,9 +100,26 @@ class PricedDrafter:
     def propose(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> list[list[int]]:
         with self._span("draft_propose"):
             proposed = self.inner.propose(seqs, num_drafts)  # the real drafter's full cost
+        return self._priced(seqs, [len(d) for d in proposed])
+
+    def propose_drafts(self, seqs: Sequence[Any], num_drafts: Sequence[int]) -> Any:
+        """`propose` as `Drafts` on the host; where the real drafter leaves its own on the
+        device (`propose_drafts`: its counts known at once) they stay unread, so the engine
+        waits for them no more than for the real drafter's."""
+        from sparkinfer.scheduler.speculative.drafter import Drafts
+
+        on_device = getattr(self.inner, "propose_drafts", None)
+        if on_device is None:
+            return Drafts.on_host(self.propose(seqs, num_drafts))
+        with self._span("draft_propose"):
+            counts = on_device(seqs, num_drafts).counts  # the real drafter's full cost
+        return Drafts.on_host(self._priced(seqs, counts))
+
+    def _priced(self, seqs: Sequence[Any], counts: Sequence[int]) -> list[list[int]]:
+        """counts[i] drafts for seqs[i], right up to its drawn number, wrong after."""
         out: list[list[int]] = []
-        for seq, drafts in zip(seqs, proposed, strict=True):
-            known = _continuation(seq, self.continuations, len(drafts))
+        for seq, n in zip(seqs, counts, strict=True):
+            known = _continuation(seq, self.continuations, n)
             out.append(_right_or_wrong(known, self._num_right(seq)))
         return out
 

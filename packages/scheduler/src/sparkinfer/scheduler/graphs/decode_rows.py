@@ -39,11 +39,12 @@ class DecodeRowBuffers:
         tables_cpu: torch.Tensor,
         num_rows: int,
         inflight: StepInFlight | None,
-    ) -> None:
-        """Copy the first num_rows staged rows into the static buffers on the current stream.
+    ) -> torch.Tensor:
+        """Copy the first num_rows staged rows into the static buffers on the current stream
+        -> the staged rows on the device (a family's rows past the seventh: its own).
 
-        rows_cpu: pinned [7, n] int64: ids, positions, KV slots, cached and context lengths,
-        state slots and each row's source row in `inflight` (ids still on the device).
+        rows_cpu: pinned [7 or more, n] int64: ids, positions, KV slots, cached and context
+        lengths, state slots and each row's source row in `inflight` (ids still on the device).
         tables_cpu: pinned [n, max_blocks_per_seq] int32 block tables."""
         dev = rows_cpu[:, :num_rows].to(self.input_ids.device, non_blocking=True)
         self.input_ids[:num_rows].copy_(merge_inflight_inputs(dev[0], dev[6], inflight))
@@ -53,6 +54,7 @@ class DecodeRowBuffers:
         self.context_lens[:num_rows].copy_(dev[4])
         self.state_slots[:num_rows].copy_(dev[5])
         self.block_tables[:num_rows].copy_(tables_cpu[:num_rows], non_blocking=True)
+        return dev
 
     def _rows_batch(self, num_rows: int, logits_indices: torch.Tensor) -> ForwardBatch:
         """Views of the first num_rows rows' buffers (the graph reads these addresses), each

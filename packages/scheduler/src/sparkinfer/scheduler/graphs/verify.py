@@ -6,8 +6,9 @@ j * b + i is position j of sequence i). A step's sequences fill the first rows; 
 fewer than k drafts runs its missing positions too (input 0, no KV written, no context read),
 which its state never commits; padding sequences have no state slot (-1: the GDN kernels skip
 them). The verify writes no state, so its graph replays any number of times; after acceptance
-`commit` replays the bucket's commit graph (two kernels per GDN layer over the bucket's
-`VerifyLayout`), which applies each sequence's kept positions to its slot. The verify graph
+(on the device) `commit` replays the bucket's commit graph (two kernels per GDN layer over the
+bucket's `VerifyLayout`), which applies each sequence's kept positions to its slot. Drafts
+still on the device feed their rows' input ids there (`Drafts.merge_into`). The verify graph
 returns every row's final hidden state; the lm_head runs on the rows that count after the
 replay (so the MTP drafter gets them too); with `use_taps` (a block drafter) it runs the tapped
 forward and leaves every row's tap layers' states beside them (`tapped`). Buffers are filled as
@@ -26,6 +27,7 @@ from sparkinfer.scheduler._inflight import StepInFlight
 from sparkinfer.scheduler.batch import ScheduledSeq
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 from sparkinfer.scheduler.graphs.decode_rows import DecodeRowBuffers
+from sparkinfer.scheduler.speculative.drafter import Drafts
 
 
 class VerifyGraphs(DecodeRowBuffers):
@@ -63,8 +65,9 @@ class VerifyGraphs(DecodeRowBuffers):
         n = self.batch_sizes[-1] * (num_drafts + 1)
         self._allocate_rows(n, max_blocks_per_seq, device, state_slot_fill=-1)
         self.logits_indices = torch.arange(n, dtype=torch.int64, device=device)
-        # [ids, positions, slot mapping, cached, context, state slot, in-flight source] per row
-        self._rows_cpu = torch.zeros(7, n, dtype=torch.int64).pin_memory()
+        # [ids, positions, slot mapping, cached, context, state slot, in-flight source, draft
+        # feed (`Drafts.feed_index`)] per row
+        self._rows_cpu = torch.zeros(8, n, dtype=torch.int64).pin_memory()
         self._tables_cpu = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
         self._rows_np = self._rows_cpu.numpy()
         self._tables_np = self._tables_cpu.numpy()
@@ -76,11 +79,9 @@ class VerifyGraphs(DecodeRowBuffers):
         }
         # hidden [bucket * (k + 1), hidden] per bucket; the staging guard
         self.buckets = GraphBuckets(self.batch_sizes, stream, what="verify graph for batch size")
-        # The commit's graphs: each sequence's kept positions, staged like the rows.
+        # The commit's graphs: each sequence's kept positions, computed on the device.
         max_bucket = self.batch_sizes[-1]
         self.num_kept = torch.zeros(max_bucket, dtype=torch.int64, device=device)
-        self._kept_cpu = torch.zeros(max_bucket, dtype=torch.int64).pin_memory()
-        self._kept_np = self._kept_cpu.numpy()
         self.commits = GraphBuckets(
             self.batch_sizes, stream, what="verify commit graph for batch size"
         )
@@ -89,15 +90,12 @@ class VerifyGraphs(DecodeRowBuffers):
         """The bucket's rows as the model sees them (views of the static buffers)."""
         return VerifyLayout(self._seq_rows[bucket], self.state_slots[:bucket])
 
-    def commit(self, bucket: int, num_kept: Sequence[int]) -> None:
-        """After acceptance: apply each sequence's first num_kept[i] positions (padding
-        sequences: none) of the last replay to the state in its slot (the bucket's commit
-        graph)."""
-        self.commits.wait_for_staging()
-        self._kept_np[:bucket] = 0
-        self._kept_np[: len(num_kept)] = num_kept
+    def commit(self, bucket: int, num_kept: torch.Tensor) -> None:
+        """After acceptance: apply each sequence's first num_kept[i] positions (num_kept
+        [bucket] int64 on the device; padding sequences: 0) of the last replay to the state in
+        its slot (the bucket's commit graph)."""
         with torch.cuda.stream(self.stream):
-            self.num_kept[:bucket].copy_(self._kept_cpu[:bucket], non_blocking=True)
+            self.num_kept[:bucket].copy_(num_kept)
             self.commits.replay(bucket)
 
     def capture(self) -> None:
@@ -120,43 +118,50 @@ class VerifyGraphs(DecodeRowBuffers):
     def run(
         self,
         seqs: Sequence[ScheduledSeq],
-        drafts: Sequence[list[int]],
+        drafts: Drafts,
         bucket: int,
         sources: Sequence[int | None],
         inflight: StepInFlight | None,
     ) -> torch.Tensor:
         """Replay the bucket's graph for these decode rows and drafts -> hidden
-        [bucket * (k + 1), hidden] (row `graph_row(bucket, j, i)`: position j of seqs[i])."""
+        [bucket * (k + 1), hidden] (row `graph_row(bucket, j, i)`: position j of seqs[i]).
+        Drafts still on the device feed the input ids there (`Drafts.merge_into`)."""
         self.buckets.wait_for_staging()
         self._fill(seqs, drafts, bucket, sources)
         num_rows = bucket * (self.num_drafts + 1)
         with torch.cuda.stream(self.stream):
-            self._copy_staged_rows(self._rows_cpu, self._tables_cpu, num_rows, inflight)
+            dev = self._copy_staged_rows(self._rows_cpu, self._tables_cpu, num_rows, inflight)
+            if drafts.is_on_device:
+                ids = self.input_ids[:num_rows]
+                ids.copy_(drafts.merge_into(ids, dev[7]))
             return self.buckets.replay(bucket)
 
     def _fill(
         self,
         seqs: Sequence[ScheduledSeq],
-        drafts: Sequence[list[int]],
+        drafts: Drafts,
         bucket: int,
         sources: Sequence[int | None],
     ) -> None:
         rows, tables = self._rows_np, self._tables_np
         self._pad_rows(bucket)
         bs = self.block_size
-        for i, (seq, ds) in enumerate(zip(seqs, drafts, strict=True)):
+        host = None if drafts.is_on_device else drafts.host()
+        for i, (seq, count) in enumerate(zip(seqs, drafts.counts, strict=True)):
             table = seq.req.block_ids
             assert seq.req.state_slot is not None, f"{seq.req.request_id} runs without a slot"
             for j in range(self.num_drafts + 1):
                 r = self.graph_row(bucket, j, i)
                 pos = seq.num_cached_tokens + j
-                is_real = j <= len(ds)
+                is_real = j <= count
                 if j == 0:
                     rows[0, r] = 0 if seq.is_input_inflight else seq.req.token_ids[pos]
                     source = sources[i]
                     rows[6, r] = -1 if source is None else source
-                else:
-                    rows[0, r] = ds[j - 1] if is_real else 0
+                elif host is not None:
+                    rows[0, r] = host[i][j - 1] if is_real else 0
+                else:  # the id comes from the device (0 here)
+                    rows[7, r] = drafts.feed_index(i, j - 1)
                 rows[1, r] = pos + seq.req.rope_delta
                 rows[2, r] = table[pos // bs] * bs + pos % bs if is_real else -1
                 rows[3, r] = pos
@@ -172,6 +177,7 @@ class VerifyGraphs(DecodeRowBuffers):
         rows[2, :num_rows] = -1
         rows[5, :num_rows] = -1
         rows[6, :num_rows] = -1
+        rows[7, :num_rows] = -1
 
     def _prepare_padding(self, size: int) -> None:
         """Padding rows in the buffers before a capture's warm-up forward (on the graph stream,

@@ -25,16 +25,17 @@ verified).
 
 Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
 device to device into the next head step, whose batch (positions, KV slots, context lengths) is
-the one before advanced by one on the device; the drafts come to the host in one copy at the
-end. In the steady state (every drafting request with 1 to k + 1 pending rows) the catch-up and
-the draft steps replay one CUDA graph (`graphs.head`); a request back from a stretch without
-drafts first runs the head eagerly over all but its last k + 1 rows, so the drafts still replay
-the graph. The head runs under the target's decode numerics, so it builds no kernel variant of
-its own while serving. The drafts are greedy, so the verify's acceptance equals rejection
-sampling's (`rejection_sampler`). Each draft's logits read the lm_head's first
-`speculative_draft_vocab` rows only (a view; by default 65,536 of Qwen's 248,320, a quarter of
-the bytes: the full lm_head was the head's main cost at batch 1); a token past them is never
-drafted, and the verify emits it as it would without drafts.
+the one before advanced by one on the device; the drafts stay there (`propose_drafts`): the
+verify takes them as its input ids on the device, and their one copy to the host, queued behind
+them, is read with the step's drawn tokens. In the steady state (every drafting request with 1
+to k + 1 pending rows) the catch-up and the draft steps replay one CUDA graph (`graphs.head`); a
+request back from a stretch without drafts first runs the head eagerly over all but its last k +
+1 rows, so the drafts still replay the graph. The head runs under the target's decode numerics,
+so it builds no kernel variant of its own while serving. The drafts are greedy, so the verify's
+acceptance equals rejection sampling's (`rejection_sampler`). Each draft's logits read the
+lm_head's first `speculative_draft_vocab` rows only (a view; by default 65,536 of Qwen's
+248,320, a quarter of the bytes: the full lm_head was the head's main cost at batch 1); a token
+past them is never drafted, and the verify emits it as it would without drafts.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.graphs.head import HeadGraphs, advance_draft_batch
 from sparkinfer.scheduler.request import Request
-from sparkinfer.scheduler.sampler import host_list
-from sparkinfer.scheduler.speculative.drafter import TargetStep
+from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 
 MAX_PENDING_ROWS = 64  # a request's rows kept before the head runs over them anyway
 
@@ -196,7 +196,13 @@ class MTPDrafter:
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         """Up to num_drafts[i] drafts for each decode row whose rows the head has run through
-        (after catching up) up to right before it."""
+        (after catching up) up to right before it, on the host (`propose_drafts`, read)."""
+        return self.propose_drafts(seqs, num_drafts).host()
+
+    def propose_drafts(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> Drafts:
+        """`propose`'s drafts left on the device: a row drafts num_drafts[i] tokens when the head
+        has run through its rows up to right before it, else none (known on the host at once);
+        each id an argmax over the lm_head's rows, so inside the vocabulary."""
         graphed = self._propose_graphed(seqs, num_drafts)
         if graphed is not None:
             return graphed
@@ -207,7 +213,6 @@ class MTPDrafter:
         ]
         if behind:
             self._catch_up(behind)
-        out: list[list[int]] = [[] for _ in seqs]
         going = [
             i
             for i, (s, k) in enumerate(zip(seqs, num_drafts, strict=True))
@@ -216,7 +221,7 @@ class MTPDrafter:
             and t.position == s.num_cached_tokens - 1
         ]
         if not going:
-            return out
+            return Drafts.on_host([[] for _ in seqs])
         rows = [seqs[i] for i in going]
         counts = [num_drafts[i] for i in going]
         hidden = torch.stack([self._tails[s.req].hidden for s in rows])
@@ -229,14 +234,11 @@ class MTPDrafter:
                 batch = _advance(batch, counts, step, block_size=self.block_size)
             hidden = self.head(self.model.embed_input_ids(drafts[-1]), hidden, batch)
             drafts.append(self.draft_logits(hidden).argmax(dim=-1))
-        table: list[list[int]] = host_list(torch.stack(drafts, dim=1))  # the one wait
-        for i, k, row in zip(going, counts, table, strict=True):
-            out[i] = row[:k]
-        return out
+        return _on_device(torch.stack(drafts, dim=1), going, num_drafts)
 
     def _propose_graphed(
         self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]
-    ) -> list[list[int]] | None:
+    ) -> Drafts | None:
         """The drafts from one replay of a head graph, when one holds the step: every request
         that drafts has 1 to k + 1 pending rows, ending right before its input (else None)."""
         graphs = self.graphs
@@ -267,15 +269,13 @@ class MTPDrafter:
         counts = [num_drafts[i] for i in going]
         tables = [seqs[i].req.block_ids for i in going]
         drafts, tails = graphs.run(bucket, rows, tables, counts, hidden, next_ids)
-        tails = tails.clone()  # the graph's buffer is rewritten by its next replay
-        table: list[list[int]] = host_list(drafts)  # the one wait
-        out: list[list[int]] = [[] for _ in seqs]
+        # Copies: the graph's buffers are rewritten by its next replay.
+        drafts, tails = drafts.clone(), tails.clone()
         for row, (i, p) in enumerate(zip(going, pending, strict=True)):
             req = seqs[i].req
             del self._pending[req]
             self._tails[req] = _Tail(p.end - 1, tails[row])
-            out[i] = table[row][: num_drafts[i]]
-        return out
+        return _on_device(drafts, going, num_drafts)
 
     def _catch_up_older(self, seqs: list[ScheduledSeq], *, keep: int) -> None:
         """One head forward over all but the last `keep` pending rows of each of these requests
@@ -350,6 +350,15 @@ class MTPDrafter:
             for s, start, n in zip(seqs, starts, counts, strict=True)
             for r in range(n)
         ]
+
+
+def _on_device(ids: torch.Tensor, going: list[int], num_drafts: Sequence[int]) -> Drafts:
+    """Drafts ids [len(going), >= k] on the device: row r is decode row going[r]'s."""
+    rows = [-1] * len(num_drafts)
+    for r, i in enumerate(going):
+        rows[i] = r
+    counts = [k if rows[i] >= 0 else 0 for i, k in enumerate(num_drafts)]
+    return Drafts(counts, ids=ids, rows=rows)
 
 
 def _advance(

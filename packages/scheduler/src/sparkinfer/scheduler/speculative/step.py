@@ -16,6 +16,11 @@ the runner captured its decode and verify graphs tapped, so they keep the tap la
 that overlap the next stay with the runner; the drafter still gets their rows on the device
 (`observe_in_flight`).
 
+Within the step the host waits for the device once: drafts left on the device
+(`Drafter.propose_drafts`, `Drafts`) feed the verify's input ids there, acceptance runs on the
+device too so the commit is queued right behind the sampler (`num_kept_on_device`), and only
+then does the host read the draws (and the drafts' copy, queued behind them).
+
 The step drives the runner through its public face only (`speculative.target.Target`). Each
 call of the drafter's `propose` and `observe` is a span of the runner's `StepObserver`, when it
 has one (`_drafter_span`).
@@ -38,9 +43,9 @@ from sparkinfer.scheduler.config import SchedulerConfig, SpeculativeMethod
 from sparkinfer.scheduler.errors import GraphCaptureError
 from sparkinfer.scheduler.observer import StepObserver, StepSpan, observed
 from sparkinfer.scheduler.request import Request, TokenLogprob
-from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.sampler import DrawnTokens, Sampler
 from sparkinfer.scheduler.speculative.block_drafter import DraftModelDrafter
-from sparkinfer.scheduler.speculative.drafter import Drafter, TargetStep
+from sparkinfer.scheduler.speculative.drafter import Drafter, Drafts, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 from sparkinfer.scheduler.speculative.ngram_drafter import NgramDrafter
 from sparkinfer.scheduler.speculative.target import Target
@@ -49,11 +54,30 @@ from sparkinfer.scheduler.speculative.verify import (
     VerifyRows,
     accept,
     layout_verify,
+    num_kept_on_device,
     verify_batch,
     verify_input_ids,
 )
 
 logger = logging.getLogger(__name__)
+
+
+class StepDraws:
+    """A step's draws on the device and their copy to the host, queued at once (read: `read`)."""
+
+    def __init__(self, drawn: DrawnTokens) -> None:
+        self.token_ids = drawn.token_ids  # [rows] int64 on the device
+        self._host = drawn.to_host(non_blocking=True)
+        self._copied: torch.cuda.Event | None = None
+        if drawn.token_ids.is_cuda:
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def read(self) -> list[SampledToken]:
+        """The draws on the host (waits for their copy, not for what was queued after it)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host.samples()
 
 
 def describe_speculation(asked: SpeculativeMethod, config: SchedulerConfig) -> str:
@@ -227,17 +251,15 @@ class SpeculativeStep:
         with t.on_stream():
             t.prepare_step(batch)
             wanted = [s.num_lookahead_tokens for s in decodes]
-            drafts: list[list[int]] = [[] for _ in decodes]
+            drafts = Drafts.on_host([[] for _ in decodes])
             if self.drafter is not None and any(wanted):
                 # The target's decode numerics: the kernels its graphs already built, so no
                 # head shape compiles a kernel of its own mid-serving.
-                with t.numerics(is_decode=True):
-                    with self._drafter_span("draft_propose"):
-                        proposed = self.drafter.propose(decodes, wanted)
-                    drafts = self._valid(proposed, wanted)
+                with t.numerics(is_decode=True), self._drafter_span("draft_propose"):
+                    drafts = self._propose(self.drafter, decodes, wanted)
             logits: list[torch.Tensor] = []
             hidden: list[torch.Tensor] = []
-            rows, commit = layout_verify(decodes, drafts), None
+            rows, commit = layout_verify(decodes, drafts.counts), None
             if decodes:
                 with t.numerics(is_decode=True):
                     rows, commit = self._decode_rows(decodes, drafts, logits, hidden, inflight)
@@ -245,12 +267,17 @@ class SpeculativeStep:
             if prefills:
                 with t.numerics(is_decode=False):
                     self._plain(prefills, logits, hidden, inflight, prompt_logprobs)
-            drawn = self._draw_now(rows, sampled, logits, inflight, known)
-            num_verify = len(rows.row_seqs)
-            accepted = accept(rows, drawn[:num_verify])
-            if commit is not None:  # the verify left the GDN states: keep the accepted rows'
+            draws = self._draw(rows, drafts, decodes, sampled, logits, inflight, known)
+            if commit is not None and draws is not None:
+                # The verify left the GDN states: keep the accepted rows', acceptance run on
+                # the device, so the commit is queued before the host waits for the draws.
                 with t.numerics(is_decode=True):  # the decode steps' arithmetic
-                    commit(accepted)
+                    commit(draws.token_ids)
+            drawn = [] if draws is None else draws.read()
+            num_verify = len(rows.row_seqs)
+            # Drafts left on the device: their copy was queued behind them, done by now.
+            drafts_of = {id(s): d for s, d in zip(decodes, drafts.host(), strict=True)}
+            accepted = accept(rows, drafts_of, drawn[:num_verify])
             now = accepted.samples + list(zip(sampled, drawn[num_verify:], strict=True))
             if self.drafter is not None and self.needs_hidden:
                 step = self._target_step(batch, rows, accepted, now, hidden)
@@ -296,6 +323,15 @@ class SpeculativeStep:
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         return observed(self.observer, kind, stream)
 
+    def _propose(self, drafter: Drafter, seqs: list[ScheduledSeq], wanted: list[int]) -> Drafts:
+        """The drafter's drafts, left on the device where it can (`propose_drafts`)."""
+        # getattr: an optional method (MTP has it; wrapping drafters may pass it on)
+        on_device = getattr(drafter, "propose_drafts", None)
+        if on_device is not None:
+            proposed: Drafts = on_device(seqs, wanted)
+            return proposed.capped(wanted)  # ids: argmaxes over the lm_head, all in vocabulary
+        return Drafts.on_host(self._valid(drafter.propose(seqs, wanted), wanted))
+
     def _valid(self, drafts: list[list[int]], wanted: list[int]) -> list[list[int]]:
         """Each row's drafts up to what it may verify, cut before any id outside the vocabulary
         (a drafter's bug must not fail the step)."""
@@ -310,20 +346,23 @@ class SpeculativeStep:
     def _decode_rows(
         self,
         seqs: list[ScheduledSeq],
-        drafts: list[list[int]],
+        drafts: Drafts,
         logits: list[torch.Tensor],
         hidden: list[torch.Tensor],
         inflight: StepInFlight | None,
-    ) -> tuple[VerifyRows, Callable[[Accepted], None] | None]:
+    ) -> tuple[VerifyRows, Callable[[torch.Tensor], None] | None]:
         """The decode rows' forward: a verify (graphed when a bucket holds it) when any row has
         drafts, else a plain decode; appends logits (and hidden states) in the rows' order.
-        -> the rows, and after a verify what commits the accepted positions' GDN states."""
+        Drafts still on the device feed the verify's input ids there.
+        -> the rows, and after a verify what commits the accepted positions' GDN states given
+        the rows' draws on the device (acceptance runs there: `num_kept_on_device`)."""
         t = self.target
-        rows = layout_verify(seqs, drafts)
+        rows = layout_verify(seqs, drafts.counts)
         if len(rows.row_seqs) == len(seqs):  # no drafts: a plain decode step
             self._plain(seqs, logits, hidden, inflight)
             return rows, None
         sources = inflight.source_rows(seqs) if inflight is not None else [None] * len(seqs)
+        index = {id(s): i for i, s in enumerate(seqs)}
         tapped = torch.empty(0)  # the rows' tap layers' states, with a block drafter
         graphs = t.verify_graphs
         bucket = graphs.bucket_for(len(seqs)) if graphs is not None else None
@@ -339,8 +378,9 @@ class SpeculativeStep:
             if self.needs_taps:  # the graphs were captured tapped (the runner's use_taps)
                 tapped = graphs.tapped(bucket)[picked]
 
-            def commit(accepted: Accepted) -> None:  # the graph's sequence i is seqs[i]
-                graphs.commit(bucket, accepted.num_kept(seqs, bucket))
+            def commit(drawn: torch.Tensor) -> None:  # the graph's sequence i is seqs[i]
+                kept = num_kept_on_device(rows, drafts, index, seqs, bucket, drawn)
+                graphs.commit(bucket, kept)
 
         else:
             batch = verify_batch(
@@ -349,15 +389,15 @@ class SpeculativeStep:
             layout = batch.verify
             assert layout is not None
 
-            def commit(accepted: Accepted) -> None:
-                kept = accepted.num_kept(rows.seq_order, len(rows.seq_order))
-                num_kept = host_to_device(torch.tensor(kept, dtype=torch.int64), t.device)
-                t.model.commit_verify(t.caches, layout, num_kept)
+            def commit(drawn: torch.Tensor) -> None:
+                order = rows.seq_order
+                kept = num_kept_on_device(rows, drafts, index, order, len(order), drawn)
+                t.model.commit_verify(t.caches, layout, kept)
 
             feeds = {id(s): x for s, x in zip(seqs, sources, strict=True)}
-            ids, sources_row = verify_input_ids(rows, feeds)
-            dev = host_to_device(torch.tensor([ids, sources_row], dtype=torch.int64), t.device)
-            input_ids = merge_inflight_inputs(dev[0], dev[1], inflight)
+            staged = verify_input_ids(rows, feeds, drafts, index)
+            dev = host_to_device(torch.tensor(staged, dtype=torch.int64), t.device)
+            input_ids = drafts.merge_into(merge_inflight_inputs(dev[0], dev[1], inflight), dev[2])
             if self.needs_taps:
                 h, tapped = forward_tapped(t.model, input_ids, batch)
             else:
@@ -408,26 +448,34 @@ class SpeculativeStep:
             return logits, graphs.tapped(bucket, len(seqs))
         return logits, graphs.hidden(bucket, len(seqs))
 
-    def _draw_now(
+    def _draw(
         self,
         rows: VerifyRows,
+        drafts: Drafts,
+        decodes: list[ScheduledSeq],
         sampled: list[ScheduledSeq],
         logits: list[torch.Tensor],
         inflight: StepInFlight | None,
         known: dict[Request, int],
-    ) -> list[SampledToken]:
-        """A token for every verify row, then every sampled prompt chunk, read on the host: a
-        request's verify row j draws its output at index output_idx + j, taking its drafts
-        before j as outputs (penalties count them, a grammar reads them)."""
+    ) -> StepDraws | None:
+        """A token for every verify row, then every sampled prompt chunk, on the device, their
+        copy to the host queued (`StepDraws.read`; None: no row draws): a request's verify row
+        j draws its output at index output_idx + j, taking its drafts before j as outputs
+        (penalties count them, a grammar reads them: only then are drafts still on the device
+        read before the draw)."""
         seqs = [*rows.row_seqs, *sampled]
         if not seqs:
-            return []
+            return None
         pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
         idxs = [s.output_idx + j for s, j in pairs] + [s.output_idx for s in sampled]
         prefixes: list[list[int]] = []
-        if any(j for j in rows.row_positions):
+        if any(j for j in rows.row_positions) and any(
+            Sampler.counts_outputs(s.req) or Sampler.needs_host_history(s.req)
+            for s in rows.row_seqs
+        ):
+            of = {id(s): d for s, d in zip(decodes, drafts.host(), strict=True)}
             pairs = zip(rows.row_seqs, rows.row_positions, strict=True)
-            prefixes = [rows.drafts[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
+            prefixes = [of[id(s)][:j] for s, j in pairs] + [[] for _ in sampled]
         out = logits[0] if len(logits) == 1 else torch.cat(logits)
         reqs = [s.req for s in seqs]
         late: list[torch.Tensor | None] = []
@@ -436,7 +484,7 @@ class SpeculativeStep:
         pending = [known.get(req) for req in reqs] if known else []
         sampler = self.target.sampler
         drawn = sampler.draw(out, reqs, idxs, late, pending, draft_prefixes=prefixes)
-        return drawn.to_host(non_blocking=False).samples()
+        return StepDraws(drawn)
 
     def _target_step(
         self,

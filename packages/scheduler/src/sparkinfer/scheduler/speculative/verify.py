@@ -44,6 +44,7 @@ import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, VerifyLayout, host_to_device
 from sparkinfer.scheduler.batch import SampledToken, ScheduledSeq, SpecOutcome
+from sparkinfer.scheduler.speculative.drafter import Drafts
 
 
 @dataclass(frozen=True)
@@ -55,20 +56,21 @@ class VerifyRows:
     row_seqs: tuple[ScheduledSeq, ...]
     row_positions: tuple[int, ...]
     row_index: dict[tuple[int, int], int]  # (id of the seq, position) -> row
-    drafts: dict[int, list[int]]  # id of the seq -> its drafts
+    num_drafts: dict[int, int]  # id of the seq -> how many drafts it verifies
     seq_order: tuple[ScheduledSeq, ...]
 
 
-def layout_verify(seqs: Sequence[ScheduledSeq], drafts: Sequence[list[int]]) -> VerifyRows:
-    """Order the rows position-major, sequences with more drafts first."""
-    order = sorted(range(len(seqs)), key=lambda i: -len(drafts[i]))
-    max_drafts = len(drafts[order[0]]) if order else 0
+def layout_verify(seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> VerifyRows:
+    """Order the rows position-major, sequences with more drafts first (the drafts' counts
+    alone lay them out: their ids may still be on the device)."""
+    order = sorted(range(len(seqs)), key=lambda i: -num_drafts[i])
+    max_drafts = num_drafts[order[0]] if order else 0
     row_seqs: list[ScheduledSeq] = []
     row_positions: list[int] = []
     row_index: dict[tuple[int, int], int] = {}
     for j in range(max_drafts + 1):
         for i in order:
-            if len(drafts[i]) < j:
+            if num_drafts[i] < j:
                 break
             row_index[(id(seqs[i]), j)] = len(row_seqs)
             row_seqs.append(seqs[i])
@@ -77,14 +79,14 @@ def layout_verify(seqs: Sequence[ScheduledSeq], drafts: Sequence[list[int]]) -> 
         tuple(row_seqs),
         tuple(row_positions),
         row_index,
-        {id(s): d for s, d in zip(seqs, drafts, strict=True)},
+        {id(s): n for s, n in zip(seqs, num_drafts, strict=True)},
         tuple(seqs[i] for i in order),
     )
 
 
 def verify_layout(rows: VerifyRows, device: torch.device) -> VerifyLayout:
     """The model's view of the rows: each sequence's row per position, its state slot."""
-    num_positions = max((len(d) + 1 for d in rows.drafts.values()), default=0)
+    num_positions = max((n + 1 for n in rows.num_drafts.values()), default=0)
     seq_rows = [
         [rows.row_index.get((id(s), j), -1) for j in range(num_positions)] for s in rows.seq_order
     ]
@@ -116,20 +118,30 @@ def verify_batch(
 
 
 def verify_input_ids(
-    rows: VerifyRows, sources: dict[int, int | None]
-) -> tuple[list[int], list[int]]:
-    """Host input ids of the verify rows (0 where the input is in flight) and the in-flight row
-    feeding each (-1 where known); `sources`: id of the seq -> its in-flight source row."""
+    rows: VerifyRows, sources: dict[int, int | None], drafts: Drafts, index: dict[int, int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Host input ids of the verify rows (0 where the input is in flight or a draft still on the
+    device), the in-flight row feeding each (-1 where known) and the draft feeding each
+    (`Drafts.feed_index`); `sources`: id of the seq -> its in-flight source row; `index`: id
+    of the seq -> its row in `drafts`."""
+    host = None if drafts.is_on_device else drafts.host()
     ids: list[int] = []
     feeds: list[int] = []
+    draft_feeds: list[int] = []
     for seq, j in zip(rows.row_seqs, rows.row_positions, strict=True):
         source = sources.get(id(seq)) if j == 0 else None
-        if j > 0:
-            ids.append(rows.drafts[id(seq)][j - 1])
-        else:
+        i = index[id(seq)]
+        if j == 0:
             ids.append(0 if seq.is_input_inflight else seq.req.token_ids[seq.num_cached_tokens])
+            draft_feeds.append(-1)
+        elif host is not None:
+            ids.append(host[i][j - 1])
+            draft_feeds.append(-1)
+        else:
+            ids.append(0)
+            draft_feeds.append(drafts.feed_index(i, j - 1))
         feeds.append(-1 if source is None else source)
-    return ids, feeds
+    return ids, feeds, draft_feeds
 
 
 @dataclass(frozen=True)
@@ -148,8 +160,11 @@ class Accepted:
         return kept + [0] * (num_seqs - len(kept))
 
 
-def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
-    """Accept each sequence's drafts while they equal the target's draw at the row before."""
+def accept(
+    rows: VerifyRows, drafts_of: dict[int, list[int]], drawn: Sequence[SampledToken]
+) -> Accepted:
+    """Accept each sequence's drafts (`drafts_of`: id of the seq -> its drafts) while they equal
+    the target's draw at the row before."""
     samples: list[tuple[ScheduledSeq, SampledToken]] = []
     outcomes: dict[str, SpecOutcome] = {}
     num_rows: dict[int, int] = {}
@@ -158,7 +173,7 @@ def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
         if id(seq) in seen:
             continue
         seen.add(id(seq))
-        drafts = rows.drafts[id(seq)]
+        drafts = drafts_of[id(seq)]
         num_accepted = 0
         while True:
             token = drawn[rows.row_index[(id(seq), num_accepted)]]
@@ -170,6 +185,42 @@ def accept(rows: VerifyRows, drawn: Sequence[SampledToken]) -> Accepted:
         if drafts:
             outcomes[seq.req.request_id] = SpecOutcome(len(drafts), num_accepted)
     return Accepted(samples, outcomes, num_rows)
+
+
+def num_kept_on_device(
+    rows: VerifyRows,
+    drafts: Drafts,
+    index: dict[int, int],
+    order: Sequence[ScheduledSeq],
+    num_seqs: int,
+    drawn: torch.Tensor,
+) -> torch.Tensor:
+    """`accept`'s kept rows per sequence of a `VerifyLayout` of num_seqs sequences (`order`
+    first, padding after: none kept), [num_seqs] int64 on the device from the draws still there
+    (drawn [>= rows] int64, in the rows' order), so the commit follows the sampler with no host
+    read between: 1 + the leading drafts equal to the draw at the row before each. `index`: id
+    of the seq -> its row in `drafts` (ids on the host, or fed from the device's)."""
+    k = max(rows.num_drafts.values(), default=0)
+    host = None if drafts.is_on_device else drafts.host()
+    # [draft ids (host), draft feeds (device ids), the draw's row, draft counted, real] per
+    # (sequence, draft): -1 or 0 where none
+    staged = [[[-1] * k for _ in range(num_seqs)] for _ in range(2)]
+    staged += [[[0] * k for _ in range(num_seqs)] for _ in range(3)]
+    for b, seq in enumerate(order):
+        i = index[id(seq)]
+        staged[4][b] = [1] * k
+        for a in range(rows.num_drafts[id(seq)]):
+            if host is not None:
+                staged[0][b][a] = host[i][a]
+            else:
+                staged[1][b][a] = drafts.feed_index(i, a)
+            staged[2][b][a] = rows.row_index[(id(seq), a)]
+            staged[3][b][a] = 1
+    assert k > 0, "a verify has drafts"
+    dev = host_to_device(torch.tensor(staged, dtype=torch.int64), drawn.device)
+    ids = drafts.merge_into(dev[0].reshape(-1), dev[1].reshape(-1)).reshape(num_seqs, k)
+    equal = (ids == drawn[dev[2]]) & (dev[3] > 0)
+    return dev[4][:, 0] + equal.long().cumprod(dim=1).sum(dim=1)
 
 
 def _slot(seq: ScheduledSeq) -> int:
