@@ -11,13 +11,8 @@ reached only as contexts grow, so a (rows, keys) graph is captured the first tim
 it. All share one memory pool; rows beyond the largest bucket, keys past `max_keys`, gathered
 shapes of more than MAX_GRAPH_KEYS keys in all (rows x keys: the pool keeps the largest graph's
 gathered keys for good) and paged ones of more rows than `paged_graph_rows` (the decode
-kernel's split partials, likewise) run eagerly. A graph runs the drafter's `propose` and
-`draft_tokens` and returns the draft tokens [rows, n].
-
-Static buffers: each row's anchor id and position and its block table (pages over positions
-0 .. num_keys - 1; a keys bucket's graph reads the first num_keys / page columns). Padding rows
-draft at position 0 over their own row's scratch pages (`pad_tables`), so their scratch writes
-touch no request's pages; the warm-up before a capture runs over padding rows alone.
+kernel's split partials and the logits, likewise) run eagerly. A graph runs the drafter's
+`propose` and `draft_tokens` and returns the draft tokens [rows, n].
 """
 
 from __future__ import annotations
@@ -34,18 +29,19 @@ from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 # Rows x keys of the largest graphed proposal: each layer gathers that many K and V rows (about
 # 1 GB at 8 KV heads of 128 in bf16), which the graphs' pool then holds.
 MAX_GRAPH_KEYS = 1 << 18
-# The paged attention's fp32 split partials of the largest graphed proposal (each block row's
-# heads x the decode kernel's most splits x head_dim: 8 MB a row at the 27B drafter's shape),
-# which the graphs' pool then holds.
-MAX_GRAPH_PARTIAL_BYTES = 1 << 30
+# A paged proposal's largest per-row activations in all rows of the largest graph it captures:
+# the decode kernel's fp32 split partials (each block row's heads x its most splits x head_dim)
+# and the fp32 logits (16 MB a row at the 27B drafter's shape), which the graphs' pool holds.
+MAX_PAGED_GRAPH_BYTES = 1 << 30
 
 
 def paged_graph_rows(drafter: BlockDrafter) -> int:
-    """The most rows a paged proposal's graph holds (MAX_GRAPH_PARTIAL_BYTES)."""
+    """The most rows a paged proposal's graph holds (MAX_PAGED_GRAPH_BYTES)."""
     c = drafter.config
     head_dim = 1 << (c.head_dim - 1).bit_length()
-    per_row = c.block_size * c.num_attention_heads * DecodeConfig.MAX_SPLITS * (head_dim + 2) * 4
-    return max(1, MAX_GRAPH_PARTIAL_BYTES // per_row)
+    partials = c.num_attention_heads * DecodeConfig.MAX_SPLITS * (head_dim + 2)
+    per_row = c.block_size * (partials + c.vocab_size) * 4
+    return max(1, MAX_PAGED_GRAPH_BYTES // per_row)
 
 
 class BlockDrafterGraphs:
