@@ -182,12 +182,6 @@ def test_block_forward_equals_the_reference(name) -> None:
         torch.testing.assert_close(draft.logits[b], logits, **TOL)
 
 
-def _is_open(drafter: BlockDrafter) -> bool:
-    """Every block row sees the whole context and block: no window, not causal."""
-    c = drafter.config
-    return not c.is_causal and all(w is None for w in c.sliding_windows)
-
-
 @contextlib.contextmanager
 def gathered(drafter: BlockDrafter) -> Iterator[None]:
     """The drafter's proposals gather their keys and mask them, whatever the pages."""
@@ -200,12 +194,13 @@ def gathered(drafter: BlockDrafter) -> Iterator[None]:
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_a_paged_block_forward_equals_the_reference(name) -> None:
-    """Pages of 16 positions: the drafters whose rows see the whole context and block attend
-    over the pages (the decode attention, heads packed per KV head), the others gather; each
-    sequence equals the reference computed alone, and the paged proposal the gathered one."""
+    """Pages of 16 positions: every drafter attends over the pages (the decode attention, heads
+    packed per KV head, where its rows see the whole context and block; the block attention
+    under a window); each sequence equals the reference computed alone, and the paged proposal
+    the gathered one."""
     drafter, w, embed, head = build(name)
     cache, tables = paged(drafter, 2, page=16)
-    assert drafter.reads_paged(cache) == _is_open(drafter)
+    assert drafter.reads_paged(cache)
     contexts, anchors = _contexts(drafter, [7, 11]), [5, 17]
     draft = _propose(drafter, cache, tables, contexts, anchors)
     for b in range(2):
@@ -215,7 +210,7 @@ def test_a_paged_block_forward_equals_the_reference(name) -> None:
     with gathered(drafter):
         assert not drafter.reads_paged(cache)
         again = _propose(drafter, cache, tables, contexts, anchors)
-    torch.testing.assert_close(draft.logits, again.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(draft.logits, again.logits, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.gpu
@@ -223,8 +218,8 @@ def test_a_paged_block_forward_equals_the_reference(name) -> None:
 @pytest.mark.parametrize("page", [4, 16])
 def test_cuda_paged_or_gathered_block_forward_matches_the_reference(name, page) -> None:
     """Either attention on the GPU (pages of 16: the decode kernel where the drafter's rows see
-    the whole context and block), at two contexts past one split: within 2e-2 of the
-    reference."""
+    the whole context and block, else the block kernel), at two contexts past one split and
+    the window: within 2e-2 of the reference."""
     drafter, w, embed, head = build(name, device="cuda")
     cache, tables = paged(drafter, 2, device="cuda", page=page)
     lengths = (7, 11) if page == 4 else (100, 150)

@@ -141,13 +141,12 @@ class BlockDrafter(nn.Module):
         return DrafterCacheSpec(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
 
     def reads_paged(self, cache: DrafterCache) -> bool:
-        """Whether a proposal's attention reads the cache's pages directly (the decode kernel,
-        every block row seeing the whole context and block: no window, not causal, pages of a
-        power of two >= 16 positions), so its shapes do not depend on the context's length;
-        else it gathers num_keys positions per row and masks them."""
-        c, page = self.config, cache.block_size
-        is_open = not c.is_causal and all(w is None for w in c.sliding_windows)
-        return self.use_paged_attention and is_open and page >= 16 and page & (page - 1) == 0
+        """Whether a proposal's attention reads the cache's pages directly (pages of a power of
+        two >= 16 positions: the decode kernel where every block row sees the whole context and
+        block, the block kernel under a window or a causal block), so its shapes do not depend
+        on the context's length; else it gathers num_keys positions per row and masks them."""
+        page = cache.block_size
+        return self.use_paged_attention and page >= 16 and page & (page - 1) == 0
 
     @torch.inference_mode()
     def write_context(

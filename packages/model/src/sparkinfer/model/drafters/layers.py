@@ -18,8 +18,9 @@ from torch import nn
 
 class BlockRows(NamedTuple):
     """Where one proposal's block reads and writes in the drafter cache: either the gathered
-    keys and a mask per layer (a window or causal block), or the pages and lengths of a paged
-    attention (every row of a block sees the whole context and its whole block)."""
+    keys and a mask per layer (pages under 16 positions), or the pages and lengths of a paged
+    attention (each row's key range from its sequence's length, its layer's window and
+    causality)."""
 
     block: torch.Tensor  # [B * S] cache rows of the block's positions (its K/V scratch)
     keys: torch.Tensor | None  # [B, L] cache rows of positions 0 .. L - 1 of each sequence
@@ -69,6 +70,8 @@ class DraftAttention(nn.Module):
             config.num_attention_heads, config.num_key_value_heads, d
         )  # fmt: skip
         self.layer_idx = layer_idx
+        self.window = config.sliding_windows[layer_idx]
+        self.is_causal = config.is_causal
         self.ops = ops
         self.q_proj = Linear(hidden, self.num_heads * d, **dims)
         self.k_proj = Linear(hidden, self.num_kv_heads * d, **dims)
@@ -117,23 +120,29 @@ class DraftAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b * s, -1)).view(b, s, hidden)
 
     def _paged(self, q: torch.Tensor, cache: DrafterCache, rows: BlockRows) -> torch.Tensor:
-        """q [B, S, H, D] -> [B * S, H * D]: each block row over the first context_lens[b]
-        positions of its sequence's pages, as one decode query per sequence whose heads are
-        the block's rows of each KV head's query heads (KV head h's S x H / KV queries read
-        its keys once)."""
+        """q [B, S, H, D] -> [B * S, H * D]: each block row over its sequence's pages, up to
+        context_lens[b] positions. A row that sees every one of them (no window, not causal)
+        is one decode query per sequence whose heads are the block's rows of each KV head's
+        query heads (the split-KV decode kernel: KV head h's S x H / KV queries read its keys
+        once); else the block kernel gives each row its own key range."""
         assert rows.context_lens is not None and rows.page_tables is not None
         b, s, h, d = q.shape
         kv, group = self.num_kv_heads, h // self.num_kv_heads
-        packed = q.view(b, s, kv, group, d).permute(0, 2, 1, 3, 4).reshape(b, kv * s * group, d)
         pages = (-1, cache.block_size, kv, d)
-        out = self.ops.paged_attention_decode(
-            packed,
-            cache.k[self.layer_idx].view(pages),
-            cache.v[self.layer_idx].view(pages),
-            context_lens=rows.context_lens,
-            block_tables=rows.page_tables,
-            scale=d**-0.5,
-        )  # [B, KV * S * group, D]
+        k_cache = cache.k[self.layer_idx].view(pages)
+        v_cache = cache.v[self.layer_idx].view(pages)
+        if self.window is not None or self.is_causal:
+            out = self.ops.paged_attention_block(
+                q, k_cache, v_cache, context_lens=rows.context_lens,
+                block_tables=rows.page_tables, scale=d**-0.5, window=self.window,
+                is_causal=self.is_causal,
+            )  # fmt: skip
+            return out.view(b * s, h * d)
+        packed = q.view(b, s, kv, group, d).permute(0, 2, 1, 3, 4).reshape(b, kv * s * group, d)
+        out = self.ops.paged_attention_decode(  # [B, KV * S * group, D]
+            packed, k_cache, v_cache, context_lens=rows.context_lens,
+            block_tables=rows.page_tables, scale=d**-0.5,
+        )  # fmt: skip
         return out.view(b, kv, s, group, d).permute(0, 2, 1, 3, 4).reshape(b * s, h * d)
 
 
