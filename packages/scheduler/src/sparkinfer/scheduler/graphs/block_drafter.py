@@ -2,7 +2,7 @@
 bucket, keys bucket) where the attention gathers its keys.
 
 The proposal's shapes are its rows (requests drafting, padded to a bucket of `row_sizes`) and,
-where the drafter's attention gathers and masks its keys (a window or a causal block), the
+where the drafter's attention gathers and masks its keys (pages under 16 positions), the
 context positions each row reads (`num_keys`, already a bucket: `speculative.block_drafter.
 key_bucket`). A paged attention (`BlockDrafter.reads_paged`: each row's length is read on the
 device) has no keys shape: one graph per rows bucket serves every context up to `max_keys`,

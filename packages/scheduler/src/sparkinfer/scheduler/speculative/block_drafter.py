@@ -20,11 +20,11 @@ and the rest lie at or past the request's next num_cached, which no prefix-cache
 until a later `observe` has written them. Positions past a request's own pages go to scratch
 pages of the drafter's own (`SCRATCH_PAGES` per row), never to another request's.
 
-Shapes: a drafter whose block rows see the whole context and block (`BlockDrafter.
-reads_paged`: the published DFlash drafters) attends over its pages with the decode kernel, each
-row's length read on the device, so its proposal runs as one CUDA graph per rows bucket, all
-captured at start-up (`use_graphs`): no step pays a capture or runs eagerly for a longer
-context. A drafter with a window or a causal block gathers `num_keys` context positions per row,
+Shapes: over pages of at least 16 positions (`BlockDrafter.reads_paged`: the engine's) a
+proposal attends over its pages (the decode kernel, or the block kernel under a window), each
+row's length read on the device, so it runs as one CUDA graph per rows bucket, all captured at
+start-up (`use_graphs`): no step pays a capture or runs eagerly for a longer context. Over
+smaller pages (tests) a proposal gathers `num_keys` context positions per row,
 rounded up to a keys bucket (`key_bucket`: a multiple of the page size and of `MIN_KEY_BUCKET`,
 eight buckets per doubling), so consecutive steps repeat one shape instead of growing it by the
 tokens each step accepted, and runs as a CUDA graph per (rows bucket, keys bucket), each
