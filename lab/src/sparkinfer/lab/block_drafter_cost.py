@@ -12,8 +12,8 @@ dispatch instead):
   the LM head's logits, the draft picks, and what lies between them (norms, rope, copies);
 - whole proposals, eager: at one keys bucket each call (`key_bucket`), and with num_keys
   growing by one each call (every call a new shape); the host's wall time per call beside the
-  device's; then the same with the keys gathered and masked (`use_paged_attention` off, the
-  attention before the paged one, still that of drafters with a window);
+  device's; then the same with the keys gathered and masked (`use_paged_attention` off: the
+  attention before the paged one);
 - the gathered proposals with the attention held to each SDPA backend (cuDNN, efficient,
   math), to tell which one the default picks and what a new shape costs it;
 - the graphed proposal (`graphs.block_drafter`: captured once, replayed), paged (one graph for
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -294,6 +295,16 @@ def _per_backend(setup: Setup, tag: str, total: float, first: int, iters: int) -
     return rows
 
 
+def with_window(drafter: BlockDrafter, window: int) -> None:
+    """A window on every layer of the drafter but the last (as the published Qwen3.6 one)."""
+    n = drafter.config.num_hidden_layers
+    windows = (window,) * (n - 1) + (None,)
+    drafter.config = dataclasses.replace(drafter.config, sliding_windows=windows)
+    for layer, w in zip(drafter.layers, windows, strict=True):
+        assert isinstance(layer, DraftLayer)
+        layer.self_attn.window = w
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -310,12 +321,18 @@ def main() -> None:
     parser.add_argument(
         "--no-deterministic", action="store_true", help="the measured linear dispatch"
     )
+    parser.add_argument(
+        "--sliding-window", type=int, default=0,
+        help="a window on every layer but the last (z-lab's Qwen3.6-27B DFlash: 2048); 0: none",
+    )  # fmt: skip
     args = parser.parse_args()
     if not 1 <= args.iters <= GROWING_ROOM // 4:
         parser.error(f"--iters is {args.iters}; give 1 to {GROWING_ROOM // 4}")
     device = require_cuda("block_drafter_cost")
     model = random_model(full_size_config(args.num_layers), device, "block_drafter_cost")
     drafter = random_block_drafter(model, num_drafts=args.num_drafts)
+    if args.sliding_window:
+        with_window(drafter, args.sliding_window)
     numerics = contextlib.nullcontext() if args.no_deterministic else batch_invariant("decode")
     rows: list[list[Any]] = []
     with torch.inference_mode(), numerics:
@@ -324,6 +341,8 @@ def main() -> None:
             rows += measure(Setup(drafter, n, args.context, device), args.iters)
             torch.cuda.empty_cache()
     mode = "measured dispatch" if args.no_deterministic else "deterministic decode numerics"
+    if args.sliding_window:
+        mode += f", window {args.sliding_window} on layers 0-3"
     print(Table(
         f"one DFlash block proposal (block {args.num_drafts + 1}, 5 layers, 27B shapes, {mode})",
         ["rows x context", "part", "ms", "share"],
