@@ -3,9 +3,11 @@ the block forward (context + block, non-causal), the KV cache across a rejection
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -136,13 +138,14 @@ def _contexts(drafter: BlockDrafter, lengths, seed: int = 1) -> list[torch.Tenso
     return [torch.randn(n, width, generator=gen) for n in lengths]
 
 
-def paged(drafter, num_seqs: int, *, device: str = "cpu", seed: int = 0):
-    """A drafter cache of 4-position pages, and each sequence's 12 pages in shuffled order
-    (page 0 never used, so a stray write shows): (cache, block_tables [num_seqs, 12])."""
+def paged(drafter, num_seqs: int, *, device: str = "cpu", seed: int = 0, page: int = 4):
+    """A drafter cache of `page`-position pages (4: too small for the paged attention, so the
+    proposal gathers its keys), and each sequence's 12 pages in shuffled order (page 0 never
+    used, so a stray write shows): (cache, block_tables [num_seqs, 12])."""
     order = torch.randperm(num_seqs * 12 + 1, generator=torch.Generator().manual_seed(seed))
     pages = order[order != 0].view(num_seqs, 12)
     cache = allocate_drafter_cache(
-        drafter.cache_spec(), num_blocks=num_seqs * 12 + 1, block_size=4, device=device
+        drafter.cache_spec(), num_blocks=num_seqs * 12 + 1, block_size=page, device=device
     )
     return cache, pages.to(device)
 
@@ -177,6 +180,54 @@ def test_block_forward_equals_the_reference(name) -> None:
         rows, logits = block_forward_ref(w, drafter.config, embed, head, contexts[b], anchors[b])
         torch.testing.assert_close(draft.hidden[b], rows, **TOL)
         torch.testing.assert_close(draft.logits[b], logits, **TOL)
+
+
+@contextlib.contextmanager
+def gathered(drafter: BlockDrafter) -> Iterator[None]:
+    """The drafter's proposals gather their keys and mask them, whatever the pages."""
+    drafter.use_paged_attention = False
+    try:
+        yield
+    finally:
+        drafter.use_paged_attention = True
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_a_paged_block_forward_equals_the_reference(name) -> None:
+    """Pages of 16 positions: every drafter attends over the pages (the decode attention, heads
+    packed per KV head, where its rows see the whole context and block; the block attention
+    under a window); each sequence equals the reference computed alone, and the paged proposal
+    the gathered one."""
+    drafter, w, embed, head = build(name)
+    cache, tables = paged(drafter, 2, page=16)
+    assert drafter.reads_paged(cache)
+    contexts, anchors = _contexts(drafter, [7, 11]), [5, 17]
+    draft = _propose(drafter, cache, tables, contexts, anchors)
+    for b in range(2):
+        rows, logits = block_forward_ref(w, drafter.config, embed, head, contexts[b], anchors[b])
+        torch.testing.assert_close(draft.hidden[b], rows, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(draft.logits[b], logits, atol=1e-4, rtol=1e-4)
+    with gathered(drafter):
+        assert not drafter.reads_paged(cache)
+        again = _propose(drafter, cache, tables, contexts, anchors)
+    torch.testing.assert_close(draft.logits, again.logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("page", [4, 16])
+def test_cuda_paged_or_gathered_block_forward_matches_the_reference(name, page) -> None:
+    """Either attention on the GPU (pages of 16: the decode kernel where the drafter's rows see
+    the whole context and block, else the block kernel), at two contexts past one split and
+    the window: within 2e-2 of the reference."""
+    drafter, w, embed, head = build(name, device="cuda")
+    cache, tables = paged(drafter, 2, device="cuda", page=page)
+    lengths = (7, 11) if page == 4 else (100, 150)
+    contexts, anchors = _contexts(drafter, lengths), [5, 17]
+    draft = _propose(drafter, cache, tables, contexts, anchors)
+    for b in range(2):
+        _, logits = block_forward_ref(w, drafter.config, embed, head, contexts[b], anchors[b])
+        torch.testing.assert_close(draft.logits[b].cpu(), logits, atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,10 @@ padding rows included (GPU)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
 import pytest
 import torch
 from scheduler_testing import TINY_DRAFTER_BLOCK, build_tiny_block_drafter, build_tiny_model
@@ -79,10 +83,24 @@ def test_a_proposal_over_a_keys_bucket_drafts_what_the_exact_context_does() -> N
     torch.testing.assert_close(picked, exact_logits.amax(-1), atol=1e-5, rtol=1e-5)
 
 
+@contextlib.contextmanager
+def gathered(drafter: BlockDrafter, is_gathered: bool = True) -> Iterator[None]:
+    """The drafter's proposals gather and mask their keys (keys-bucket shapes), whatever the
+    pages."""
+    drafter.use_paged_attention = not is_gathered
+    try:
+        yield
+    finally:
+        drafter.use_paged_attention = True
+
+
 @pytest.mark.gpu
-def test_graphed_proposals_replay_what_eager_ones_give() -> None:
+@pytest.mark.parametrize("is_gathered", [False, True])
+def test_graphed_proposals_replay_what_eager_ones_give(is_gathered) -> None:
     """Two real rows in a bucket of four (two padding rows on their own scratch pages), at two
-    keys buckets, each captured on its first use; tokens bit for bit as eager."""
+    keys buckets, tokens bit for bit as eager: a paged attention's one graph per rows bucket
+    (captured up front) serves both, a gathered one captures a graph per keys bucket on its
+    first use."""
     from sparkinfer.kernels.linear import batch_invariant
     from sparkinfer.scheduler.graphs.block_drafter import BlockDrafterGraphs
 
@@ -90,12 +108,20 @@ def test_graphed_proposals_replay_what_eager_ones_give() -> None:
     scratch = 2 * PAGES_PER_SEQ  # pages 80 .. 87: two per padding row
     max_keys = PAGES_PER_SEQ * PAGE
     pad = [[scratch + 2 * r] * PAGES_PER_SEQ for r in range(4)]
+    torch.cuda.synchronize()  # the contexts, written on the default stream
     stream = torch.cuda.Stream()
-    with torch.inference_mode(), batch_invariant("decode"), torch.cuda.stream(stream):
+    with (
+        torch.inference_mode(), batch_invariant("decode"), torch.cuda.stream(stream),
+        gathered(drafter, is_gathered),
+    ):  # fmt: skip
         graphs = BlockDrafterGraphs(
             drafter, cache, row_sizes=(1, 4), max_keys=max_keys,
             pad_tables=torch.tensor(pad, dtype=torch.int64), stream=stream,
         )  # fmt: skip
+        assert graphs.is_paged is not is_gathered
+        if graphs.is_paged:
+            graphs.capture_all()
+            assert graphs.num_graphs() == 2
         for anchors, starts in (([3, 7], [19, 37]), ([11, 5], [19, 37])):
             for num_keys in (256, 512):
                 width = num_keys // PAGE
@@ -109,6 +135,68 @@ def test_graphed_proposals_replay_what_eager_ones_give() -> None:
                 )  # fmt: skip
                 want = drafter.draft_tokens(draft, a).tokens
                 assert torch.equal(got, want), (num_keys, got, want)
-        assert graphs.num_graphs() == 2
+        assert graphs.num_graphs() == 2  # paged: rows 1 and 4; gathered: rows 4 at two keys
         assert graphs.run([1] * 5, [0] * 5, [[0] * 16] * 5, 256) is None  # rows past the buckets
         assert graphs.run([1], [0], [[0] * 41], 41 * PAGE) is None  # keys past max_keys
+
+
+@pytest.mark.gpu
+def test_a_paged_proposal_is_the_gathered_one_within_rounding() -> None:
+    """bf16, under the decode numerics: the paged attention's logits within bf16 rounding of
+    the gathered SDPA's."""
+    from sparkinfer.kernels.linear import batch_invariant
+
+    drafter, tables, cache = build("cuda")
+    assert drafter.reads_paged(cache)
+    anchors, starts = torch.tensor([3, 7], device="cuda"), torch.tensor([19, 37], device="cuda")
+    out = []
+    for is_gathered in (False, True):
+        with torch.inference_mode(), batch_invariant("decode"), gathered(drafter, is_gathered):
+            out.append(drafter.propose(anchors, starts, cache, block_tables=tables, num_keys=256))
+    torch.testing.assert_close(out[0].hidden, out[1].hidden, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(out[0].logits, out[1].logits, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_rows", [1, 3, 8, 13])
+def test_graphed_context_writes_write_what_eager_ones_do(num_rows) -> None:
+    """A step's rows (a bucket's padding rows after them) through the context graphs: each
+    written cache row bit for bit as the eager write, no row touched but theirs and the dump
+    row."""
+    from sparkinfer.kernels.linear import batch_invariant
+    from sparkinfer.scheduler.graphs.drafter_context import (
+        DrafterContextGraphs,
+        context_row_sizes,
+    )
+
+    assert context_row_sizes(16) == (1, 2, 4, 8, 16)
+    assert context_row_sizes(13) == (1, 2, 4, 8, 16)
+    drafter, tables, cache = build("cuda")
+    dump_row = (2 * PAGES_PER_SEQ + 7) * PAGE  # the last scratch page
+    gen = torch.Generator().manual_seed(num_rows)
+    width = drafter.config.num_taps * 64
+    tapped = torch.randn(num_rows, width, generator=gen).to("cuda", torch.bfloat16)
+    positions = list(range(40, 40 + num_rows))
+    at = np.asarray(positions)
+    rows = tables[1].cpu().numpy()[at // PAGE] * PAGE + at % PAGE
+    torch.cuda.synchronize()  # the contexts, written on the default stream
+    stream = torch.cuda.Stream()
+    want = DrafterCache(cache.k.clone(), cache.v.clone(), cache.block_size)
+    with torch.inference_mode(), batch_invariant("decode"), torch.cuda.stream(stream):
+        graphs = DrafterContextGraphs(drafter, cache, max_rows=16, dump_row=dump_row, stream=stream)
+        before = DrafterCache(cache.k.clone(), cache.v.clone(), cache.block_size)
+        assert graphs.run(tapped, positions, rows)
+        drafter.write_context_rows(
+            tapped, torch.tensor(positions, device="cuda"), want,
+            rows=torch.tensor(rows, device="cuda"),
+        )  # fmt: skip
+        assert not graphs.run(tapped[:1].expand(17, -1), list(range(17)), np.zeros(17))
+    torch.cuda.synchronize()
+    dump = slice(dump_row, dump_row + 1)
+    written = torch.from_numpy(rows).to("cuda")
+    for got, expected, old in ((cache.k, want.k, before.k), (cache.v, want.v, before.v)):
+        assert torch.equal(got[:, written], expected[:, written])
+        untouched = torch.ones(got.shape[1], dtype=torch.bool, device="cuda")
+        untouched[written] = False
+        untouched[dump] = False
+        assert torch.equal(got[:, untouched], old[:, untouched])

@@ -8,14 +8,18 @@ deterministic decode numerics (`batch_invariant("decode")`; `--no-deterministic`
 dispatch instead):
 
 - per part (CUDA events around the module calls of eager proposals at one keys bucket): the
-  embedding, each layer's attention (projections, K/V writes, key gather, attention) and MLP,
-  the LM head's logits, the draft picks, and what lies between them (norms, masks, rope);
-- whole proposals, eager: at one keys bucket each call (`key_bucket`, as the engine now reads),
-  and with num_keys growing by one each call (every call a new shape, as before the buckets);
-  the host's wall time per call beside the device's;
-- the same whole proposals with the attention held to each SDPA backend (cuDNN, efficient,
+  embedding, each layer's attention (projections, K/V writes, the paged attention) and MLP,
+  the LM head's logits, the draft picks, and what lies between them (norms, rope, copies);
+- whole proposals, eager: at one keys bucket each call (`key_bucket`), and with num_keys
+  growing by one each call (every call a new shape); the host's wall time per call beside the
+  device's; then the same with the keys gathered and masked (`use_paged_attention` off: the
+  attention before the paged one);
+- the gathered proposals with the attention held to each SDPA backend (cuDNN, efficient,
   math), to tell which one the default picks and what a new shape costs it;
-- the graphed proposal (`graphs.block_drafter`: captured once, replayed).
+- the graphed proposal (`graphs.block_drafter`: captured once, replayed), paged (one graph for
+  every context) and gathered (one per keys bucket);
+- a decode step's context write (`observe`: the K/V of rows x (drafts + 1) accepted positions),
+  eager and graphed (`graphs.drafter_context`).
 
 Run on a GPU machine, from the repository root (about a minute):
 
@@ -27,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from sparkinfer.bench.engine import full_size_config, random_model, require_cuda
 from sparkinfer.bench.report import Table, log
@@ -41,10 +47,11 @@ from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.model.drafters.layers import DraftLayer
 from sparkinfer.scheduler.graphs.block_drafter import BlockDrafterGraphs
+from sparkinfer.scheduler.graphs.drafter_context import DrafterContextGraphs
 from sparkinfer.scheduler.speculative.block_drafter import key_bucket, scratch_pages
 
 PAGE = 64  # the bench's KV block size on the GPU
-BETWEEN = "between the parts (norms, masks, rope, copies)"
+BETWEEN = "between the parts (norms, rope, copies)"
 GROWING_ROOM = 256  # positions past context + block the calls with a new shape each reach
 
 
@@ -59,7 +66,8 @@ class Setup:
         self.scratch = scratch_pages(block, PAGE)
         growing_width = -(-(context + block + GROWING_ROOM) // PAGE)  # the growing-shape calls
         self.width = max(self.width, growing_width)
-        num_blocks = rows * self.width + rows * self.scratch
+        num_blocks = rows * self.width + rows * self.scratch + 1  # the last: the dump page
+        self.dump_row = (num_blocks - 1) * PAGE
         self.cache = allocate_drafter_cache(
             drafter.cache_spec(), num_blocks=num_blocks, block_size=PAGE, device=device
         )
@@ -180,7 +188,37 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         rows.append(
             [tag, "  of which host time to enqueue", statistics.median(h for _, h in samples), None]
         )
-    rows += _per_backend(setup, tag, total, first, iters)
+    with gathered(setup.drafter):
+        setup.propose()  # warm-up
+        bucket = [timed(setup.propose) for _ in range(iters)]
+        device_ms = statistics.median(d for d, _ in bucket)
+        name = f"whole, eager, keys gathered + masked SDPA, one keys bucket ({setup.num_keys})"
+        rows.append([tag, name, device_ms, device_ms / total])
+        host_ms = statistics.median(h for _, h in bucket)
+        rows.append([tag, "  of which host time to enqueue", host_ms, None])
+        rows += _per_backend(setup, tag, total, first, iters)
+    for is_gathered in (False, True):
+        with gathered(setup.drafter, is_gathered):
+            graphed = _graphed(setup, iters)
+        how = "keys gathered + masked SDPA" if is_gathered else "paged attention"
+        name = f"whole, graphed, {how} (replay, staging copies included)"
+        rows.append([tag, name, graphed, graphed / total])
+    rows += _context_writes(setup, tag, iters)
+    return rows
+
+
+@contextlib.contextmanager
+def gathered(drafter: BlockDrafter, is_gathered: bool = True) -> Iterator[None]:
+    """The drafter's proposals gather and mask their keys (the attention before the paged one)."""
+    drafter.use_paged_attention = not is_gathered
+    try:
+        yield
+    finally:
+        drafter.use_paged_attention = True
+
+
+def _graphed(setup: Setup, iters: int) -> float:
+    """Median device ms of a graphed proposal (captured first, then replayed)."""
     stream = torch.cuda.Stream()
     graphs = setup.graphs(stream)
     anchors, starts = setup.anchors.tolist(), setup.starts.tolist()
@@ -190,21 +228,57 @@ def measure(setup: Setup, iters: int) -> list[list[Any]]:
         replays = [
             timed(lambda: graphs.run(anchors, starts, tables, setup.num_keys)) for _ in range(iters)
         ]
-    graphed = statistics.median(d for d, _ in replays)
-    rows.append([tag, "whole, graphed (replay, staging copies included)", graphed, graphed / total])
-    return rows
+    return statistics.median(d for d, _ in replays)
+
+
+def _context_writes(setup: Setup, tag: str, iters: int) -> list[list[Any]]:
+    """A decode step's context write of every row's drafts + 1 accepted positions (past its
+    context), eager and graphed: device ms (host ms beside the eager one)."""
+    drafter = setup.drafter
+    n = drafter.config.block_size  # accepted drafts + the verify's own token, at most
+    positions = [setup.context + j for _ in range(setup.rows) for j in range(n)]
+    pages = setup.tables.cpu().numpy()
+    at = np.asarray(positions)
+    seq = np.repeat(np.arange(setup.rows), n)
+    cache_rows = pages[seq, at // PAGE] * PAGE + at % PAGE
+    device = setup.anchors.device
+    width = drafter.config.num_taps * drafter.config.hidden_size
+    gen = torch.Generator(device=device).manual_seed(1)
+    tapped = torch.randn(len(positions), width, device=device, generator=gen, dtype=drafter.dtype)
+    dev_positions = torch.tensor(positions, device=device)
+    dev_rows = torch.from_numpy(cache_rows).to(device)
+
+    def eager() -> None:
+        drafter.write_context_rows(tapped, dev_positions, setup.cache, rows=dev_rows)
+
+    eager()  # warm-up
+    samples = [timed(eager) for _ in range(iters)]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graphs = DrafterContextGraphs(
+            drafter, setup.cache, max_rows=len(positions), dump_row=setup.dump_row, stream=stream
+        )
+        replays = [timed(lambda: graphs.run(tapped, positions, cache_rows)) for _ in range(iters)]
+    what = f"context write of {setup.rows} x {n} accepted positions"
+    return [
+        [tag, f"{what}, eager", statistics.median(d for d, _ in samples), None],
+        [tag, "  of which host time to enqueue", statistics.median(h for _, h in samples), None],
+        [tag, f"{what}, graphed (replay, copies included)",
+         statistics.median(d for d, _ in replays), None],
+    ]  # fmt: skip
 
 
 def _per_backend(setup: Setup, tag: str, total: float, first: int, iters: int) -> list[list[Any]]:
-    """Whole eager proposals with the attention held to one SDPA backend each (the default
-    picks one per shape): at the keys bucket, and with a new num_keys each call; a backend that
-    cannot run these inputs (GQA, a boolean mask) says so."""
+    """Whole eager proposals with the gathered attention held to one SDPA backend each (the
+    default picks one per shape): at the keys bucket, and with a new num_keys each call from
+    first on; a backend that cannot run these inputs (GQA, a boolean mask) says so."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows: list[list[Any]] = []
     offset = iters  # num_keys not used by the calls before
     for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
-        name = f"whole, eager, SDPA held to {backend.name}"
+        name = f"whole, eager, gathered, SDPA held to {backend.name}"
         try:
             with sdpa_kernel([backend]):
                 setup.propose()
@@ -219,6 +293,16 @@ def _per_backend(setup: Setup, tag: str, total: float, first: int, iters: int) -
         rows.append([tag, f"{name}, one keys bucket", bucket, bucket / total])
         rows.append([tag, f"{name}, a new shape each call", growing, growing / total])
     return rows
+
+
+def with_window(drafter: BlockDrafter, window: int) -> None:
+    """A window on every layer of the drafter but the last (as the published Qwen3.6 one)."""
+    n = drafter.config.num_hidden_layers
+    windows = (window,) * (n - 1) + (None,)
+    drafter.config = dataclasses.replace(drafter.config, sliding_windows=windows)
+    for layer, w in zip(drafter.layers, windows, strict=True):
+        assert isinstance(layer, DraftLayer)
+        layer.self_attn.window = w
 
 
 def main() -> None:
@@ -237,12 +321,18 @@ def main() -> None:
     parser.add_argument(
         "--no-deterministic", action="store_true", help="the measured linear dispatch"
     )
+    parser.add_argument(
+        "--sliding-window", type=int, default=0,
+        help="a window on every layer but the last (z-lab's Qwen3.6-27B DFlash: 2048); 0: none",
+    )  # fmt: skip
     args = parser.parse_args()
     if not 1 <= args.iters <= GROWING_ROOM // 4:
         parser.error(f"--iters is {args.iters}; give 1 to {GROWING_ROOM // 4}")
     device = require_cuda("block_drafter_cost")
     model = random_model(full_size_config(args.num_layers), device, "block_drafter_cost")
     drafter = random_block_drafter(model, num_drafts=args.num_drafts)
+    if args.sliding_window:
+        with_window(drafter, args.sliding_window)
     numerics = contextlib.nullcontext() if args.no_deterministic else batch_invariant("decode")
     rows: list[list[Any]] = []
     with torch.inference_mode(), numerics:
@@ -251,6 +341,8 @@ def main() -> None:
             rows += measure(Setup(drafter, n, args.context, device), args.iters)
             torch.cuda.empty_cache()
     mode = "measured dispatch" if args.no_deterministic else "deterministic decode numerics"
+    if args.sliding_window:
+        mode += f", window {args.sliding_window} on layers 0-3"
     print(Table(
         f"one DFlash block proposal (block {args.num_drafts + 1}, 5 layers, 27B shapes, {mode})",
         ["rows x context", "part", "ms", "share"],

@@ -2,7 +2,8 @@
 
 One subpackage per op; import the op from its subpackage (this module imports nothing):
 
-- `paged_attention`: `write_kv_cache`, `paged_attention_prefill`, `paged_attention_decode`
+- `paged_attention`: `write_kv_cache`, `paged_attention_prefill`, `paged_attention_decode`,
+  `paged_attention_block` (a block drafter's rows)
 - `rms_norm`: `rms_norm` ((1+w) form, optional residual add), `gated_rms_norm` (norm, then silu(z))
 - `rotary`: `apply_rotary` (in place, partial, rotate_half style)
 - `qk_norm_rotary`: `qk_norm_rotary` (q/k head norms, partial rotary and the KV-cache write)

@@ -139,3 +139,48 @@ def paged_attention_decode_ref(
         o = o * torch.sigmoid(gate.float())
         o[context_lens == 0] = 0.0
     return o.to(q.dtype)
+
+
+def paged_attention_block_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    context_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    window: int | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """Attention of each sequence's block of S rows (the last S of its context_lens[b] cached
+    positions) over its cache: row j, at q = context_lens[b] - S + j, sees key k when k <
+    context_lens[b], |q - k| < window with a window, and k <= q if causal.
+
+    Args:
+        q: [B, S, H, D] the block rows' queries.
+        k_cache, v_cache: [num_blocks, block_size, HKV, D].
+        context_lens: [B] int32 cached positions through each block's last row.
+        block_tables: [B, max_blocks] int32 cache blocks of each sequence, in order.
+        scale: softmax scale; window, is_causal: as above.
+
+    Returns:
+        o: [B, S, H, D] in q.dtype (softmax and accumulation in fp32; a row that sees no key
+        gets zeros).
+    """
+    b, s, h, _ = q.shape
+    o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for i in range(b):
+        n = int(context_lens[i])
+        k = _gather_context(k_cache, block_tables[i], n).repeat_interleave(h // k_cache.shape[2], 1)
+        v = _gather_context(v_cache, block_tables[i], n).repeat_interleave(h // v_cache.shape[2], 1)
+        q_pos = torch.arange(n - s, n, device=q.device)[:, None]  # [S, 1]
+        k_pos = torch.arange(n, device=q.device)[None, :]
+        seen = k_pos < n
+        if window is not None:
+            seen = seen & (q_pos - k_pos < window) & (k_pos - q_pos < window)
+        if is_causal:
+            seen = seen & (k_pos <= q_pos)
+        scores = torch.einsum("shd,lhd->hsl", q[i].float(), k) * scale
+        probs = torch.softmax(scores.masked_fill(~seen, float("-inf")), dim=-1).nan_to_num(0.0)
+        o[i] = torch.einsum("hsl,lhd->shd", probs, v)
+    return o.to(q.dtype)

@@ -109,6 +109,8 @@ class BlockDrafter(nn.Module):
         self.config = config
         self.shared = shared
         self.dtype = dtype
+        # False: every proposal gathers and masks its keys (development tools compare the two)
+        self.use_paged_attention = True
         self.fc = Linear(config.num_taps * hidden, hidden, ops=ops, **dims)
         self.hidden_norm = DraftRMSNorm(hidden, eps, **dims)
         self.layers = nn.ModuleList(
@@ -138,6 +140,14 @@ class BlockDrafter(nn.Module):
         c = self.config
         return DrafterCacheSpec(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
 
+    def reads_paged(self, cache: DrafterCache) -> bool:
+        """Whether a proposal's attention reads the cache's pages directly (pages of a power of
+        two >= 16 positions: the decode kernel where every block row sees the whole context and
+        block, the block kernel under a window or a causal block), so its shapes do not depend
+        on the context's length; else it gathers num_keys positions per row and masks them."""
+        page = cache.block_size
+        return self.use_paged_attention and page >= 16 and page & (page - 1) == 0
+
     @torch.inference_mode()
     def write_context(
         self,
@@ -155,10 +165,18 @@ class BlockDrafter(nn.Module):
         in block_tables [B, M] (its pages). Rewriting a position (after a rejection) replaces
         what the block scratch left there.
         """
-        ctx = self.hidden_norm(self.fc(tapped.to(self.dtype)))
-        cos, sin = self.rotary_emb(positions)
         tables = block_tables.index_select(0, seq_ids)
         rows = cache_rows(tables, positions[:, None], cache.block_size)[:, 0]
+        self.write_context_rows(tapped, positions, cache, rows=rows)
+
+    @torch.inference_mode()
+    def write_context_rows(
+        self, tapped: torch.Tensor, positions: torch.Tensor, cache: DrafterCache, *,
+        rows: torch.Tensor,
+    ) -> None:  # fmt: skip
+        """`write_context` with each token's cache row given: rows [N] int64 (`cache_rows`)."""
+        ctx = self.hidden_norm(self.fc(tapped.to(self.dtype)))
+        cos, sin = self.rotary_emb(positions)
         for layer in self.layers:
             assert isinstance(layer, DraftLayer)
             attn = layer.self_attn
@@ -181,8 +199,9 @@ class BlockDrafter(nn.Module):
         [B, M] the sequences' pages, covering positions 0 .. num_keys - 1 (pad with any page).
 
         num_keys: positions read per row, at least max(anchor_positions) + block_size (a host
-        value, so the shapes stay fixed under a CUDA graph). The block rows' K/V are written at
-        anchor .. anchor + block_size - 1 as scratch.
+        value, so the shapes stay fixed under a CUDA graph; where `reads_paged`, each row reads
+        its own anchor + block_size positions, and num_keys only bounds the tables). The block
+        rows' K/V are written at anchor .. anchor + block_size - 1 as scratch.
         """
         c = self.config
         b, s = anchor_ids.shape[0], c.block_size
@@ -199,16 +218,26 @@ class BlockDrafter(nn.Module):
         if c.input_embedding_scale != 1.0:
             x = x * c.input_embedding_scale
         positions = anchor_positions[:, None] + torch.arange(s, device=device)  # [B, S]
-        key_positions = torch.arange(num_keys, device=device).expand(b, num_keys)
-        masks = {
-            w: block_visibility(anchor_positions, s, num_keys, window=w, is_causal=c.is_causal)
-            for w in set(c.sliding_windows)
-        }
-        rows = BlockRows(
-            block=cache_rows(block_tables, positions, cache.block_size).view(-1),
-            keys=cache_rows(block_tables, key_positions, cache.block_size),
-            masks=tuple(masks[w] for w in c.sliding_windows),
-        )
+        block = cache_rows(block_tables, positions, cache.block_size).view(-1)
+        if self.reads_paged(cache):
+            rows = BlockRows(
+                block=block,
+                keys=None,
+                masks=(),
+                context_lens=(anchor_positions + s).to(torch.int32),
+                page_tables=block_tables.to(torch.int32),
+            )
+        else:
+            key_positions = torch.arange(num_keys, device=device).expand(b, num_keys)
+            masks = {
+                w: block_visibility(anchor_positions, s, num_keys, window=w, is_causal=c.is_causal)
+                for w in set(c.sliding_windows)
+            }
+            rows = BlockRows(
+                block=block,
+                keys=cache_rows(block_tables, key_positions, cache.block_size),
+                masks=tuple(masks[w] for w in c.sliding_windows),
+            )
         rope = self.rotary_emb(positions.view(-1))
         for layer in self.layers:
             x = layer(x, rope, cache, rows)

@@ -17,11 +17,16 @@ from torch import nn
 
 
 class BlockRows(NamedTuple):
-    """Where one proposal's block reads and writes in the drafter cache."""
+    """Where one proposal's block reads and writes in the drafter cache: either the gathered
+    keys and a mask per layer (pages under 16 positions), or the pages and lengths of a paged
+    attention (each row's key range from its sequence's length, its layer's window and
+    causality)."""
 
     block: torch.Tensor  # [B * S] cache rows of the block's positions (its K/V scratch)
-    keys: torch.Tensor  # [B, L] cache rows of positions 0 .. L - 1 of each sequence
+    keys: torch.Tensor | None  # [B, L] cache rows of positions 0 .. L - 1 of each sequence
     masks: tuple[torch.Tensor, ...]  # per layer, [B, 1, S, L] bool: the keys each row sees
+    context_lens: torch.Tensor | None = None  # paged: [B] int32, anchor + S keys per row
+    page_tables: torch.Tensor | None = None  # paged: [B, M] int32, each sequence's pages
 
 
 class DraftRMSNorm(nn.Module):
@@ -65,6 +70,9 @@ class DraftAttention(nn.Module):
             config.num_attention_heads, config.num_key_value_heads, d
         )  # fmt: skip
         self.layer_idx = layer_idx
+        self.window = config.sliding_windows[layer_idx]
+        self.is_causal = config.is_causal
+        self.ops = ops
         self.q_proj = Linear(hidden, self.num_heads * d, **dims)
         self.k_proj = Linear(hidden, self.num_kv_heads * d, **dims)
         self.v_proj = Linear(hidden, self.num_kv_heads * d, **dims)
@@ -88,7 +96,8 @@ class DraftAttention(nn.Module):
         rows: BlockRows,
     ) -> torch.Tensor:
         """x [B, S, hidden] block rows -> [B, S, hidden]; writes the rows' K/V at their cache
-        rows, then attends over the cache rows `rows.keys` where `rows.mask` allows."""
+        rows, then attends over the paged context (`rows.page_tables`) or over the cache rows
+        `rows.keys` where `rows.masks` allows."""
         b, s, hidden = x.shape
         flat = x.reshape(b * s, hidden)
         q = self.q_norm(self.q_proj(flat).view(b * s, self.num_heads, self.head_dim))
@@ -96,6 +105,9 @@ class DraftAttention(nn.Module):
         k, v = self.key_value(flat, *rope)
         cache.k[self.layer_idx].index_copy_(0, rows.block, k)
         cache.v[self.layer_idx].index_copy_(0, rows.block, v)
+        if rows.keys is None:
+            out = self._paged(q.view(b, s, self.num_heads, self.head_dim), cache, rows)
+            return self.o_proj(out).view(b, s, hidden)
         keys = cache.k[self.layer_idx][rows.keys].transpose(1, 2)  # [B, KV, L, D]
         values = cache.v[self.layer_idx][rows.keys].transpose(1, 2)
         out = F.scaled_dot_product_attention(
@@ -106,6 +118,32 @@ class DraftAttention(nn.Module):
             enable_gqa=self.num_heads != self.num_kv_heads,
         )  # [B, H, S, D]
         return self.o_proj(out.transpose(1, 2).reshape(b * s, -1)).view(b, s, hidden)
+
+    def _paged(self, q: torch.Tensor, cache: DrafterCache, rows: BlockRows) -> torch.Tensor:
+        """q [B, S, H, D] -> [B * S, H * D]: each block row over its sequence's pages, up to
+        context_lens[b] positions. A row that sees every one of them (no window, not causal)
+        is one decode query per sequence whose heads are the block's rows of each KV head's
+        query heads (the split-KV decode kernel: KV head h's S x H / KV queries read its keys
+        once); else the block kernel gives each row its own key range."""
+        assert rows.context_lens is not None and rows.page_tables is not None
+        b, s, h, d = q.shape
+        kv, group = self.num_kv_heads, h // self.num_kv_heads
+        pages = (-1, cache.block_size, kv, d)
+        k_cache = cache.k[self.layer_idx].view(pages)
+        v_cache = cache.v[self.layer_idx].view(pages)
+        if self.window is not None or self.is_causal:
+            out = self.ops.paged_attention_block(
+                q, k_cache, v_cache, context_lens=rows.context_lens,
+                block_tables=rows.page_tables, scale=d**-0.5, window=self.window,
+                is_causal=self.is_causal,
+            )  # fmt: skip
+            return out.view(b * s, h * d)
+        packed = q.view(b, s, kv, group, d).permute(0, 2, 1, 3, 4).reshape(b, kv * s * group, d)
+        out = self.ops.paged_attention_decode(  # [B, KV * S * group, D]
+            packed, k_cache, v_cache, context_lens=rows.context_lens,
+            block_tables=rows.page_tables, scale=d**-0.5,
+        )  # fmt: skip
+        return out.view(b, kv, s, group, d).permute(0, 2, 1, 3, 4).reshape(b * s, h * d)
 
 
 class DraftMLP(nn.Module):

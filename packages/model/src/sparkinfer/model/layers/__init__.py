@@ -27,6 +27,7 @@ from sparkinfer.kernels.gated_delta_rule import (
     gdn_gating_ref,
 )
 from sparkinfer.kernels.paged_attention import (
+    paged_attention_block_ref,
     paged_attention_decode_ref,
     paged_attention_prefill_ref,
 )
@@ -69,6 +70,8 @@ class KernelOps:
     causal_conv1d_commit: Op = causal_conv1d_commit_ref
     fused_recurrent_gated_delta_rule_verify: Op = fused_recurrent_gated_delta_rule_verify_ref
     fused_recurrent_gated_delta_rule_commit: Op = fused_recurrent_gated_delta_rule_commit_ref
+    # A block drafter's rows over its pages, each in its own key range (a window, a causal block).
+    paged_attention_block: Op = paged_attention_block_ref
 
 
 REFERENCE_OPS = KernelOps(
@@ -108,6 +111,7 @@ def triton_ops() -> KernelOps:
     )
     from sparkinfer.kernels.linear import linear, linear_swiglu
     from sparkinfer.kernels.paged_attention import (
+        paged_attention_block,
         paged_attention_decode,
         paged_attention_prefill,
     )
@@ -135,6 +139,7 @@ def triton_ops() -> KernelOps:
         causal_conv1d_commit=causal_conv1d_commit,
         fused_recurrent_gated_delta_rule_verify=fused_recurrent_gated_delta_rule_verify,
         fused_recurrent_gated_delta_rule_commit=fused_recurrent_gated_delta_rule_commit,
+        paged_attention_block=paged_attention_block,
     )
 
 

@@ -1,18 +1,18 @@
-"""A block drafter's proposal under CUDA graphs: one graph per (rows bucket, keys bucket).
+"""A block drafter's proposal under CUDA graphs: one graph per rows bucket, or per (rows
+bucket, keys bucket) where the attention gathers its keys.
 
-The proposal's shapes are its rows (requests drafting, padded to a bucket of `row_sizes`) and
-the context positions each row reads (`num_keys`, already a bucket: `speculative.block_drafter.
-key_bucket`). A keys bucket is reached only as contexts grow, so a (rows, keys) graph is
-captured the first time a step needs it, into one memory pool shared by all of them, and
-replayed after; rows beyond the largest bucket, keys past `max_keys` and shapes of more than
-MAX_GRAPH_KEYS keys in all (rows x keys: the pool keeps the largest graph's gathered keys for
-good) run eagerly. A graph runs the drafter's `propose` and `draft_tokens` and returns the draft
-tokens [rows, n].
-
-Static buffers: each row's anchor id and position and its block table (pages over positions
-0 .. num_keys - 1; a keys bucket's graph reads the first num_keys / page columns). Padding rows
-draft at position 0 over their own row's scratch pages (`pad_tables`), so their scratch writes
-touch no request's pages; the warm-up before a capture runs over padding rows alone.
+The proposal's shapes are its rows (requests drafting, padded to a bucket of `row_sizes`) and,
+where the drafter's attention gathers and masks its keys (pages under 16 positions), the
+context positions each row reads (`num_keys`, already a bucket: `speculative.block_drafter.
+key_bucket`). A paged attention (`BlockDrafter.reads_paged`: each row's length is read on the
+device) has no keys shape: one graph per rows bucket serves every context up to `max_keys`,
+all captured up front (`capture_all`), so no step pays a capture. Otherwise a keys bucket is
+reached only as contexts grow, so a (rows, keys) graph is captured the first time a step needs
+it. All share one memory pool; rows beyond the largest bucket, keys past `max_keys`, gathered
+shapes of more than MAX_GRAPH_KEYS keys in all (rows x keys: the pool keeps the largest graph's
+gathered keys for good) and paged ones of more rows than `paged_graph_rows` (the decode
+kernel's split partials and the logits, likewise) run eagerly. A graph runs the drafter's
+`propose` and `draft_tokens` and returns the draft tokens [rows, n].
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from sparkinfer.kernels.paged_attention.decode import DecodeConfig
 from sparkinfer.model.drafters.cache import DrafterCache
 from sparkinfer.model.drafters.dflash import BlockDrafter
 from sparkinfer.scheduler.graphs.buckets import GraphBuckets
@@ -28,6 +29,19 @@ from sparkinfer.scheduler.graphs.buckets import GraphBuckets
 # Rows x keys of the largest graphed proposal: each layer gathers that many K and V rows (about
 # 1 GB at 8 KV heads of 128 in bf16), which the graphs' pool then holds.
 MAX_GRAPH_KEYS = 1 << 18
+# A paged proposal's largest per-row activations in all rows of the largest graph it captures:
+# the decode kernel's fp32 split partials (each block row's heads x its most splits x head_dim)
+# and the fp32 logits (16 MB a row at the 27B drafter's shape), which the graphs' pool holds.
+MAX_PAGED_GRAPH_BYTES = 1 << 30
+
+
+def paged_graph_rows(drafter: BlockDrafter) -> int:
+    """The most rows a paged proposal's graph holds (MAX_PAGED_GRAPH_BYTES)."""
+    c = drafter.config
+    head_dim = 1 << (c.head_dim - 1).bit_length()
+    partials = c.num_attention_heads * DecodeConfig.MAX_SPLITS * (head_dim + 2)
+    per_row = c.block_size * (partials + c.vocab_size) * 4
+    return max(1, MAX_PAGED_GRAPH_BYTES // per_row)
 
 
 class BlockDrafterGraphs:
@@ -67,12 +81,21 @@ class BlockDrafterGraphs:
         # Host staging: per row [anchor id, anchor position, block table ...]
         self._staging = torch.zeros(n, 2 + width, dtype=torch.int64).pin_memory()
         self._staging_np = self._staging.numpy()
+        self.is_paged = drafter.reads_paged(cache)  # one graph per rows bucket, any context
         self._pool = torch.cuda.graph_pool_handle()
         self._by_keys: dict[int, GraphBuckets] = {}  # keys bucket -> its rows buckets' graphs
         stream.wait_stream(torch.cuda.current_stream(device))  # the buffers, filled there
 
     def num_graphs(self) -> int:
         return sum(len(b.captured) for b in self._by_keys.values())
+
+    def capture_all(self) -> None:
+        """Capture every rows bucket's graph now (a paged attention's: they serve every
+        context); raises as `run` does."""
+        assert self.is_paged, "a gathered attention's graphs are captured per keys bucket"
+        for rows in self.row_sizes:
+            if rows <= paged_graph_rows(self.drafter):
+                self._buckets(rows, self.max_keys)
 
     def run(
         self,
@@ -87,19 +110,13 @@ class BlockDrafterGraphs:
         raises (`GraphCaptureError`, RuntimeError): the caller runs eagerly from then on."""
         num_rows = len(anchors)
         rows = next((b for b in self.row_sizes if b >= num_rows), None)
-        if rows is None or num_keys > self.max_keys or rows * num_keys > MAX_GRAPH_KEYS:
+        if rows is None or num_keys > self.max_keys:
             return None
-        buckets = self._by_keys.get(num_keys)
-        if buckets is None:
-            what = f"block drafter graph over {num_keys} keys for rows"
-            buckets = self._by_keys[num_keys] = GraphBuckets(self.row_sizes, self.stream, what=what)
-        if rows not in buckets.captured:
-            buckets.capture(
-                lambda size: self._forward(size, num_keys),
-                prepare=self._prepare_padding,
-                sizes=(rows,),
-                pool=self._pool,
-            )
+        if self.is_paged and rows > paged_graph_rows(self.drafter):
+            return None
+        if not self.is_paged and rows * num_keys > MAX_GRAPH_KEYS:
+            return None
+        buckets = self._buckets(rows, self.max_keys if self.is_paged else num_keys)
         buckets.wait_for_staging()
         width = -(-num_keys // self.cache.block_size)
         staging = self._staging_np
@@ -118,6 +135,22 @@ class BlockDrafterGraphs:
             tokens = buckets.replay(rows)[:num_rows]
         caller.wait_stream(self.stream)
         return tokens
+
+    def _buckets(self, rows: int, graph_keys: int) -> GraphBuckets:
+        """The graphs over graph_keys keys, the rows bucket's captured first if it is not."""
+        buckets = self._by_keys.get(graph_keys)
+        if buckets is None:
+            what = f"block drafter graph over {graph_keys} keys for rows"
+            buckets = GraphBuckets(self.row_sizes, self.stream, what=what)
+            self._by_keys[graph_keys] = buckets
+        if rows not in buckets.captured:
+            buckets.capture(
+                lambda size: self._forward(size, graph_keys),
+                prepare=self._prepare_padding,
+                sizes=(rows,),
+                pool=self._pool,
+            )
+        return buckets
 
     def _prepare_padding(self, rows: int) -> None:
         """Every row a padding row before a warm-up and capture: the warm-up runs for real, and

@@ -6,7 +6,9 @@ starts at the last accepted token, and its context must be written first), and i
 forwards return the drafter's tap layers (`forward_tapped`, the same pass: no extra forward),
 under the runner's decode and verify graphs too (captured tapped; eager where no bucket holds
 the rows, and for prompt chunks). `observe` gets the tapped rows of every accepted position,
-prompt chunks and verified rows alike, and writes their K/V into the drafter's cache at once.
+prompt chunks and verified rows alike, and writes their K/V into the drafter's cache at once
+(a decode step's few rows through a CUDA graph per rows bucket, `graphs.drafter_context`,
+captured with the proposal's; padding rows write to a dump page of the drafter's own).
 That cache is paged with the target's block tables (a position's drafter K/V depend only on the
 tokens up to it), so a prefix-cache hit brings the drafter's context along with the target's.
 
@@ -18,13 +20,16 @@ and the rest lie at or past the request's next num_cached, which no prefix-cache
 until a later `observe` has written them. Positions past a request's own pages go to scratch
 pages of the drafter's own (`SCRATCH_PAGES` per row), never to another request's.
 
-Shapes: a proposal reads `num_keys` context positions per row, rounded up to a keys bucket
-(`key_bucket`: a multiple of the page size and of `MIN_KEY_BUCKET`, eight buckets per doubling),
-so consecutive steps repeat one shape instead of growing it by the tokens each step accepted: a
-kernel chosen or planned per shape (attention) is reused, and the proposal runs as a CUDA graph
-per (rows bucket, keys bucket) (`graphs.block_drafter`, enabled by `use_graphs`; eager where no
-graph holds the shape). The rows past a row's context are masked, so the bucket changes no
-draft.
+Shapes: over pages of at least 16 positions (`BlockDrafter.reads_paged`: the engine's) a
+proposal attends over its pages (the decode kernel, or the block kernel under a window), each
+row's length read on the device, so it runs as one CUDA graph per rows bucket, all captured at
+start-up (`use_graphs`): no step pays a capture or runs eagerly for a longer context. Over
+smaller pages (tests) a proposal gathers `num_keys` context positions per row,
+rounded up to a keys bucket (`key_bucket`: a multiple of the page size and of `MIN_KEY_BUCKET`,
+eight buckets per doubling), so consecutive steps repeat one shape instead of growing it by the
+tokens each step accepted, and runs as a CUDA graph per (rows bucket, keys bucket), each
+captured the first time a step needs it (`graphs.block_drafter`; eager where no graph holds the
+shape). The rows past a row's context are masked, so the bucket changes no draft.
 
 A request whose context has a gap (none is expected: every step is observed) gets no drafts,
 which makes it slower, never wrong (every draft is verified). The drafts are greedy picks of
@@ -38,6 +43,7 @@ import math
 import weakref
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from sparkinfer.model.drafters.cache import allocate_drafter_cache
 from sparkinfer.model.drafters.dflash import BlockDrafter
@@ -45,12 +51,14 @@ from sparkinfer.model.forward_batch import host_to_device
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.errors import GraphCaptureError
 from sparkinfer.scheduler.graphs.block_drafter import BlockDrafterGraphs
+from sparkinfer.scheduler.graphs.drafter_context import DrafterContextGraphs
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.sampler import host_list
 from sparkinfer.scheduler.speculative.drafter import TargetStep
 
 logger = logging.getLogger(__name__)
 
+MAX_GRAPHED_CONTEXT_ROWS = 512  # a decode step's context writes of more rows run eagerly
 MIN_KEY_BUCKET = 256  # the smallest step between two keys buckets
 KEY_BUCKETS_PER_DOUBLING = 8  # at most 1/8 more positions read than the longest row needs
 
@@ -98,22 +106,26 @@ class DraftModelDrafter:
         self._scratch = scratch_pages(self._block_len, block_size)
         self._first_scratch = num_blocks
         self.max_seqs = max_seqs
+        # The target's pages, each row's scratch pages, and one dump page (the graphed context
+        # writes' padding rows write there).
+        dump_page = num_blocks + max_seqs * self._scratch
+        self._dump_row = dump_page * block_size
         self.cache = allocate_drafter_cache(
-            drafter.cache_spec(),
-            num_blocks=num_blocks + max_seqs * self._scratch,
-            block_size=block_size,
-            device=device,
+            drafter.cache_spec(), num_blocks=dump_page + 1, block_size=block_size, device=device
         )
         # Context positions written (0 .. n - 1) per request; dropped with the request.
         self._written: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
         self.graphs: BlockDrafterGraphs | None = None  # `use_graphs`
+        self.context_graphs: DrafterContextGraphs | None = None  # `use_graphs`
 
     def use_graphs(
         self, *, row_sizes: Sequence[int], max_context: int, stream: torch.cuda.Stream
     ) -> None:
         """Propose under CUDA graphs (`graphs.block_drafter`) for up to the largest of
-        row_sizes rows (those above max_seqs dropped) and contexts up to max_context tokens,
-        each captured the first time a step needs it."""
+        row_sizes rows (those above max_seqs dropped) and contexts up to max_context tokens:
+        under a paged attention every rows bucket's graph is captured now (under the caller's
+        numerics, those of the steps that replay it), else each the first time a step needs
+        it. A failed capture leaves the proposals eager (the same drafts, slower)."""
         sizes = sorted({min(n, self.max_seqs) for n in row_sizes if n > 0})
         if not sizes:
             return
@@ -128,6 +140,26 @@ class DraftModelDrafter:
             pad_tables=torch.tensor(pad, dtype=torch.int64),
             stream=stream,
         )
+        try:
+            self.context_graphs = DrafterContextGraphs(
+                self.drafter,
+                self.cache,
+                max_rows=min(sizes[-1] * self._block_len, MAX_GRAPHED_CONTEXT_ROWS),
+                dump_row=self._dump_row,
+                stream=stream,
+            )
+        except (GraphCaptureError, RuntimeError):
+            self.context_graphs = None
+            logger.warning("capturing the block drafter's context writes failed: they run "
+                           "eagerly", exc_info=True)  # fmt: skip
+        if not self.graphs.is_paged:
+            return
+        try:
+            self.graphs.capture_all()
+        except (GraphCaptureError, RuntimeError):
+            self.graphs = None
+            logger.warning("capturing the block drafter's graphs failed: it runs eagerly",
+                           exc_info=True)  # fmt: skip
 
     def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
         """Always: every accepted position's taps must reach the drafter's cache."""
@@ -138,20 +170,24 @@ class DraftModelDrafter:
         if not step.seqs:
             return
         positions: list[int] = []
-        seq_ids: list[int] = []
-        for i, (n, start) in enumerate(zip(step.rows_per_seq, step.start_positions, strict=True)):
+        rows: list[np.ndarray] = []
+        for seq, n, start in zip(step.seqs, step.rows_per_seq, step.start_positions, strict=True):
+            at = np.arange(start, start + n)
+            pages = np.asarray(seq.req.block_ids, dtype=np.int64)[at // self.block_size]
+            rows.append(pages * self.block_size + at % self.block_size)
             positions += range(start, start + n)
-            seq_ids += [i] * n
-        width = max(len(s.req.block_ids) for s in step.seqs)
-        tables = [s.req.block_ids + [0] * (width - len(s.req.block_ids)) for s in step.seqs]
-        dev = host_to_device(torch.tensor([positions, seq_ids], dtype=torch.int64), self.device)
-        self.drafter.write_context(
-            step.hidden,
-            dev[0],
-            self.cache,
-            block_tables=self._ints(tables),
-            seq_ids=dev[1],
-        )
+        cache_rows = np.concatenate(rows)
+        # A decode step's rows through a graph (a step with prompt chunks writes eagerly, under
+        # the prefill numerics it runs in).
+        graphs = self.context_graphs
+        is_decode = all(s.is_decode for s in step.seqs)
+        if not (
+            is_decode and graphs is not None and graphs.run(step.hidden, positions, cache_rows)
+        ):
+            dev = host_to_device(
+                torch.tensor(np.stack([np.asarray(positions), cache_rows])), self.device
+            )
+            self.drafter.write_context_rows(step.hidden, dev[0], self.cache, rows=dev[1])
         for seq, n, start in zip(step.seqs, step.rows_per_seq, step.start_positions, strict=True):
             self._written[seq.req] = start + n
 

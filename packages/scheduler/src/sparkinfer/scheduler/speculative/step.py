@@ -153,10 +153,13 @@ class SpeculativeStep:
     def capture_graphs(self) -> None:
         """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
         head runs eagerly (slower drafts, the same tokens). A block drafter's proposals are
-        graphed per (decode graph bucket, keys bucket), each captured when first needed."""
+        graphed per decode graph bucket, captured now where its attention is paged, else per
+        (decode graph bucket, keys bucket), each captured when first needed."""
         t, verify = self.target, self.target.verify_graphs
         if isinstance(self.drafter, DraftModelDrafter) and t.graphs is not None:
-            with t.on_stream():  # its buffers, zeroed on the stream that reads them
+            # its buffers, zeroed on the stream that reads them; its graphs, under the numerics
+            # of the steps that replay them
+            with t.on_stream(), t.numerics(is_decode=True):
                 self.drafter.use_graphs(
                     row_sizes=t.graphs.batch_sizes,
                     max_context=t.config.max_model_len,
