@@ -177,4 +177,6 @@ def write_random_checkpoint(
         log(f"wrote {shard} ({i + 1}/{len(shards)}, {size / 1e9:.2f} GB)")
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the server started next gets the memory back
     return total
