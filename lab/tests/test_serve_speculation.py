@@ -1,9 +1,12 @@
 """The auto-against-off serving comparison: its verdict, and the whole pipeline on the CPU."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from sparkinfer.lab import serve_speculation
+from sparkinfer.lab.random_checkpoint import tiny_config
 from sparkinfer.lab.serve_speculation import LevelResult, comparison, speculation_line
 
 
@@ -34,6 +37,19 @@ def test_the_start_up_line_is_read_from_the_server_log(tmp_path: Path) -> None:
     line = speculation_line(log)
     assert line.startswith(serve_speculation.MTP_LINE) and line.endswith("step")
     assert speculation_line(tmp_path / "missing.log") == ""
+
+
+def test_a_kept_checkpoint_is_reused_only_for_the_model_it_holds(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint"
+    args = serve_speculation._parse(["--smoke", "--checkpoint", str(folder)])
+    cpu = torch.device("cpu")
+    assert serve_speculation._checkpoint(args, tiny_config(), cpu, tmp_path) == folder
+    written = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    assert serve_speculation._checkpoint(args, tiny_config(), cpu, tmp_path) == folder
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == written  # not rewritten
+    wider = replace(tiny_config(), text=replace(tiny_config().text, hidden_size=128))
+    with pytest.raises(SystemExit, match="another model"):
+        serve_speculation._checkpoint(args, wider, cpu, tmp_path)
 
 
 @pytest.mark.slow

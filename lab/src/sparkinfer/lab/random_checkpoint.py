@@ -157,11 +157,11 @@ def write_random_checkpoint(
     seed: int = 0,
     log: Callable[[str], None] = lambda _: None,
 ) -> int:
-    """Write config, generation config and random safetensors shards of `config` into `folder`
-    (created); returns the bytes of tensors written. `log` gets one line per shard."""
+    """Write random safetensors shards of `config`, their index, generation_config.json and, last,
+    config.json into `folder` (created); returns the bytes of tensors written. `log` gets one
+    line per shard."""
     folder.mkdir(parents=True, exist_ok=True)
     text = config.text
-    (folder / "config.json").write_text(json.dumps(config_json(text), indent=2) + "\n")
     generation = {"eos_token_id": list(text.eos_token_ids), "do_sample": False}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -177,6 +177,8 @@ def write_random_checkpoint(
         log(f"wrote {shard} ({i + 1}/{len(shards)}, {size / 1e9:.2f} GB)")
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    # Last: a folder with config.json is whole (`serve_speculation --checkpoint` reuses it).
+    (folder / "config.json").write_text(json.dumps(config_json(text), indent=2) + "\n")
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the server started next gets the memory back
     return total

@@ -51,7 +51,7 @@ from sparkinfer.lab.random_checkpoint import (
     tiny_config,
     write_random_checkpoint,
 )
-from sparkinfer.model.config import ModelConfig
+from sparkinfer.model.config import ModelConfig, load_model_config
 
 MODES = ("auto", "off")
 MTP_LINE = "speculative auto: the checkpoint's MTP head drafts"
@@ -280,6 +280,9 @@ def _checkpoint(
 ) -> Path:
     folder = args.checkpoint or work_dir / "checkpoint"
     if (folder / "config.json").is_file():
+        if load_model_config(folder).text != config.text:
+            raise SystemExit(f"{folder} holds another model than these flags ask for: remove it "
+                             "or pass another --checkpoint")  # fmt: skip
         log(f"reusing the checkpoint in {folder}")
         return folder
     need = checkpoint_bytes(config)
