@@ -3,8 +3,8 @@ and with `--speculative off`, on one random-weight checkpoint at Qwen3.8-27B wid
 
 1. Writes a checkpoint folder (`random_checkpoint.py`: config.json, safetensors shards, the MTP
    head's `mtp.*` tensors; Qwen's vocabulary) at the 27B's width with `--num-layers` layers
-   (3:1 linear/full pattern), weights drawn on the GPU; `--checkpoint DIR` keeps it there and a
-   later run reuses it.
+   (3:1 linear/full pattern; 18 GB at 16), weights drawn on the GPU; `--checkpoint DIR` keeps
+   it there and a later run reuses it.
 2. For each round, for auto then off: starts `sparkinfer-api` on it as a child process, waits
    for /health, runs `python3 -m sparkinfer.bench serve` over the concurrency levels, stops the
    server. auto must say that the checkpoint's MTP head drafts (its start-up line), else the
