@@ -15,6 +15,22 @@ def _acceptance_rows(evaluation: dict[str, dict[str, float]]) -> list[str]:
     return rows
 
 
+def _position_rows(by_position: dict[str, float]) -> list[str]:
+    """At block 8, the mean tokens a verify emits by the anchor's position (none: no rows)."""
+    if not by_position:
+        return []
+    names = list(by_position)
+    return [
+        "At block 8 by the anchor's position (the drafter's context length), every generated "
+        "anchor of the held-out continuations: mean accepted drafts + 1:",
+        "",
+        "| " + " | ".join(names) + " |",
+        "|---" * len(names) + "|",
+        "| " + " | ".join(f"{by_position[k]:.2f}" for k in names) + " |",
+        "",
+    ]
+
+
 def model_card(s: dict[str, Any]) -> str:
     d, data, cfg = s["drafter"], s["data"], s["config"]
     curve = s["curve"]
@@ -60,11 +76,13 @@ def model_card(s: dict[str, Any]) -> str:
         ),
         "",
         f"Held-out acceptance ({data['held_out_sequences']} held-out prompts: held-out task "
-        "names and phrasings, held-out library files): tokens per target step of greedy "
-        "speculative decoding along the target's own continuations (accepted drafts + 1):",
+        "names and phrasings, held-out library files; opening: the bench's `spec --prompt "
+        "held-out --context 512` prompts): tokens per target step of greedy speculative "
+        "decoding along the target's own continuations (accepted drafts + 1):",
         "",
         *_acceptance_rows(s["held_out_tokens_per_step"]),
         "",
+        *_position_rows(s.get("held_out_block_8_by_position", {})),
         "Command (one GPU; PYTHONPATH over the packages' `src` folders):",
         "",
         f"    {s['command']}",
