@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sparkinfer.kernels._triton import MIN_DOT_TILE
 from sparkinfer.kernels.linear import batch_invariant
 from sparkinfer.kernels.paged_attention import (
     paged_attention_decode,
@@ -27,6 +28,7 @@ from sparkinfer.kernels.paged_attention.decode import (
     launch_decode,
     merge_columns,
     num_multiprocessors,
+    split_tiles,
 )
 from sparkinfer.kernels.paged_attention.prefill import (
     PrefillConfig,
@@ -520,6 +522,30 @@ def test_decode_small_varlen_batch_short_splits(heads, assert_close, assert_same
     out = _decode(paged_attention_decode, b, b["q"], b["gate"])
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
     assert_same_bits(out[1], torch.zeros_like(out[1]))
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "d"),
+    [(96, 2, 8), (42, 2, 8), (6, 2, 8), (512, 8, 128), (256, 8, 128), (224, 8, 128),
+     (24, 4, 256)],
+)  # fmt: skip
+def test_split_tiles_are_valid_dot_tiles(num_heads, num_kv_heads, d):
+    """A block drafter's decode query packs its block rows x query heads of each KV head: the
+    tests' shrunk drafters (16 or 7 rows x 3 heads of 8 dims over 2 KV heads), the published
+    ones (16, 8 or 7 rows x 4 heads of 128 over 8) and the 27B target's (6 of 256 over 4): every
+    tl.dot dimension a power of two of at least 16 covering its group and head dim (a head dim of
+    8 was a K of 8, which Triton does not compile)."""
+    tiles = split_tiles(num_heads, num_kv_heads, d)
+    for tile, need in ((tiles.BG, num_heads // num_kv_heads), (tiles.BD, d)):
+        assert tile >= max(need, MIN_DOT_TILE) and tile & (tile - 1) == 0
+
+
+def test_decode_with_a_head_dim_under_a_dot_tile(assert_close):
+    """A block drafter's packed rows at the shrunk drafters' shape (16 rows x 3 heads of 8 over 2
+    KV heads): the head dim runs in a 16-wide tile, the padding masked."""
+    b = _paged_batch([1, 1], [40, 150], heads=(96, 2), d=8, seed=9)
+    out = _decode(paged_attention_decode, b, b["q"], b["gate"])
+    assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"]))
 
 
 def test_decode_equals_prefill_last_row(assert_close):

@@ -5,7 +5,8 @@ import inspect
 
 import pytest
 import torch
-from sparkinfer.kernels.paged_attention.block import paged_attention_block
+from sparkinfer.kernels._triton import MIN_DOT_TILE
+from sparkinfer.kernels.paged_attention.block import block_tiles, paged_attention_block
 from sparkinfer.kernels.paged_attention.ref import paged_attention_block_ref
 
 # bf16 outputs: the CPU interpreter truncates casts to bf16 instead of rounding them.
@@ -68,6 +69,27 @@ def test_the_open_block_is_the_decode_of_each_row():
         v = b["v_cache"][pages].flatten(0, 1)[:n]
         probs = torch.einsum("shd,lhd->hsl", b["q"][i], k).mul(0.3).softmax(-1)
         torch.testing.assert_close(got[i], torch.einsum("hsl,lhd->shd", probs, v))
+
+
+@pytest.mark.parametrize(
+    ("rows", "group", "d"),
+    [(16, 3, 8), (7, 3, 8), (1, 1, 8), (16, 4, 128), (8, 4, 128), (7, 4, 128), (1, 1, 256)],
+)
+def test_block_tiles_are_valid_dot_tiles(rows, group, d):
+    """The tests' shrunk drafters (6 heads over 2 of 8 dims) and the published ones (32 over 8
+    of 128), blocks of 1 to 16: every tl.dot dimension a power of two of at least 16, covering
+    its rows and head dim (a head dim of 8 was a K of 8, which Triton does not compile)."""
+    tiles = block_tiles(rows, group, d)
+    for tile, need in ((tiles.BR, rows * group), (tiles.BD, d)):
+        assert tile >= max(need, MIN_DOT_TILE) and tile & (tile - 1) == 0
+
+
+@pytest.mark.parametrize(("window", "is_causal"), [(None, False), (5, False), (None, True)])
+def test_block_attention_with_a_head_dim_under_a_dot_tile(window, is_causal, assert_close):
+    """A head dim of 8 (the shrunk drafters') runs in a 16-wide tile, the padding masked."""
+    b = _blocks([9, 40], s=16, heads=(6, 2), d=8)
+    got = _run(paged_attention_block, b, window=window, is_causal=is_causal)
+    assert_close(got, _run(paged_attention_block_ref, b, window=window, is_causal=is_causal))
 
 
 @pytest.mark.gpu

@@ -118,6 +118,17 @@ def check_last_dim_contiguous(op: str, name: str, t: torch.Tensor) -> None:
         )
 
 
+# The least tl.dot dimension a kernel's tiles use: Triton compiles no dot with K under 16 for
+# 16-bit operands on NVIDIA (nor for fp32 ones in some releases); its interpreter checks nothing.
+MIN_DOT_TILE = 16
+
+
+def dot_tile(n: int) -> int:
+    """A tile along a tl.dot dimension covering n: its next power of two, at least MIN_DOT_TILE
+    (a head dim of 8 or a GQA group of 4 still compiles; the kernel masks the padding)."""
+    return max(MIN_DOT_TILE, triton.next_power_of_2(n))
+
+
 def dot_dtype(t: torch.Tensor) -> tl.dtype:
     """Operand dtype for tl.dot on t's device: its own dtype on a GPU, fp32 on the CPU.
 

@@ -20,10 +20,12 @@ visible key (none with context_lens[b] >= S) gets zeros.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype
+from sparkinfer.kernels._triton import check_device, dot_dtype, dot_tile
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
     check_cache,
@@ -96,6 +98,20 @@ def _block_attention_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_rd)
 
 
+class BlockTiles(NamedTuple):
+    """The kernel's tiles along its dots: BR packed rows (block rows x query heads of one KV
+    head), BD head-dim columns."""
+
+    BR: int
+    BD: int
+
+
+def block_tiles(rows: int, group: int, d: int) -> BlockTiles:
+    """Tiles for S block rows of GROUP query heads per KV head and D dims, each at least
+    MIN_DOT_TILE, so any block, group and head dim give valid tl.dot shapes."""
+    return BlockTiles(BR=dot_tile(rows * group), BD=dot_tile(d))
+
+
 def _check(q, k_cache, v_cache, context_lens, block_tables) -> None:
     op = "paged_attention_block"
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "context_lens": context_lens,
@@ -151,14 +167,14 @@ def paged_attention_block(
     if b == 0:
         return o
     hkv, group = k_cache.shape[2], h // k_cache.shape[2]
+    tiles = block_tiles(s, group, d)
     on_gpu = q.is_cuda
     _block_attention_kernel[(b, hkv)](
         q, k_cache, v_cache, context_lens, block_tables, o,
         scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2), *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0), o.stride(0), o.stride(1), o.stride(2),
-        S=s, GROUP=group, BR=max(16, triton.next_power_of_2(s * group)),
-        BLOCK_SIZE=k_cache.shape[1], D=d, BD=triton.next_power_of_2(d),
+        S=s, GROUP=group, BR=tiles.BR, BLOCK_SIZE=k_cache.shape[1], D=d, BD=tiles.BD,
         BN=64 if on_gpu else 16, WINDOW=window or 0, IS_CAUSAL=is_causal,
         DOT_DTYPE=dot_dtype(q), num_warps=4 if on_gpu else 1, num_stages=2 if on_gpu else 1,
     )  # fmt: skip

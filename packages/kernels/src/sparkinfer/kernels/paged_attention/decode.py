@@ -46,6 +46,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
+    dot_tile,
     num_multiprocessors,
     tma_device_error,
 )
@@ -200,6 +201,20 @@ def _decode_merge_kernel(
     tl.store(p_o, b_acc.to(p_o.dtype.element_ty), mask=m_d)
 
 
+class SplitTiles(NamedTuple):
+    """Pass 1's tiles along its dots: BG query heads of one KV head, BD head-dim columns."""
+
+    BG: int
+    BD: int
+
+
+def split_tiles(num_heads: int, num_kv_heads: int, d: int) -> SplitTiles:
+    """Pass 1's tiles for H query heads over HKV KV heads of D dims: each at least MIN_DOT_TILE,
+    so any group (a block drafter packs its block rows x H / HKV query heads into one) and any
+    head dim give valid tl.dot shapes."""
+    return SplitTiles(BG=dot_tile(num_heads // num_kv_heads), BD=dot_tile(d))
+
+
 def merge_columns(bd: int, max_splits: int) -> int:
     """Output columns per merge program: a [max_splits, columns] fp32 tile of at most
     MERGE_TILE_ELEMENTS, so a merge program loads its splits at once and a head's D spreads
@@ -292,7 +307,9 @@ def launch_decode_splits(
 ) -> SplitPartials:
     """Pass 1 alone, unchecked (`launch_decode` checks): every split's partial output."""
     num_seqs, num_heads, d = q.shape
-    hkv, bd = k_cache.shape[2], triton.next_power_of_2(d)
+    hkv = k_cache.shape[2]
+    tiles = split_tiles(num_heads, hkv, d)
+    bd = tiles.BD
     part_o = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, bd), dtype=torch.float32,
                          device=q.device)  # fmt: skip
     part_ml = torch.empty((num_seqs, num_heads, config.MAX_SPLITS, 2), dtype=torch.float32,
@@ -300,6 +317,7 @@ def launch_decode_splits(
     group = num_heads // hkv
     use_tma = (config.use_tma and tma_device_error(q) is None
                and cache_layout_error(k_cache, v_cache, config.BN) is None)  # fmt: skip
+    # (a descriptor box is D wide: cache_layout_error keeps D >= MIN_DOT_TILE, so BD == D)
     desc_k, desc_v = k_cache, v_cache  # not read without TMA
     if use_tma:
         rows = k_cache.shape[0] * k_cache.shape[1]
@@ -311,7 +329,7 @@ def launch_decode_splits(
         scale * LOG2E,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3],
         block_tables.stride(0),
-        GROUP=group, BG=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=k_cache.shape[1], D=d,
+        GROUP=group, BG=tiles.BG, BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
         TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,

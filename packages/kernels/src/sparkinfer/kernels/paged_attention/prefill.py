@@ -24,6 +24,7 @@ from sparkinfer.kernels._triton import (
     cached_index_tables,
     check_device,
     dot_dtype,
+    dot_tile,
     num_multiprocessors,
 )
 from sparkinfer.kernels.linear.invariant import current_phase
@@ -348,7 +349,7 @@ def launch_prefill(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
         GROUP=num_heads // k_cache.shape[2], BLOCK_SIZE=k_cache.shape[1], D=d,
-        BD=triton.next_power_of_2(d), BM=config.BM, BN=config.BN, HAS_GATE=gate is not None,
+        BD=dot_tile(d), BM=config.BM, BN=config.BN, HAS_GATE=gate is not None,
         DOT_DTYPE=dot_dtype(q), num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return o

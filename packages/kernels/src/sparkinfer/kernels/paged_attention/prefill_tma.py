@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 from sparkinfer.kernels._triton import (
+    MIN_DOT_TILE,
     TMA_ALIGN_BYTES,
     dot_dtype,
     tma_aligned,
@@ -311,8 +312,13 @@ def cache_layout_error(k_cache: torch.Tensor, v_cache: torch.Tensor, bn: int) ->
     num_blocks, block_size, _, d = k_cache.shape
     if k_cache.dtype not in TMA_DTYPES:
         return f"TMA path takes bf16 or fp16; got {k_cache.dtype}"
-    if d & (d - 1) or d > MAX_BOX or d * k_cache.element_size() < TMA_ALIGN_BYTES:
-        return f"D={d} is not a power of two with 16 bytes <= D <= {MAX_BOX} elements"
+    if (
+        d & (d - 1)
+        or not MIN_DOT_TILE <= d <= MAX_BOX
+        or d * k_cache.element_size() < TMA_ALIGN_BYTES
+    ):
+        # (a box is one tl.dot operand D wide, and at least TMA_ALIGN_BYTES)
+        return f"D={d} is not a power of two with {MIN_DOT_TILE} <= D <= {MAX_BOX} elements"
     if block_size % bn or bn > MAX_BOX:
         return f"block_size {block_size} is not a multiple of BN={bn} (or BN exceeds {MAX_BOX})"
     if num_blocks * block_size >= 2**31:
