@@ -339,12 +339,10 @@ def test_a_drafter_that_is_right_drafts_at_full_depth_from_its_first_verify(num_
         decodes = [
             s for b in batches for s in b.seqs if s.is_decode and s.req.request_id == f"0-{i}"
         ]
-        # Its first decode step reads a token still in flight; every one after drafts 3, but
-        # the last ones, short of max_tokens.
-        assert decodes[0].is_input_inflight and decodes[1].num_lookahead_tokens == 3
-        assert all(
-            s.num_lookahead_tokens == 3 for s in decodes[1:] if s.req.max_len - s.num_tokens > 4
-        )
+        # Its prompt step is read at once (it may draft next), so every decode step drafts 3,
+        # its first too, but the last ones, short of max_tokens.
+        assert not decodes[0].is_input_inflight and decodes[0].num_lookahead_tokens == 3
+        assert all(s.num_lookahead_tokens == 3 for s in decodes if s.req.max_len - s.num_tokens > 4)
 
 
 def test_a_probe_lasts_until_a_request_can_draft_in_it():
