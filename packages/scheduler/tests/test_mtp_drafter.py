@@ -746,3 +746,45 @@ def test_start_up_warms_the_head_at_catch_ups_longer_than_any_prompt_chunk(mtp_m
     assert warmed + 1 <= fits < 10**9
     want = [n for n in (warmed + 1, longest) if n <= fits]
     assert head.calls[MAX_PENDING_ROWS + 4 :] == want * 2
+
+
+def test_steps_with_prompt_chunks_overlap_the_next_and_the_head_still_runs_over_them(
+    mtp_model, monkeypatch
+):
+    """A step with prompt chunks (alone or beside decode rows) is read at once only when the
+    scheduler asks (a request sampling in it may draft next), never for the head: the head runs
+    over its prompt rows on the device, a sampled row taking its draw still in flight, so the
+    drafts are still the head's plain-forward drafts and greedy output is plain decoding's."""
+    cfg = config(
+        num_speculative_tokens=2, speculative_adaptive=True, max_num_batched_tokens=20,
+        max_num_seqs=2,
+    )  # fmt: skip
+    runner = _recording_runner(mtp_model, cfg, WrongDrafter)
+    attach_cpu_graphs(runner, monkeypatch)  # a mixed step's decode rows come from a graph
+    read_at_once_with_prompts: list[bool] = []
+    run = runner.speculative.run
+    monkeypatch.setattr(
+        runner.speculative,
+        "run",
+        lambda b, f: (
+            read_at_once_with_prompts.append(
+                not b.is_read_at_once and not all(s.is_decode for s in b.seqs)
+            ),
+            run(b, f),
+        )[1],
+    )
+    in_flight: list[int] = []
+    observe = runner.speculative.observe_prompts_in_flight
+    monkeypatch.setattr(
+        runner.speculative,
+        "observe_prompts_in_flight",
+        lambda d, dh, p, ph, f: (in_flight.append(len(d)), observe(d, dh, p, ph, f))[1],
+    )
+    params = [replace(GREEDY, max_tokens=40)] * len(PROMPTS)  # later prompts meet cool-downs
+    on = run_mixed_steps(runner, cfg, PROMPTS, params)
+    off = config(speculative="off", max_num_batched_tokens=20, max_num_seqs=2)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS, params).tokens
+    assert any(in_flight) and not any(read_at_once_with_prompts)  # some beside decode rows
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, WrongDrafter) and len(drafter.proposals) > 4
+    _assert_heads_drafts(mtp_model, drafter.proposals)

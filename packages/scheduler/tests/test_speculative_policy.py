@@ -339,9 +339,31 @@ def test_a_drafter_that_is_right_drafts_at_full_depth_from_its_first_verify(num_
         decodes = [
             s for b in batches for s in b.seqs if s.is_decode and s.req.request_id == f"0-{i}"
         ]
-        # Its first decode step reads a token still in flight; every one after drafts 3, but
-        # the last ones, short of max_tokens.
-        assert decodes[0].is_input_inflight and decodes[1].num_lookahead_tokens == 3
-        assert all(
-            s.num_lookahead_tokens == 3 for s in decodes[1:] if s.req.max_len - s.num_tokens > 4
-        )
+        # Its prompt step is read at once (it may draft next), so every decode step drafts 3,
+        # its first too, but the last ones, short of max_tokens.
+        assert not decodes[0].is_input_inflight and decodes[0].num_lookahead_tokens == 3
+        assert all(s.num_lookahead_tokens == 3 for s in decodes if s.req.max_len - s.num_tokens > 4)
+
+
+def test_a_probe_lasts_until_a_request_can_draft_in_it():
+    """A probe step whose requests' tokens are still in flight (the step before overlapped) drafts
+    nothing; the probe stays on into the next step, which drafts (this one is read at once),
+    instead of waiting another PROBE_INTERVAL steps."""
+    policy = SpecPolicy(config(speculative_adaptive=True))
+    for _ in range(8):  # verifies cost five times a plain step: drafting does not pay
+        policy.record_step(num_rows=1, is_verify=False, seconds=0.01)
+        policy.record_step(num_rows=2, is_verify=True, seconds=0.05)
+    req = Request("r", [1, 2, 3], SamplingParams(max_tokens=100), max_len=256)
+    req.spec.is_new = False
+    req.spec.cooldown_steps, req.spec.accepted_weight, req.spec.is_probing = 0, 100.0, False
+    for _ in range(PROBE_INTERVAL - 1):
+        policy.plan_step([req])
+        assert not policy.is_on
+    req.num_inflight_tokens = 1
+    policy.plan_step([req])
+    assert policy.is_on and policy.num_lookahead(req, 4) == 0  # read at once, no drafts
+    req.num_inflight_tokens = 0
+    policy.plan_step([req])
+    assert policy.is_on and policy.num_lookahead(req, 4) > 0  # the probe drafts
+    policy.plan_step([req])
+    assert not policy.is_on

@@ -178,18 +178,38 @@ class Runner:
         with self.on_stream():
             self.prepare_step(batch)
         with self.on_stream():
+            takes_prompts = self.speculative.observes_prompts_in_flight
+            prompt_hidden: torch.Tensor | None = None
             for group in self._groups(batch.seqs):
                 with self.numerics(is_decode=all(s.is_decode for s in group)):
-                    logits.append(self.forward(group, prompt_logprobs, inflight))
+                    if takes_prompts and not group[0].is_decode:
+                        # MTP: the head takes the prompt's every row on the device (below)
+                        out, prompt_hidden = self.forward_eager(
+                            group, prompt_logprobs, inflight, all_rows=True
+                        )
+                        logits.append(out)
+                    else:
+                        logits.append(self.forward(group, prompt_logprobs, inflight))
                 sampled.extend(s for s in group if s.is_sampled)
-            hidden = self.speculative.decode_hidden(batch.seqs)  # MTP: read before a replay
+            decodes = [s for s in batch.seqs if s.is_decode]
+            hidden = self.speculative.decode_hidden(decodes)  # MTP: read before a replay
             before: list[tuple[ScheduledSeq, SampledToken]] | None = None
             if inflight is not None and any(Sampler.needs_host_history(s.req) for s in sampled):
                 # A logits processor reads every earlier token, so the step before comes to the
                 # host first: the wait ends with it, while this step's forward runs.
                 before = inflight.resolve()
             now = self._sample(sampled, logits, inflight, before) if sampled else []
-            if hidden is not None and self._inflight is not None:
+            if prompt_hidden is not None:
+                prefills = [s for s in batch.seqs if not s.is_decode]
+                self.speculative.observe_prompts_in_flight(
+                    decodes if hidden is not None else [], hidden, prefills, prompt_hidden,
+                    self._inflight,
+                )  # fmt: skip
+            elif (
+                hidden is not None
+                and self._inflight is not None
+                and len(decodes) == len(batch.seqs)
+            ):
                 self.speculative.observe_in_flight(batch.seqs, hidden, self._inflight.token_ids)
             if before is None:
                 # Read after this step is queued: the wait ends with the step before, not this.

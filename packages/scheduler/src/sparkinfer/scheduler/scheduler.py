@@ -254,6 +254,11 @@ class Scheduler:
         `Drafter.must_read`)."""
         if any(s.num_lookahead_tokens for s in seqs):
             return True
+        # A request that samples its first token here may draft at once after it (a step of
+        # prompts alone drafts nothing itself, so `is_on` is off in it): read it now, else its
+        # first token waits for the next step, which could not draft either.
+        if any(s.is_sampled and not s.is_decode and self.spec.may_draft(s.req) for s in seqs):
+            return True
         return self.spec.is_on and any(s.is_sampled and self.spec.may_draft(s.req) for s in seqs)
 
     def _add_lookahead(self, seq: ScheduledSeq, budget: int) -> ScheduledSeq:

@@ -99,6 +99,7 @@ class MTPDrafter:
 
     needs_hidden = True
     needs_taps = False
+    observes_prompts_in_flight = True  # a prompt step overlaps the next (`must_read`)
 
     def __init__(
         self,
@@ -174,10 +175,12 @@ class MTPDrafter:
             self.head(embeds, torch.zeros_like(embeds), batch)
 
     def must_read(self, batch: ScheduledBatch, *, is_overlapped: bool) -> bool:
-        """A step with prompt chunks (the head runs over a prompt at once, so its KV is written
-        before the prefix cache can share the blocks), and every step where steps do not overlap
-        (the head takes a plain step's rows on the device only from a step in flight)."""
-        return not is_overlapped or not all(s.is_decode for s in batch.seqs)
+        """Every step where steps do not overlap (the head takes a step's rows on the device only
+        from a step in flight). A step with prompt chunks overlaps the next like any other: the
+        head still runs over a prompt within it, on the device (its KV written before the prefix
+        cache can share the blocks), the row that samples taking the draw still in flight
+        (`SpeculativeStep.observe_prompts_in_flight`)."""
+        return not is_overlapped
 
     def observe(self, step: TargetStep) -> None:
         """Keep the step's accepted target rows; run the head over prompt chunks' at once."""

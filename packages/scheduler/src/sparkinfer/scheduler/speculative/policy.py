@@ -143,7 +143,11 @@ class SpecPolicy:
         self._is_on = self._pays(decodes, candidates)
         if not self._is_on and candidates and self._steps_since_probe >= PROBE_INTERVAL:
             self._is_on = True
-        if self._is_on:
+        # A probe counts once a candidate drafts in it: one whose step before overlapped this
+        # (its token still in flight) cannot draft until the step after, which this one's
+        # being read at once (`is_on`) makes possible; resetting here would spend the probe
+        # on a read-at-once step that drafts nothing, every PROBE_INTERVAL steps.
+        if self._is_on and any(not r.num_inflight_tokens for r in candidates):
             self._steps_since_probe = 0
 
     @property

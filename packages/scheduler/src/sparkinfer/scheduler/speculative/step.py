@@ -4,8 +4,8 @@ draws, acceptance and the commit of the kept positions' states, and what the dra
 
 The runner hands a step here when its samples must reach the host within the step: the scheduler
 gave a decode row lookahead rows (or a request that samples in it may draft next), or the
-drafter says it must see the step's results before the next (`Drafter.must_read`: MTP for a step
-with prompt chunks, whose head KV is written at once). The step before is read first (a drafter
+drafter says it must see the step's results before the next (`Drafter.must_read`: MTP when
+steps do not overlap). The step before is read first (a drafter
 drafts from every token); the prompt chunks run as in any step; the decode rows run as one
 verify forward when any of them has drafts (replaying a `graphs.verify` graph when a bucket
 holds the rows), else as a plain decode forward (the decode graphs then still apply). With a
@@ -14,7 +14,8 @@ graph keeps its rows' hidden states, `DecodeGraphs.hidden`); with a block drafte
 the runner captured its decode and verify graphs tapped, so they keep the tap layers' rows too
 (`tapped`); prompt chunks, and decode rows no bucket holds, run eagerly over every row. Steps
 that overlap the next stay with the runner; the drafter still gets their rows on the device
-(`observe_in_flight`).
+(`observe_in_flight`; a step with prompt chunks: `observe_prompts_in_flight`, every prompt row
+from an eager forward, the sampled rows' next tokens still in flight).
 
 Within the step the host waits for the device once: drafts left on the device
 (`Drafter.propose_drafts`, `Drafts`) feed the verify's input ids there, acceptance runs on the
@@ -295,7 +296,9 @@ class SpeculativeStep:
         rows, when the step replayed a decode graph over every row (None otherwise: the drafter
         then misses these rows, which makes its drafts worse, never wrong)."""
         graphs = self.target.graphs
-        if not self.needs_hidden or graphs is None or not all(s.is_decode for s in seqs):
+        if not self.needs_hidden or graphs is None or not seqs:
+            return None
+        if not all(s.is_decode for s in seqs):
             return None
         bucket = graphs.bucket_for(len(seqs))
         if bucket is None or any(s.num_prompt_logprobs for s in seqs):
@@ -316,6 +319,63 @@ class SpeculativeStep:
             next_token_ids=token_ids,  # the step's own draw: no later step writes it
         )
         with self.target.numerics(is_decode=True), self._drafter_span("draft_observe"):
+            self.drafter.observe(step)
+
+    @property
+    def observes_prompts_in_flight(self) -> bool:
+        """Whether the drafter takes a prompt chunk's rows from a step that overlaps the next
+        (MTP: its head runs over them on the device at once, no host read needed), so such a
+        step need not be read at once (`observe_prompts_in_flight`)."""
+        # getattr: a wrapping or stand-in drafter (tests, benchmarks) may not declare it
+        return self.drafter is not None and bool(
+            getattr(self.drafter, "observes_prompts_in_flight", False)
+        )
+
+    def observe_prompts_in_flight(
+        self,
+        decodes: Sequence[ScheduledSeq],
+        decode_hidden: torch.Tensor | None,
+        prefills: Sequence[ScheduledSeq],
+        prompt_hidden: torch.Tensor,
+        inflight: StepInFlight | None,
+    ) -> None:
+        """Hand the drafter a step with prompt chunks that overlaps the next: every prompt row
+        (prompt_hidden: the chunks' every row, in order) and the decode rows (decode_hidden:
+        one row each, None: the drafter misses them, which makes drafts worse, never wrong).
+        A row's next token is the prompt's where the prompt has it, else the step's own draw,
+        still in flight on the device (`inflight`: this step's draws, in its sampled order)."""
+        assert self.drafter is not None
+        drawn_row = {id(s): i for i, s in enumerate(inflight.seqs)} if inflight else {}
+        host_ids: list[int] = []
+        late_at: list[int] = []  # rows whose next token is in flight
+        late_from: list[int] = []  # ... its row among the step's draws
+        for seq in decodes:
+            late_at.append(len(host_ids))
+            late_from.append(drawn_row[id(seq)])
+            host_ids.append(0)
+        for seq in prefills:
+            start, n = seq.num_cached_tokens, seq.num_new_tokens
+            after = seq.req.token_ids[start + 1 : start + n + 1]
+            host_ids += after
+            if len(after) < n:  # the chunk's last row: the token it samples
+                late_at.append(len(host_ids))
+                late_from.append(drawn_row[id(seq)])
+                host_ids.append(0)
+        device = self.target.device
+        ids = host_to_device(torch.tensor(host_ids, dtype=torch.int64), device)
+        if late_at and inflight is not None:
+            idx = host_to_device(torch.tensor([late_at, late_from], dtype=torch.int64), device)
+            ids[idx[0]] = inflight.token_ids[idx[1]]
+        parts = [decode_hidden] if decodes and decode_hidden is not None else []
+        step = TargetStep(
+            seqs=(*decodes, *prefills),
+            rows_per_seq=(*(1 for _ in decodes), *(s.num_new_tokens for s in prefills)),
+            start_positions=tuple(s.num_cached_tokens for s in (*decodes, *prefills)),
+            hidden=torch.cat([*parts, prompt_hidden]) if parts else prompt_hidden,
+            next_token_ids=ids,
+        )
+        # The prefill numerics, as a step read at once ran the head over a prompt under.
+        with self.target.numerics(is_decode=False), self._drafter_span("draft_observe"):
             self.drafter.observe(step)
 
     def _drafter_span(self, kind: StepSpan) -> AbstractContextManager[object]:
