@@ -123,7 +123,8 @@ def main() -> None:
     p.add_argument("--deterministic", action="store_true")
     args = p.parse_args()
     bench_args = argparse.Namespace(
-        model=args.model, tiny=False, num_layers=args.num_layers, drafters=["mtp"],
+        model=args.model, tiny=False, cpu=False, quantization="none",
+        num_layers=args.num_layers, drafters=["mtp"],
         concurrency=[int(c) for c in args.concurrency.split(",")], context=args.context,
         new_tokens=args.new_tokens, prompt="code" if args.model else "random",
         adaptive=True, deterministic=args.deterministic, enforce_eager=False, seed=0,
