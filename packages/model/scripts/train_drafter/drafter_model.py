@@ -71,10 +71,13 @@ class DrafterShape:
         return json.dumps(self.config_json(), indent=2) + "\n"
 
 
-def dflash_tap_layers(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
-    """The published rule: as many taps as drafter layers, spread evenly from layer 1 to layer
-    num_target_layers - 3 (64 target and 5 drafter layers give 1, 16, 31, 46, 61)."""
-    start, end = 1, num_target_layers - 3
+def dflash_tap_layers(
+    num_target_layers: int, num_draft_layers: int, end_before: int = 3
+) -> tuple[int, ...]:
+    """As many taps as drafter layers, spread evenly from layer 1 to layer num_target_layers -
+    end_before; the published rule's 3 gives 1, 16, 31, 46, 61 for 64 target and 5 drafter
+    layers. A shallow target keeps its last layers closer (8 layers, end_before 2: 1, 4, 6)."""
+    start, end = 1, num_target_layers - end_before
     if num_draft_layers == 1:
         return ((start + end) // 2,)
     span = end - start

@@ -75,6 +75,7 @@ class DraftTrainConfig:
     generate_share: float = 0.4  # of the budget, the most that generation may take
     reserve_s: float = 25.0  # kept for evaluation, export and the check
     num_layers: int = 3
+    tap_end_before: int = 3  # the last tap is layer num_target_layers - this (`dflash_tap_layers`)
     block_size: int = 16
     num_prompts: int = 16384  # the most; generation usually stops at its time share first
     held_out_each: int = 32
@@ -347,7 +348,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     device = torch.device(args.device)
     text = load_model_config(args.target).text
-    tap_layers = dflash_tap_layers(text.num_hidden_layers, cfg.num_layers)
+    tap_layers = dflash_tap_layers(text.num_hidden_layers, cfg.num_layers, cfg.tap_end_before)
     tokenizer = Tokenizer.from_checkpoint(args.target)
     shape = DrafterShape(
         hidden_size=text.hidden_size, intermediate_size=text.intermediate_size,
