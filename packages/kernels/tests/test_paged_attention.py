@@ -761,6 +761,19 @@ def test_decode_small_batch_plan_on_gpu(assert_close):
     assert_close(out, _decode(paged_attention_decode_ref, b, b["q"], b["gate"], scale))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("heads", "d"), [((48, 2), 8), ((24, 4), 256)])
+def test_decode_fp32_multiplies_in_fp32_on_gpu(heads, d):
+    """fp32 operands take IEEE dots, not tf32 (Triton's default, about 1e-3 off): a block
+    drafter's packed rows (a block of 8 x 3 query heads per KV head, 8 dims) and the 27B's
+    heads, over one tile and several splits, within fp32 rounding of the reference."""
+    b = _paged_batch([1] * 3, [8, 99, 4000], heads=heads, d=d, block_size=16, device="cuda",
+                     seed=16)  # fmt: skip
+    out = _decode(paged_attention_decode, b, b["q"], b["gate"])
+    want = _decode(paged_attention_decode_ref, b, b["q"], b["gate"])
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
 PACKED_SPLIT_TILES = PrefillConfig(BM=64, BN=64, num_warps=4, num_stages=2, use_tma=True,
                                    pack_gqa=True, kv_splits=4, heads_fastest=True)  # fmt: skip
 
@@ -840,7 +853,7 @@ def compile_for_hopper() -> None:
         plan = {"D": 256, "BD": 256, "BN": 64, "MIN_SPLIT_LEN": 64, "MAX_SPLITS": max_splits,
                 "USE_PDL": True}  # fmt: skip
         split = {**plan, "GROUP": 6, "BG": 16, "BLOCK_SIZE": 64, "TMA": True,
-                 "DOT_DTYPE": tl.bfloat16}  # fmt: skip
+                 "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32"}  # fmt: skip
         compile_one(decode._decode_split_kernel, 64, split, 4)
         merge = {**plan, "DC": merge_columns(256, max_splits), "HAS_GATE": True}
         compile_one(decode._decode_merge_kernel, 64, merge, 4)

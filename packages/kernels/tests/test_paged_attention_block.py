@@ -105,6 +105,22 @@ def test_cuda_block_attention_at_the_27b_drafters_shape(window, is_causal):
         torch.testing.assert_close(got.float(), want.float(), atol=BF16_ATOL, rtol=BF16_RTOL)
 
 
+# fp32 on the GPU: exact fp32 dots (tf32 ones, Triton's default, miss by about 1e-3).
+FP32_EXACT_TOL = 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("window", "is_causal"), [(None, False), (5, False), (None, True)])
+@pytest.mark.parametrize(("heads", "d"), [((6, 2), 8), ((32, 8), 128)])
+def test_cuda_fp32_block_attention_multiplies_in_fp32(window, is_causal, heads, d):
+    """fp32 operands take IEEE dots, not tf32: the shrunk drafters' shape (6 heads over 2 of
+    8 dims, a block of 8) and the published one, within fp32 rounding of the reference."""
+    b = _blocks([9, 100, 300], s=8, heads=heads, d=d, device="cuda")
+    got = _run(paged_attention_block, b, window=window, is_causal=is_causal)
+    want = _run(paged_attention_block_ref, b, window=window, is_causal=is_causal)
+    torch.testing.assert_close(got, want, atol=FP32_EXACT_TOL, rtol=FP32_EXACT_TOL)
+
+
 @pytest.mark.gpu
 def test_cuda_a_sequence_gives_the_same_bits_alone_and_in_a_batch(assert_same_bits_across_shapes):
     """One program per (sequence, KV head): a sequence's output never depends on the batch."""

@@ -140,6 +140,14 @@ def dot_dtype(t: torch.Tensor) -> tl.dtype:
     return tl.float32
 
 
+def dot_precision(t: torch.Tensor) -> str:
+    """`input_precision` for tl.dot over t's dtype: "ieee" for fp32 operands (exact fp32
+    products, as torch's default matmul; Triton's default rounds them to tf32 on tensor cores,
+    an error near 1e-3 a product), "tf32" (Triton's default, which 16-bit operands ignore)
+    otherwise, so a bf16 kernel compiles as without it. The CPU interpreter ignores it."""
+    return "ieee" if t.dtype == torch.float32 else "tf32"
+
+
 def check_varlen_batch(
     op: str,
     cu_seqlens: torch.Tensor,

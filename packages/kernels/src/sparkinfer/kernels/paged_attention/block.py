@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from sparkinfer.kernels._triton import check_device, dot_dtype, dot_tile
+from sparkinfer.kernels._triton import check_device, dot_dtype, dot_precision, dot_tile
 from sparkinfer.kernels.paged_attention.checks import (
     check_block_tables,
     check_cache,
@@ -43,7 +43,7 @@ def _block_attention_kernel(
     stride_vh, stride_btb, stride_ob, stride_os, stride_oh,
     S: tl.constexpr, GROUP: tl.constexpr, BR: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, WINDOW: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     i_b, i_kvh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     ctx_len = tl.load(p_ctx + i_b)
@@ -81,7 +81,8 @@ def _block_attention_kernel(
         m_kv = m_n[:, None] & m_d[None, :]
         o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
         b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BR, BN], log2 domain
+        b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE)), input_precision=DOT_PRECISION)
+        b_s = b_s * qk_scale  # [BR, BN], log2 domain
         seen = (o_n[None, :] >= lo[:, None]) & (o_n[None, :] < hi[:, None]) & m_n[None, :]
         b_s = tl.where(seen, b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
@@ -91,7 +92,12 @@ def _block_attention_kernel(
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
         o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
         b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
+        b_acc = tl.dot(
+            b_p.to(DOT_DTYPE),
+            b_v.to(DOT_DTYPE),
+            b_acc * b_alpha[:, None],
+            input_precision=DOT_PRECISION,
+        )
         b_m = b_m_new
     b_o = b_acc / tl.where(b_l > 0, b_l, 1.0)[:, None]
     p_o += i_b * stride_ob + o_j[:, None] * stride_os + o_h[:, None] * stride_oh + o_d[None, :]
@@ -176,6 +182,7 @@ def paged_attention_block(
         block_tables.stride(0), o.stride(0), o.stride(1), o.stride(2),
         S=s, GROUP=group, BR=tiles.BR, BLOCK_SIZE=k_cache.shape[1], D=d, BD=tiles.BD,
         BN=64 if on_gpu else 16, WINDOW=window or 0, IS_CAUSAL=is_causal,
-        DOT_DTYPE=dot_dtype(q), num_warps=4 if on_gpu else 1, num_stages=2 if on_gpu else 1,
+        DOT_DTYPE=dot_dtype(q), DOT_PRECISION=dot_precision(q), num_warps=4 if on_gpu else 1,
+        num_stages=2 if on_gpu else 1,
     )  # fmt: skip
     return o

@@ -46,6 +46,7 @@ import triton.language as tl
 from sparkinfer.kernels._triton import (
     check_device,
     dot_dtype,
+    dot_precision,
     dot_tile,
     num_multiprocessors,
     tma_device_error,
@@ -101,7 +102,8 @@ def _decode_split_kernel(
     stride_btb,
     GROUP: tl.constexpr, BG: tl.constexpr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
     BD: tl.constexpr, BN: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr,
-    TMA: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_PDL: tl.constexpr,
+    TMA: tl.constexpr, DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
     wait_for_prior_kernels(USE_PDL)
     i_b, i_kvh, i_s = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -136,7 +138,8 @@ def _decode_split_kernel(
             m_kv = m_n[:, None] & m_d[None, :]
             o_k = b_blk * stride_kb + o_row * stride_ks + i_kvh * stride_kh
             b_k = tl.load(p_k + o_k[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE))) * qk_scale  # [BG, BN], log2 domain
+        b_s = tl.dot(b_q, tl.trans(b_k.to(DOT_DTYPE)), input_precision=DOT_PRECISION)
+        b_s = b_s * qk_scale  # [BG, BN], log2 domain
         b_s = tl.where(m_n[None, :], b_s, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
@@ -147,7 +150,12 @@ def _decode_split_kernel(
         else:
             o_v = b_blk * stride_vb + o_row * stride_vs + i_kvh * stride_vh
             b_v = tl.load(p_v + o_v[:, None] + o_d[None, :], mask=m_kv, other=0.0)
-        b_acc = tl.dot(b_p.to(DOT_DTYPE), b_v.to(DOT_DTYPE), b_acc * b_alpha[:, None])
+        b_acc = tl.dot(
+            b_p.to(DOT_DTYPE),
+            b_v.to(DOT_DTYPE),
+            b_acc * b_alpha[:, None],
+            input_precision=DOT_PRECISION,
+        )
         b_m = b_m_new
 
     # Partials: o [B, H, MAX_SPLITS, BD] normalised, (m, l) [B, H, MAX_SPLITS, 2] fp32.
@@ -331,7 +339,7 @@ def launch_decode_splits(
         block_tables.stride(0),
         GROUP=group, BG=tiles.BG, BLOCK_SIZE=k_cache.shape[1], D=d,
         BD=bd, BN=config.BN, MIN_SPLIT_LEN=config.MIN_SPLIT_LEN, MAX_SPLITS=config.MAX_SPLITS,
-        TMA=use_tma, DOT_DTYPE=dot_dtype(q), USE_PDL=pdl,
+        TMA=use_tma, DOT_DTYPE=dot_dtype(q), DOT_PRECISION=dot_precision(q), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return SplitPartials(part_o, part_ml)
