@@ -5,6 +5,7 @@ sequence gives (its KV kept across chunks, verifies and rejections); on FP8 weig
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,7 @@ from sparkinfer.scheduler.observer import StepObserver, StepSpan
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.sampler import Sampler
+from sparkinfer.scheduler.speculative import mtp_drafter
 from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 
@@ -204,12 +206,15 @@ def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
     _assert_heads_drafts(mtp_model, drafter.proposals)
 
 
+@pytest.mark.parametrize("interval", [mtp_drafter.CATCH_UP_INTERVAL, 4], ids=["clock", "often"])
 def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
-    mtp_model, plain, monkeypatch
+    mtp_model, plain, monkeypatch, interval
 ):
-    """Rows that do not draft leave the head behind; it catches up when they draft again, and
-    rows of one step drafting 1 to k drafts write only their own KV. Plain steps replay the
-    decode graphs (with their hidden states) on the CPU stand-ins."""
+    """Rows that do not draft leave the head behind; it catches up when they draft again (and
+    on its step clock: every `interval` steps), and rows of one step drafting 1 to k drafts
+    write only their own KV. Plain steps replay the decode graphs (with their hidden states) on
+    the CPU stand-ins."""
+    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
     cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
     runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
     replayed = attach_cpu_graphs(runner, monkeypatch)
@@ -223,6 +228,61 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
     assert isinstance(drafter, ThrottledDrafter)
     assert {len(d) for _, d in drafter.proposals} == {1, 2, 3}
     _assert_heads_drafts(mtp_model, drafter.proposals)
+
+
+class RowsHead(CountingHead):
+    """The head, recording the rows of each sequence of each call."""
+
+    def __init__(self, head: MTPHead) -> None:
+        super().__init__(head)
+        self.rows: list[list[int]] = []
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch) -> object:
+        cu = batch.cu_seqlens_cpu
+        self.rows.append([b - a for a, b in itertools.pairwise(cu)])
+        return super().forward(embeds, hidden, batch)
+
+
+def test_requests_that_started_at_different_steps_catch_up_in_one_head_forward(
+    mtp_model, monkeypatch
+):
+    """Requests that do not draft keep their rows; on the head's step clock (every
+    CATCH_UP_INTERVAL observed steps) one forward runs over every decode request's (beside the
+    step's prompt chunks), never one per request at the step where its own count reaches a
+    threshold: requests whose prompts ended at different steps, and so kept different numbers
+    of rows, share each catch-up."""
+    interval = 6
+    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)  # prompts in chunks
+    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, ThrottledDrafter)
+    drafter.is_silent = True
+    head = RowsHead(drafter.head)
+    drafter.head = head  # type: ignore[assignment]
+    steps: list[list[list[int]]] = []  # each observed step's head calls: rows per sequence
+    decode_rows: list[list[int]] = []  # each step's: rows per decode request caught up
+    observe = drafter.observe
+
+    def observe_counted(step: TargetStep) -> None:
+        before = len(head.rows)
+        observe(step)
+        steps.append(head.rows[before:])
+        num_prompts = sum(not s.is_decode for s in step.seqs)  # first in the forward
+        decode_rows.append(steps[-1][0][num_prompts:] if steps[-1] else [])
+
+    monkeypatch.setattr(drafter, "observe", observe_counted)
+    prompts, params = PROMPTS[:4], [replace(GREEDY, max_tokens=30)] * 4
+    on = run_mixed_steps(runner, cfg, prompts, params)
+    off = config(speculative="off", max_num_batched_tokens=20)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, prompts, params).tokens
+    assert all(len(calls) <= 1 for calls in steps), "a step ran the head more than once"
+    clock = [rows for rows in decode_rows if rows]
+    assert 3 <= len(clock) <= len(steps) // interval + 1
+    # Several requests in one forward, each with the rows it kept since it started decoding or
+    # since the last catch-up: different counts (thresholds of their own run them one by one).
+    assert any(len(set(rows)) > 1 for rows in clock), clock
+    assert all(max(rows) <= interval for rows in clock), clock
 
 
 class WrongDrafter(RecordingDrafter):
@@ -359,10 +419,20 @@ def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> 
     return replayed
 
 
-@pytest.mark.parametrize("kind", [RecordingDrafter, ThrottledDrafter])
-def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind):
+@pytest.mark.parametrize(
+    ("kind", "interval"),
+    [
+        (RecordingDrafter, mtp_drafter.CATCH_UP_INTERVAL),
+        (ThrottledDrafter, mtp_drafter.CATCH_UP_INTERVAL),
+        (ThrottledDrafter, 3),
+    ],
+    ids=["drafting", "throttled", "throttled-clock"],
+)
+def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind, interval):
     """The head's catch-up rows (as decode rows of their own) and draft steps replayed from a
-    graph give the drafts plain forwards give; steps the graphs do not hold run eagerly."""
+    graph give the drafts plain forwards give; steps the graphs do not hold run eagerly. The
+    step clock's catch-ups leave a graph's rows pending."""
+    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
     cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
     runner = _recording_runner(mtp_model, cfg, kind)
     replayed = _attach_cpu_head_graphs(runner, monkeypatch)
