@@ -285,6 +285,51 @@ def test_requests_that_started_at_different_steps_catch_up_in_one_head_forward(
     assert all(max(rows) <= interval for rows in clock), clock
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["read-at-once", "overlapped"])
+def test_prompt_chunks_replay_prefill_graphs_that_keep_every_rows_hidden_state(
+    mtp_model, monkeypatch, adaptive
+):
+    """Under MTP the prefill graphs are captured keeping every row's final hidden state, so
+    prompt chunks the graphs hold replay them (in steps read at once and in steps that overlap
+    the next) and the head still runs over every prompt row: the drafts are the head's
+    plain-forward drafts and greedy output is plain decoding's."""
+    from scheduler_testing import attach_cpu_prefill_graphs
+
+    cfg = config(
+        num_speculative_tokens=2, max_num_batched_tokens=20, prefill_graph_tokens=20,
+        speculative_adaptive=adaptive, max_num_seqs=2,
+    )  # fmt: skip
+    runner = _recording_runner(mtp_model, cfg, WrongDrafter if adaptive else RecordingDrafter)
+    attach_cpu_graphs(runner, monkeypatch)
+    prefills = attach_cpu_prefill_graphs(runner, monkeypatch, max_seqs=4, keep_hidden=True)
+    graphs = runner.prefill_graphs
+    assert graphs is not None and graphs.keep_hidden
+    eager: list[int] = []
+    forward_eager = runner.forward_eager
+    monkeypatch.setattr(
+        runner,
+        "forward_eager",
+        lambda seqs, *a, **kw: (eager.append(len(seqs)), forward_eager(seqs, *a, **kw))[1],
+    )
+    in_flight: list[int] = []
+    observe = runner.speculative.observe_prompts_in_flight
+    monkeypatch.setattr(
+        runner.speculative,
+        "observe_prompts_in_flight",
+        lambda d, dh, p, ph, f: (in_flight.append(len(p)), observe(d, dh, p, ph, f))[1],
+    )
+    params = [replace(GREEDY, max_tokens=30)] * len(PROMPTS)  # later prompts meet cool-downs
+    on = run_mixed_steps(runner, cfg, PROMPTS, params)
+    off = config(speculative="off", max_num_batched_tokens=20, max_num_seqs=2)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS, params).tokens
+    assert prefills, "no prompt chunk replayed a prefill graph"
+    assert bool(in_flight) == adaptive  # prompt steps that overlap the next
+    assert not eager, "a prompt chunk ran eagerly"
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, RecordingDrafter) and len(drafter.proposals) > 4
+    _assert_heads_drafts(mtp_model, drafter.proposals)
+
+
 class WrongDrafter(RecordingDrafter):
     """Records the head's drafts, then proposes each one wrong (every verify rejects)."""
 

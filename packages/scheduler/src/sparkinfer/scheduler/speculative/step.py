@@ -478,12 +478,15 @@ class SpeculativeStep:
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] | None = None,
     ) -> None:
         """A forward as in a step not read at once (graphed where it can be); when the drafter
-        needs the rows' hidden states (their taps, for a block drafter) a decode graph's or an
-        eager forward's over every row."""
+        needs the rows' hidden states (their taps, for a block drafter) a decode graph's, a
+        prefill graph's (captured `keep_hidden`; not tapped) or an eager forward's over every
+        row."""
         t = self.target
         scores = {} if prompt_logprobs is None else prompt_logprobs
         if self.needs_hidden:
             graphed = self._plain_graphed(seqs, inflight)
+            if graphed is None and not self.needs_taps:
+                graphed = t.forward_all_rows(seqs, scores, inflight)
             out, h = graphed or t.forward_eager(
                 seqs, scores, inflight, all_rows=True, use_taps=self.needs_taps
             )
