@@ -464,6 +464,111 @@ def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> 
     return replayed
 
 
+def _attach_cpu_catch_up_graphs(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, int]]:
+    """Capture the head's catch-up graphs on the CPU stand-ins; returns the list of (bucket,
+    number of runs) of every replay."""
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, MTPDrafter)
+    use_cpu_graph_standins(monkeypatch, CpuStream())
+    cfg = runner.config
+    with runner.numerics(is_decode=False):
+        drafter.capture_catch_up_graphs(
+            token_sizes=cfg.head_catch_up_graph_sizes(),
+            max_seqs=cfg.max_seqs_per_step,
+            max_blocks_per_seq=cfg.max_blocks_per_seq,
+            stream=CpuStream(),  # type: ignore[arg-type]
+        )
+    graphs = drafter.catch_up_graphs
+    assert graphs is not None
+    for size, captured in graphs.buckets.captured.items():
+
+        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
+            output.copy_(graphs._forward(size))
+
+        assert isinstance(captured.graph, CpuGraph)
+        captured.graph.rerun = rerun
+    replayed: list[tuple[int, int]] = []
+    run = graphs.run
+
+    def recording_run(bucket, runs, *args):
+        replayed.append((bucket, len(runs)))
+        return run(bucket, runs, *args)
+
+    monkeypatch.setattr(graphs, "run", recording_run)
+    return replayed
+
+
+def test_head_catch_ups_replay_graphs_and_give_the_head_forwards_drafts(mtp_model, monkeypatch):
+    """Every catch-up the graphs hold (a prompt chunk's, several requests' on the step clock,
+    a request's before it drafts) replays a catch-up graph, its runs padded to a bucket; the
+    drafts are still the head's plain-forward drafts and greedy output is plain decoding's."""
+    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", 4)
+    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
+    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
+    replayed = _attach_cpu_catch_up_graphs(runner, monkeypatch)
+    drafter = runner.speculative.drafter
+    assert isinstance(drafter, ThrottledDrafter) and drafter.catch_up_graphs is not None
+    assert drafter.catch_up_graphs.token_sizes == (16, 20)
+    head = CountingHead(drafter.head)
+    drafter.head = head  # type: ignore[assignment]  # the graphs hold the head itself
+    params = [replace(GREEDY, max_tokens=20)] * 3
+    on = run_mixed_steps(runner, cfg, PROMPTS[:3], params)
+    off = config(speculative="off", max_num_batched_tokens=20)
+    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:3], params).tokens
+    assert any(n > 1 for _, n in replayed), replayed  # several requests' runs in one replay
+    assert {b for b, _ in replayed} == {16, 20}
+    # Eagerly: only the draft steps after the first (one row per drafting request).
+    assert all(rows <= 3 for rows in head.calls), head.calls
+    assert len(drafter.proposals) > 5
+    _assert_heads_drafts(mtp_model, drafter.proposals)
+
+
+@pytest.mark.gpu
+def test_head_catch_up_graphs_keep_output_and_drafts_on_cuda(monkeypatch):
+    """bf16 on the device, deterministic: with the head's catch-up graphs (prompt chunks, the
+    step clock every 4 steps, stretches without drafts) greedy output is plain decoding's bit
+    for bit, and the drafts are those of eager catch-ups (but for a rare near tie: the graphs
+    run the prefill numerics throughout)."""
+    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", 4)
+    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
+    head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cuda"), dtype=model.dtype)
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    model.mtp = head.eval()
+    cfg = config(max_model_len=256, max_num_batched_tokens=64)  # prompts in chunks
+    params = [replace(GREEDY, max_tokens=40)] * len(PROMPTS)
+    off = replace(cfg, speculative="off")
+    want = run_mixed_steps(Runner(model, off), off, PROMPTS, params)
+    proposals: list[list[tuple[list[int], list[int]]]] = []
+    for graphed in (True, False):
+        runner = _recording_runner(model, cfg, ThrottledDrafter)
+        runner.speculative.capture_graphs()  # the throttled drafter's graphs
+        drafter = runner.speculative.drafter
+        assert isinstance(drafter, ThrottledDrafter) and drafter.catch_up_graphs is not None
+        replays: list[int] = []
+        run = drafter.catch_up_graphs.run
+        monkeypatch.setattr(
+            drafter.catch_up_graphs,
+            "run",
+            lambda b, *a, replays=replays, run=run: (replays.append(b), run(b, *a))[1],
+        )
+        if not graphed:
+            drafter.catch_up_graphs = None
+        got = run_mixed_steps(runner, cfg, PROMPTS, params)
+        assert got.tokens == want.tokens and got.logprobs == want.logprobs
+        assert bool(replays) == graphed
+        proposals.append(drafter.proposals)
+    graphed_drafts, eager_drafts = proposals
+    assert [t for t, _ in graphed_drafts] == [t for t, _ in eager_drafts]
+    same = [a == b for (_, a), (_, b) in zip(graphed_drafts, eager_drafts, strict=True)]
+    assert len(same) > 10 and sum(same) >= 0.9 * len(same)
+
+
 @pytest.mark.parametrize(
     ("kind", "interval"),
     [

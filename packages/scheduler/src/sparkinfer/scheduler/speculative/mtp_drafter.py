@@ -15,19 +15,20 @@ views of the step's tensors) per request; the head runs over them when the reque
 once for prompt chunks (so a prompt's head KV is written before its blocks can be shared through
 the prefix cache). The clock: every `CATCH_UP_INTERVAL` observed steps (at once when a request
 has kept `MAX_PENDING_ROWS`, a bound on memory) one forward runs over every decode request of
-the step with more kept rows than a head graph takes, all but its last such rows (`_keep`), beside
-the step's prompt chunks. Requests that started at different steps so share one forward every
-interval (one eager launch sequence, its rows a compute-bound batch), not one each whenever a
-request's own count reaches a threshold (at 32 streams that was an eager forward about every
-other step, inside steps that otherwise replay graphs); a request not in the step keeps its rows
-(its blocks may be gone). A request whose drafting is off (adaptive cool-down, or the cost
-model) so costs the head about one shared forward per interval: an MTP engine whose drafts are
-never accepted runs close to plain-decode speed, its plain steps replaying the decode graphs and
-overlapping the next step (`SpeculativeStep.observe_in_flight` hands their rows over on the
-device, the tokens still in flight), and pays one catch-up forward over the rows since the last
-clock catch-up when it probes again. Positions decoded while drafting is off may keep no head KV
-for up to an interval: a draft reading them through a shared prefix block may be worse, never
-wrong (every draft is verified).
+the step with more kept rows than a head graph takes, all but its last such rows (`_keep`),
+beside the step's prompt chunks. Requests that started at different steps so share one forward
+every interval (one replay of a catch-up graph, or one eager launch sequence; its rows a
+compute-bound batch), not one each whenever a request's own count reaches a threshold (at 32
+streams that was an eager forward about every other step, inside steps that otherwise replay
+graphs); a request not in the step keeps its rows (its blocks may be gone). A request whose
+drafting is off (adaptive cool-down, or the cost model) so costs the head about one shared
+forward per interval: an MTP engine whose drafts are never accepted runs close to plain-decode
+speed, its plain steps replaying the decode graphs and overlapping the next step
+(`SpeculativeStep.observe_in_flight` hands their rows over on the device, the tokens still in
+flight), and pays one catch-up forward over the rows since the last clock catch-up when it
+probes again. Positions decoded while drafting is off may keep no head KV for up to an interval:
+a draft reading them through a shared prefix block may be worse, never wrong (every draft is
+verified).
 
 Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
 device to device into the next head step, whose batch (positions, KV slots, context lengths) is
@@ -35,13 +36,18 @@ the one before advanced by one on the device; the drafts stay there (`propose_dr
 verify takes them as its input ids on the device, and their one copy to the host, queued behind
 them, is read with the step's drawn tokens. In the steady state (every drafting request with 1
 to k + 1 pending rows) the catch-up and the draft steps replay one CUDA graph (`graphs.head`); a
-request back from a stretch without drafts first runs the head eagerly over all but its last k +
-1 rows, so the drafts still replay the graph. The head runs under the target's decode numerics,
-so it builds no kernel variant of its own while serving. The drafts are greedy, so the verify's
-acceptance equals rejection sampling's (`rejection_sampler`). Each draft's logits read the
-lm_head's first `speculative_draft_vocab` rows only (a view; by default 65,536 of Qwen's
-248,320, a quarter of the bytes: the full lm_head was the head's main cost at batch 1); a token
-past them is never drafted, and the verify emits it as it would without drafts.
+request back from a stretch without drafts first catches up over all but its last k + 1 rows, so
+the drafts still replay the graph. Every catch-up but the head graph's (a prompt chunk's, the
+clock's, those older rows) replays a catch-up graph where one holds its rows
+(`graphs.head_catch_up`, a graph per row bucket: one replay, not some forty launches of host
+time in a step the host launches while the device runs it), else runs eagerly. The head runs
+under the target's numerics (the decode ones; the catch-up graphs and prompt chunks' catch-ups
+the prefill ones), so it builds no kernel variant of its own while serving. The drafts are
+greedy, so the verify's acceptance equals rejection sampling's (`rejection_sampler`). Each
+draft's logits read the lm_head's first `speculative_draft_vocab` rows only (a view; by default
+65,536 of Qwen's 248,320, a quarter of the bytes: the full lm_head was the head's main cost at
+batch 1); a token past them is never drafted, and the verify emits it as it would without
+drafts.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.graphs.head import HeadGraphs, advance_draft_batch
+from sparkinfer.scheduler.graphs.head_catch_up import HeadCatchUpGraphs
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 
@@ -147,6 +154,7 @@ class MTPDrafter:
         self._pending: weakref.WeakKeyDictionary[Request, _Pending] = weakref.WeakKeyDictionary()
         self._tails: weakref.WeakKeyDictionary[Request, _Tail] = weakref.WeakKeyDictionary()
         self.graphs: HeadGraphs | None = None  # captured by `capture_graphs` (CUDA)
+        self.catch_up_graphs: HeadCatchUpGraphs | None = None  # `capture_catch_up_graphs`
         self._steps_since_catch_up = 0  # the clock of the shared catch-up (`observe`)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -180,6 +188,33 @@ class MTPDrafter:
         with torch.inference_mode():
             graphs.capture()
         self.graphs = graphs
+
+    def capture_catch_up_graphs(
+        self,
+        *,
+        token_sizes: Sequence[int],
+        max_seqs: int,
+        max_blocks_per_seq: int,
+        stream: torch.cuda.Stream,
+    ) -> None:
+        """Capture the head's catch-up over kept rows for these row buckets
+        (`graphs.head_catch_up`): a catch-up they hold replays one graph, not some forty
+        launches."""
+        graphs = HeadCatchUpGraphs(
+            self.model,
+            self.head,
+            self.caches,
+            token_sizes=token_sizes,
+            max_seqs=max_seqs,
+            max_blocks_per_seq=max_blocks_per_seq,
+            block_size=self.block_size,
+            hidden_size=self.head.config.hidden_size,
+            dtype=next(self.head.parameters()).dtype,
+            stream=stream,
+        )
+        with torch.inference_mode():
+            graphs.capture()
+        self.catch_up_graphs = graphs
 
     def warm_up(self, row_counts: Iterable[int]) -> None:
         """Run the head once over each of these catch-up row counts, one request after a block
@@ -341,26 +376,35 @@ class MTPDrafter:
         self._run_head(seqs, [self._pending.pop(s.req) for s in seqs])
 
     def _run_head(self, seqs: list[ScheduledSeq], pending: list[_Pending]) -> None:
-        """The head over each request's rows in `pending` (in order); keeps each one's tail."""
+        """The head over each request's rows in `pending` (in order), replaying a catch-up
+        graph where one holds them (else eagerly); keeps each one's tail."""
         counts = [p.num_rows for p in pending]
         starts = [p.start for p in pending]
-        batch = ForwardBatch.build(
-            counts,
-            starts,
-            [s.req.block_ids for s in seqs],
-            [0] * len(seqs),  # the head keeps no recurrent state
-            caches=self.caches,
-            block_size=self.block_size,
-            device=self.device,
-            positions=self._positions(seqs, starts, counts),
-        )
         next_ids = _cat([t for p in pending for t in p.next_ids])
         hidden = _cat([h for p in pending for h in p.hidden])
-        out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
-        last = -1
-        for seq, start, n in zip(seqs, starts, counts, strict=True):
-            last += n
-            self._tails[seq.req] = _Tail(start + n - 1, out[last])
+        positions = _joined_positions(seqs, starts, counts)
+        graphs = self.catch_up_graphs
+        bucket = graphs.bucket_for(counts) if graphs is not None else None
+        if graphs is not None and bucket is not None:
+            runs = [(a, n, s.req.block_ids) for s, a, n in zip(seqs, starts, counts, strict=True)]
+            out = graphs.run(bucket, runs, positions, hidden, next_ids)
+        else:
+            batch = ForwardBatch.build(
+                counts,
+                starts,
+                [s.req.block_ids for s in seqs],
+                [0] * len(seqs),  # the head keeps no recurrent state
+                caches=self.caches,
+                block_size=self.block_size,
+                device=self.device,
+                positions=host_to_device(torch.as_tensor(positions), self.device),
+            )
+            out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
+        # A copy of the last rows: a graph's output is rewritten by its next replay.
+        lasts = host_to_device(torch.as_tensor(np.cumsum(counts) - 1), self.device)
+        tails = out.index_select(0, lasts)
+        for i, (seq, start, n) in enumerate(zip(seqs, starts, counts, strict=True)):
+            self._tails[seq.req] = _Tail(start + n - 1, tails[i])
 
     def _draft_batch(self, seqs: list[ScheduledSeq], counts: list[int]) -> ForwardBatch:
         """The first draft step's batch: one head row per request at cache index num_cached
@@ -383,11 +427,16 @@ class MTPDrafter:
     def _positions(
         self, seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
     ) -> torch.Tensor:
-        values = [
-            _rotary_positions(s.req, a, n) for s, a, n in zip(seqs, starts, counts, strict=True)
-        ]
-        joined = values[0] if len(values) == 1 else np.concatenate(values)
-        return host_to_device(torch.as_tensor(joined), self.device)
+        values = _joined_positions(seqs, starts, counts)
+        return host_to_device(torch.as_tensor(values), self.device)
+
+
+def _joined_positions(
+    seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
+) -> np.ndarray:
+    """Every run's rotary positions (`_rotary_positions`), in order."""
+    values = [_rotary_positions(s.req, a, n) for s, a, n in zip(seqs, starts, counts, strict=True)]
+    return values[0] if len(values) == 1 else np.concatenate(values)
 
 
 def _rotary_positions(req: Request, start: int, num_rows: int) -> np.ndarray:
