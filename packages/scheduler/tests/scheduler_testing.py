@@ -417,10 +417,10 @@ def attach_cpu_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> list[l
 
 
 def attach_cpu_prefill_graphs(
-    runner: Runner, monkeypatch: pytest.MonkeyPatch, max_seqs: int, *, keep_hidden: bool = False
+    runner: Runner, monkeypatch: pytest.MonkeyPatch, max_seqs: int
 ) -> list[list[RowSnapshot]]:
     """`attach_cpu_graphs` for the prefill graphs (the config's token sizes, `max_seqs`
-    sequences; `keep_hidden`: every row's hidden state kept, as for MTP)."""
+    sequences)."""
     use_cpu_graph_standins(monkeypatch, CpuStream())
     graphs = PrefillGraphs(
         runner.model,
@@ -430,7 +430,6 @@ def attach_cpu_prefill_graphs(
         max_blocks_per_seq=runner.config.max_blocks_per_seq,
         block_size=runner.config.block_size,
         stream=CpuStream(),  # type: ignore[arg-type]
-        keep_hidden=keep_hidden,
     )
     runner.prefill_graphs = graphs
     return _replay_on_cpu(graphs, monkeypatch, lambda: runner.numerics(is_decode=False))

@@ -96,21 +96,6 @@ def test_prefill_graph_sizes_double_then_step_up_to_the_setting_or_the_step_budg
     assert SchedulerConfig(prefill_graph_tokens=0).prefill_graph_sizes() == ()
 
 
-def test_head_catch_up_graph_sizes_follow_the_prefill_series_up_to_the_step_budget():
-    """The MTP head's catch-up graphs hold a whole prompt chunk's rows (the step budget, or the
-    context when shorter), in the prefill graphs' buckets; none when prompt chunks launch
-    eagerly."""
-    sizes = SchedulerConfig().head_catch_up_graph_sizes()
-    assert sizes[:10] == SchedulerConfig().prefill_graph_sizes()
-    assert sizes[-2:] == (1984, 2048) and len(sizes) == 4 + 2048 // 64 - 2
-    assert SchedulerConfig(max_num_batched_tokens=100).head_catch_up_graph_sizes() == (
-        16, 32, 64, 100,
-    )  # fmt: skip
-    limited = SchedulerConfig(max_model_len=80, max_num_batched_tokens=2048)
-    assert limited.head_catch_up_graph_sizes() == (16, 32, 64, 80)
-    assert SchedulerConfig(prefill_graph_tokens=0).head_catch_up_graph_sizes() == ()
-
-
 def test_chunk_alignment_is_a_whole_gdn_output_block():
     # Deterministic prompt cuts keep numerics only on the GDN prefill's output-block boundaries.
     assert PREFILL_CHUNK_ALIGNMENT % (chunk.BT * chunk.LAUNCH.out_chunks) == 0

@@ -5,7 +5,6 @@ sequence gives (its KV kept across chunks, verifies and rejections); on FP8 weig
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import random
 from collections.abc import Iterator, Sequence
@@ -35,7 +34,6 @@ from sparkinfer.scheduler.observer import StepObserver, StepSpan
 from sparkinfer.scheduler.request import SamplingParams
 from sparkinfer.scheduler.runner import Runner
 from sparkinfer.scheduler.sampler import Sampler
-from sparkinfer.scheduler.speculative import mtp_drafter
 from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 from sparkinfer.scheduler.speculative.mtp_drafter import MAX_PENDING_ROWS, MTPDrafter
 
@@ -206,15 +204,12 @@ def test_every_draft_is_the_one_a_plain_forward_of_the_head_gives(mtp_model):
     _assert_heads_drafts(mtp_model, drafter.proposals)
 
 
-@pytest.mark.parametrize("interval", [mtp_drafter.CATCH_UP_INTERVAL, 4], ids=["clock", "often"])
 def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
-    mtp_model, plain, monkeypatch, interval
+    mtp_model, plain, monkeypatch
 ):
-    """Rows that do not draft leave the head behind; it catches up when they draft again (and
-    on its step clock: every `interval` steps), and rows of one step drafting 1 to k drafts
-    write only their own KV. Plain steps replay the decode graphs (with their hidden states) on
-    the CPU stand-ins."""
-    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
+    """Rows that do not draft leave the head behind; it catches up when they draft again, and
+    rows of one step drafting 1 to k drafts write only their own KV. Plain steps replay the
+    decode graphs (with their hidden states) on the CPU stand-ins."""
     cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
     runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
     replayed = attach_cpu_graphs(runner, monkeypatch)
@@ -227,106 +222,6 @@ def test_drafts_after_stretches_without_drafting_are_the_head_forwards(
     drafter = runner.speculative.drafter
     assert isinstance(drafter, ThrottledDrafter)
     assert {len(d) for _, d in drafter.proposals} == {1, 2, 3}
-    _assert_heads_drafts(mtp_model, drafter.proposals)
-
-
-class RowsHead(CountingHead):
-    """The head, recording the rows of each sequence of each call."""
-
-    def __init__(self, head: MTPHead) -> None:
-        super().__init__(head)
-        self.rows: list[list[int]] = []
-
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch) -> object:
-        cu = batch.cu_seqlens_cpu
-        self.rows.append([b - a for a, b in itertools.pairwise(cu)])
-        return super().forward(embeds, hidden, batch)
-
-
-def test_requests_that_started_at_different_steps_catch_up_in_one_head_forward(
-    mtp_model, monkeypatch
-):
-    """Requests that do not draft keep their rows; on the head's step clock (every
-    CATCH_UP_INTERVAL observed steps) one forward runs over every decode request's (beside the
-    step's prompt chunks), never one per request at the step where its own count reaches a
-    threshold: requests whose prompts ended at different steps, and so kept different numbers
-    of rows, share each catch-up."""
-    interval = 6
-    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
-    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)  # prompts in chunks
-    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
-    drafter = runner.speculative.drafter
-    assert isinstance(drafter, ThrottledDrafter)
-    drafter.is_silent = True
-    head = RowsHead(drafter.head)
-    drafter.head = head  # type: ignore[assignment]
-    steps: list[list[list[int]]] = []  # each observed step's head calls: rows per sequence
-    decode_rows: list[list[int]] = []  # each step's: rows per decode request caught up
-    observe = drafter.observe
-
-    def observe_counted(step: TargetStep) -> None:
-        before = len(head.rows)
-        observe(step)
-        steps.append(head.rows[before:])
-        num_prompts = sum(not s.is_decode for s in step.seqs)  # first in the forward
-        decode_rows.append(steps[-1][0][num_prompts:] if steps[-1] else [])
-
-    monkeypatch.setattr(drafter, "observe", observe_counted)
-    prompts, params = PROMPTS[:4], [replace(GREEDY, max_tokens=30)] * 4
-    on = run_mixed_steps(runner, cfg, prompts, params)
-    off = config(speculative="off", max_num_batched_tokens=20)
-    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, prompts, params).tokens
-    assert all(len(calls) <= 1 for calls in steps), "a step ran the head more than once"
-    clock = [rows for rows in decode_rows if rows]
-    assert 3 <= len(clock) <= len(steps) // interval + 1
-    # Several requests in one forward, each with the rows it kept since it started decoding or
-    # since the last catch-up: different counts (thresholds of their own run them one by one).
-    assert any(len(set(rows)) > 1 for rows in clock), clock
-    assert all(max(rows) <= interval for rows in clock), clock
-
-
-@pytest.mark.parametrize("adaptive", [False, True], ids=["read-at-once", "overlapped"])
-def test_prompt_chunks_replay_prefill_graphs_that_keep_every_rows_hidden_state(
-    mtp_model, monkeypatch, adaptive
-):
-    """Under MTP the prefill graphs are captured keeping every row's final hidden state, so
-    prompt chunks the graphs hold replay them (in steps read at once and in steps that overlap
-    the next) and the head still runs over every prompt row: the drafts are the head's
-    plain-forward drafts and greedy output is plain decoding's."""
-    from scheduler_testing import attach_cpu_prefill_graphs
-
-    cfg = config(
-        num_speculative_tokens=2, max_num_batched_tokens=20, prefill_graph_tokens=20,
-        speculative_adaptive=adaptive, max_num_seqs=2,
-    )  # fmt: skip
-    runner = _recording_runner(mtp_model, cfg, WrongDrafter if adaptive else RecordingDrafter)
-    attach_cpu_graphs(runner, monkeypatch)
-    prefills = attach_cpu_prefill_graphs(runner, monkeypatch, max_seqs=4, keep_hidden=True)
-    graphs = runner.prefill_graphs
-    assert graphs is not None and graphs.keep_hidden
-    eager: list[int] = []
-    forward_eager = runner.forward_eager
-    monkeypatch.setattr(
-        runner,
-        "forward_eager",
-        lambda seqs, *a, **kw: (eager.append(len(seqs)), forward_eager(seqs, *a, **kw))[1],
-    )
-    in_flight: list[int] = []
-    observe = runner.speculative.observe_prompts_in_flight
-    monkeypatch.setattr(
-        runner.speculative,
-        "observe_prompts_in_flight",
-        lambda d, dh, p, ph, f: (in_flight.append(len(p)), observe(d, dh, p, ph, f))[1],
-    )
-    params = [replace(GREEDY, max_tokens=30)] * len(PROMPTS)  # later prompts meet cool-downs
-    on = run_mixed_steps(runner, cfg, PROMPTS, params)
-    off = config(speculative="off", max_num_batched_tokens=20, max_num_seqs=2)
-    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS, params).tokens
-    assert prefills, "no prompt chunk replayed a prefill graph"
-    assert bool(in_flight) == adaptive  # prompt steps that overlap the next
-    assert not eager, "a prompt chunk ran eagerly"
-    drafter = runner.speculative.drafter
-    assert isinstance(drafter, RecordingDrafter) and len(drafter.proposals) > 4
     _assert_heads_drafts(mtp_model, drafter.proposals)
 
 
@@ -464,125 +359,10 @@ def _attach_cpu_head_graphs(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> 
     return replayed
 
 
-def _attach_cpu_catch_up_graphs(
-    runner: Runner, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[int, int]]:
-    """Capture the head's catch-up graphs on the CPU stand-ins; returns the list of (bucket,
-    number of runs) of every replay."""
-    drafter = runner.speculative.drafter
-    assert isinstance(drafter, MTPDrafter)
-    use_cpu_graph_standins(monkeypatch, CpuStream())
-    cfg = runner.config
-    with runner.numerics(is_decode=False):
-        drafter.capture_catch_up_graphs(
-            token_sizes=cfg.head_catch_up_graph_sizes(),
-            max_seqs=cfg.max_seqs_per_step,
-            max_blocks_per_seq=cfg.max_blocks_per_seq,
-            stream=CpuStream(),  # type: ignore[arg-type]
-        )
-    graphs = drafter.catch_up_graphs
-    assert graphs is not None
-    for size, captured in graphs.buckets.captured.items():
-
-        def rerun(size: int = size, output: torch.Tensor = captured.output) -> None:
-            output.copy_(graphs._forward(size))
-
-        assert isinstance(captured.graph, CpuGraph)
-        captured.graph.rerun = rerun
-    replayed: list[tuple[int, int]] = []
-    run = graphs.run
-
-    def recording_run(bucket, runs, *args):
-        replayed.append((bucket, len(runs)))
-        return run(bucket, runs, *args)
-
-    monkeypatch.setattr(graphs, "run", recording_run)
-    return replayed
-
-
-def test_head_catch_ups_replay_graphs_and_give_the_head_forwards_drafts(mtp_model, monkeypatch):
-    """Every catch-up the graphs hold (a prompt chunk's, several requests' on the step clock,
-    a request's before it drafts) replays a catch-up graph, its runs padded to a bucket; the
-    drafts are still the head's plain-forward drafts and greedy output is plain decoding's."""
-    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", 4)
-    cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
-    runner = _recording_runner(mtp_model, cfg, ThrottledDrafter)
-    replayed = _attach_cpu_catch_up_graphs(runner, monkeypatch)
-    drafter = runner.speculative.drafter
-    assert isinstance(drafter, ThrottledDrafter) and drafter.catch_up_graphs is not None
-    assert drafter.catch_up_graphs.token_sizes == (16, 20)
-    head = CountingHead(drafter.head)
-    drafter.head = head  # type: ignore[assignment]  # the graphs hold the head itself
-    params = [replace(GREEDY, max_tokens=20)] * 3
-    on = run_mixed_steps(runner, cfg, PROMPTS[:3], params)
-    off = config(speculative="off", max_num_batched_tokens=20)
-    assert on.tokens == run_mixed_steps(Runner(mtp_model, off), off, PROMPTS[:3], params).tokens
-    assert any(n > 1 for _, n in replayed), replayed  # several requests' runs in one replay
-    assert {b for b, _ in replayed} == {16, 20}
-    # Eagerly: only the draft steps after the first (one row per drafting request).
-    assert all(rows <= 3 for rows in head.calls), head.calls
-    assert len(drafter.proposals) > 5
-    _assert_heads_drafts(mtp_model, drafter.proposals)
-
-
-@pytest.mark.gpu
-def test_head_catch_up_graphs_keep_output_and_drafts_on_cuda(monkeypatch):
-    """bf16 on the device, deterministic: with the head's catch-up graphs (prompt chunks, the
-    step clock every 4 steps, stretches without drafts) greedy output is plain decoding's bit
-    for bit, and the drafts are those of eager catch-ups (but for a rare near tie: the graphs
-    run the prefill numerics throughout)."""
-    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", 4)
-    model = build_tiny_model(device="cuda", dtype=torch.bfloat16)
-    head = MTPHead(model.config.text, ops=model.ops, device=torch.device("cuda"), dtype=model.dtype)
-    gen = torch.Generator().manual_seed(9)
-    with torch.no_grad():
-        for name, p in head.named_parameters():
-            scale = 0.1 if "norm" in name else p.shape[-1] ** -0.5
-            p.copy_(torch.randn(p.shape, generator=gen) * scale)
-    model.mtp = head.eval()
-    cfg = config(max_model_len=256, max_num_batched_tokens=64)  # prompts in chunks
-    params = [replace(GREEDY, max_tokens=40)] * len(PROMPTS)
-    off = replace(cfg, speculative="off")
-    want = run_mixed_steps(Runner(model, off), off, PROMPTS, params)
-    proposals: list[list[tuple[list[int], list[int]]]] = []
-    for graphed in (True, False):
-        runner = _recording_runner(model, cfg, ThrottledDrafter)
-        runner.speculative.capture_graphs()  # the throttled drafter's graphs
-        drafter = runner.speculative.drafter
-        assert isinstance(drafter, ThrottledDrafter) and drafter.catch_up_graphs is not None
-        replays: list[int] = []
-        run = drafter.catch_up_graphs.run
-        monkeypatch.setattr(
-            drafter.catch_up_graphs,
-            "run",
-            lambda b, *a, replays=replays, run=run: (replays.append(b), run(b, *a))[1],
-        )
-        if not graphed:
-            drafter.catch_up_graphs = None
-        got = run_mixed_steps(runner, cfg, PROMPTS, params)
-        assert got.tokens == want.tokens and got.logprobs == want.logprobs
-        assert bool(replays) == graphed
-        proposals.append(drafter.proposals)
-    graphed_drafts, eager_drafts = proposals
-    assert [t for t, _ in graphed_drafts] == [t for t, _ in eager_drafts]
-    same = [a == b for (_, a), (_, b) in zip(graphed_drafts, eager_drafts, strict=True)]
-    assert len(same) > 10 and sum(same) >= 0.9 * len(same)
-
-
-@pytest.mark.parametrize(
-    ("kind", "interval"),
-    [
-        (RecordingDrafter, mtp_drafter.CATCH_UP_INTERVAL),
-        (ThrottledDrafter, mtp_drafter.CATCH_UP_INTERVAL),
-        (ThrottledDrafter, 3),
-    ],
-    ids=["drafting", "throttled", "throttled-clock"],
-)
-def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind, interval):
+@pytest.mark.parametrize("kind", [RecordingDrafter, ThrottledDrafter])
+def test_head_graphs_give_the_head_forwards_drafts(mtp_model, monkeypatch, kind):
     """The head's catch-up rows (as decode rows of their own) and draft steps replayed from a
-    graph give the drafts plain forwards give; steps the graphs do not hold run eagerly. The
-    step clock's catch-ups leave a graph's rows pending."""
-    monkeypatch.setattr(mtp_drafter, "CATCH_UP_INTERVAL", interval)
+    graph give the drafts plain forwards give; steps the graphs do not hold run eagerly."""
     cfg = config(num_speculative_tokens=3, max_num_batched_tokens=20)
     runner = _recording_runner(mtp_model, cfg, kind)
     replayed = _attach_cpu_head_graphs(runner, monkeypatch)

@@ -25,7 +25,6 @@ import torch
 from sparkinfer.bench import speculative as spec_bench
 from sparkinfer.model import decoder
 from sparkinfer.scheduler import runner, scheduler
-from sparkinfer.scheduler.graphs import head_catch_up
 from sparkinfer.scheduler.graphs import verify as verify_graphs
 from sparkinfer.scheduler.speculative import drafter as spec_drafter
 from sparkinfer.scheduler.speculative import mtp_drafter
@@ -43,10 +42,8 @@ _WRAPPED: tuple[tuple[Any, str, str], ...] = (
     (mtp_drafter.MTPDrafter, "propose_drafts", "propose"),
     (spec_drafter.Drafts, "host", "drafts read on the host"),
     (mtp_drafter.MTPDrafter, "_propose_graphed", "propose from the head graph"),
-    (mtp_drafter.MTPDrafter, "_catch_up", "head catch-up before drafts"),
-    (mtp_drafter.MTPDrafter, "_catch_up_older", "head catch-up of older rows"),
-    (mtp_drafter.MTPDrafter, "_run_head", "head catch-up forward (graphed or eager)"),
-    (head_catch_up.HeadCatchUpGraphs, "run", "head catch-up graph replay"),
+    (mtp_drafter.MTPDrafter, "_catch_up", "head catch-up (eager)"),
+    (mtp_drafter.MTPDrafter, "_catch_up_older", "head catch-up of older rows (eager)"),
     (mtp_drafter.MTPDrafter, "observe", "observe"),
     (spec_step.SpeculativeStep, "_decode_rows", "decode rows (verify or plain)"),
     (spec_step.SpeculativeStep, "_plain_graphed", "plain decode graph"),

@@ -350,15 +350,14 @@ class SchedulerConfig:
     def prefill_graph_sizes(self) -> tuple[int, ...]:
         """Token counts of the prompt-chunk forwards to capture (empty: none)."""
         largest = min(self.prefill_graph_tokens, self.max_num_batched_tokens)
-        return _token_sizes(largest) if largest >= 1 else ()
-
-    def head_catch_up_graph_sizes(self) -> tuple[int, ...]:
-        """Row counts of the MTP head's catch-up graphs (`graphs.head_catch_up`): the prefill
-        graphs' series up to a step's token budget (a prompt chunk's catch-up has its rows);
-        none when prompt chunks launch eagerly (prefill_graph_tokens 0)."""
-        if self.prefill_graph_tokens < 1:
+        if largest < 1:
             return ()
-        return _token_sizes(min(self.max_num_batched_tokens, self.max_model_len))
+        sizes: list[int] = []
+        size = _PREFILL_GRAPH_MIN_TOKENS
+        while size < largest:
+            sizes.append(size)
+            size = size * 2 if size < _PREFILL_GRAPH_DOUBLING_UNTIL else size + _PREFILL_GRAPH_STEP
+        return (*sizes, largest)
 
     def graph_batch_sizes(self, max_batch: int) -> tuple[int, ...]:
         """Decode batch sizes to capture, up to `max_batch` (always included)."""
@@ -368,16 +367,6 @@ class SchedulerConfig:
             sizes.append(nxt)
             nxt += 32
         return (*sizes, max_batch)
-
-
-def _token_sizes(largest: int) -> tuple[int, ...]:
-    """Token buckets up to `largest` (included): doubling from the smallest, then in steps."""
-    sizes: list[int] = []
-    size = _PREFILL_GRAPH_MIN_TOKENS
-    while size < largest:
-        sizes.append(size)
-        size = size * 2 if size < _PREFILL_GRAPH_DOUBLING_UNTIL else size + _PREFILL_GRAPH_STEP
-    return (*sizes, largest)
 
 
 def _is_size(value: int | None) -> bool:

@@ -184,7 +184,9 @@ class Runner:
                 with self.numerics(is_decode=all(s.is_decode for s in group)):
                     if takes_prompts and not group[0].is_decode:
                         # MTP: the head takes the prompt's every row on the device (below)
-                        out, prompt_hidden = self.forward_all_rows(group, prompt_logprobs, inflight)
+                        out, prompt_hidden = self.forward_eager(
+                            group, prompt_logprobs, inflight, all_rows=True
+                        )
                         logits.append(out)
                     else:
                         logits.append(self.forward(group, prompt_logprobs, inflight))
@@ -304,25 +306,6 @@ class Runner:
             if bucket is not None:
                 return self.prefill_graphs.run(seqs, bucket, sources, inflight)
         return self.forward_eager(seqs, prompt_logprobs, inflight, all_rows=False)[0]
-
-    def forward_all_rows(
-        self,
-        seqs: list[ScheduledSeq],
-        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
-        inflight: StepInFlight | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward_eager(all_rows=True)`'s (logits, every row's hidden state [T, hidden]) from a
-        prefill graph's replay where one holds the step (captured `keep_hidden`: a drafter
-        reads the rows); the rows are valid until that graph replays again."""
-        graphs = self.prefill_graphs
-        is_scoring = any(s.num_prompt_logprobs for s in seqs)
-        if graphs is not None and graphs.keep_hidden and not is_scoring:
-            bucket = graphs.bucket_for(seqs)
-            if bucket is not None:
-                sources = inflight.source_rows(seqs) if inflight is not None else _no_sources(seqs)
-                logits = graphs.run(seqs, bucket, sources, inflight)
-                return logits, graphs.hidden(bucket, sum(s.num_new_tokens for s in seqs))
-        return self.forward_eager(seqs, prompt_logprobs, inflight, all_rows=True)
 
     def forward_eager(
         self,
@@ -521,8 +504,6 @@ class Runner:
             max_blocks_per_seq=self.config.max_blocks_per_seq,
             block_size=self.config.block_size,
             stream=self._stream,
-            # MTP reads every prompt row's final hidden state (a block drafter its taps: eager)
-            keep_hidden=self.speculative.needs_hidden and not self.speculative.needs_taps,
         )
         logger.info("capturing prefill CUDA graphs for %s tokens", graphs.token_sizes)
         with torch.inference_mode(), self.numerics(is_decode=False):

@@ -79,7 +79,7 @@ class HeadGraphs(DecodeRowBuffers):
     def run(
         self,
         bucket: int,
-        rows: Sequence[tuple[int, Sequence[int] | np.ndarray, int]],
+        rows: Sequence[tuple[int, Sequence[int], int]],
         block_tables: Sequence[Sequence[int]],
         num_drafts: Sequence[int],
         hidden: torch.Tensor,

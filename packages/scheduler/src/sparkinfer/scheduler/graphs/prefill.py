@@ -15,11 +15,6 @@ rows are only ever followed by row-wise ops, and no logits row points at them). 
 index lives in a static device buffer filled from pinned host buffers, as `graphs.decode` does for
 decode. Steps with media or MRoPE positions, prompt logprobs, or more tokens or sequences than
 the graphs hold run eagerly.
-
-With `keep_hidden` (a drafter that reads every prompt row's final hidden state: MTP, whose head
-runs over a prompt chunk's rows at once) the graph runs the last layer over every row and leaves
-all the rows' final hidden states in a buffer of its pool (`hidden`, as `DecodeGraphs.hidden`),
-then gathers the sampled rows inside the graph; without it such chunks would run eagerly.
 """
 
 from __future__ import annotations
@@ -53,12 +48,10 @@ class PrefillGraphs:
         max_blocks_per_seq: int,
         block_size: int,
         stream: torch.cuda.Stream,
-        keep_hidden: bool = False,
     ) -> None:
         self.model = model
         self.caches = caches
         self.block_size = block_size
-        self.keep_hidden = keep_hidden
         self.token_sizes = tuple(sorted(token_sizes))
         self.max_seqs = max_seqs
         self.stream = stream
@@ -93,7 +86,6 @@ class PrefillGraphs:
         # hidden [min(max_seqs, bucket), hidden] of the rows to sample, per bucket; the guard
         # of the staging buffers, recorded after the copies out of them
         self.buckets = GraphBuckets(self.token_sizes, stream, what="prefill graph for tokens")
-        self._hidden: dict[int, torch.Tensor] = {}  # [bucket, hidden] with keep_hidden
 
     def capture(self) -> None:
         """Capture every bucket, largest first so the smaller ones reuse its memory pool; each is
@@ -127,11 +119,6 @@ class PrefillGraphs:
             captured = self.buckets.captured[bucket]
             captured.graph.replay()  # its staging guard was recorded behind the copies (_load)
             return self.model.compute_logits(captured.output[:num_sampled])
-
-    def hidden(self, bucket: int, num_tokens: int) -> torch.Tensor:
-        """Every row's final hidden state [num_tokens, hidden] of the bucket's last replay
-        (graphs captured `keep_hidden`; valid until it replays again)."""
-        return self._hidden[bucket][:num_tokens]
 
     def _load(
         self,
@@ -220,8 +207,4 @@ class PrefillGraphs:
     def _forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The forward of a `size`-token step -> hidden rows [logits rows, hidden]."""
         size = batch.slot_mapping.shape[0]
-        if not self.keep_hidden:
-            return self.model(self.input_ids[:size], batch, logits_rows_only=True)
-        hidden = self.model(self.input_ids[:size], batch)
-        self._hidden[size] = hidden  # the captured call's is the graph's: its pool keeps it
-        return hidden[batch.logits_indices]
+        return self.model(self.input_ids[:size], batch, logits_rows_only=True)

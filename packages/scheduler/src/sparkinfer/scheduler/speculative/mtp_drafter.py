@@ -9,25 +9,18 @@ request that drafts k tokens at its next step (`propose`) gets d1 and k - 1 more
 each feeding the draft before and the head's output before (one row per request, batched over
 the step's requests).
 
-Lazily: `observe` only keeps a decode step's accepted rows (their hidden states and next tokens,
-views of the step's tensors) per request; the head runs over them when the request drafts next
-(`propose`, one batched forward over every request that catches up), on its step clock, and at
-once for prompt chunks (so a prompt's head KV is written before its blocks can be shared through
-the prefix cache). The clock: every `CATCH_UP_INTERVAL` observed steps (at once when a request
-has kept `MAX_PENDING_ROWS`, a bound on memory) one forward runs over every decode request of
-the step with more kept rows than a head graph takes, all but its last such rows (`_keep`),
-beside the step's prompt chunks. Requests that started at different steps so share one forward
-every interval (one replay of a catch-up graph, or one eager launch sequence; its rows a
-compute-bound batch), not one each whenever a request's own count reaches a threshold (at 32
-streams that was an eager forward about every other step, inside steps that otherwise replay
-graphs); a request not in the step keeps its rows (its blocks may be gone). A request whose
-drafting is off (adaptive cool-down, or the cost model) so costs the head about one shared
-forward per interval: an MTP engine whose drafts are never accepted runs close to plain-decode
-speed, its plain steps replaying the decode graphs and overlapping the next step
-(`SpeculativeStep.observe_in_flight` hands their rows over on the device, the tokens still in
-flight), and pays one catch-up forward over the rows since the last clock catch-up when it
-probes again. Positions decoded while drafting is off may keep no head KV for up to an interval:
-a draft reading them through a shared prefix block may be worse, never wrong (every draft is
+Lazily: `observe` only keeps a decode step's accepted rows (their hidden states and next tokens)
+per request; the head runs over them when the request drafts next (`propose`, one batched
+forward over every request that catches up), when a request has kept `MAX_PENDING_ROWS` of them,
+and at once for prompt chunks (so a prompt's head KV is written before its blocks can be shared
+through the prefix cache). A request whose drafting is off (adaptive cool-down, or the cost
+model) so costs the head nothing per step: an MTP engine whose drafts are never accepted runs
+close to plain-decode speed, its plain steps replaying the decode graphs and overlapping the
+next step (`SpeculativeStep.observe_in_flight` hands their rows over on the device, the tokens still
+in flight), and pays one catch-up forward over the rows of a stretch when it probes again.
+The head's work so lands in the steps that draft, whose times feed the cost model's verify fit
+(`speculative.policy`). Positions decoded while drafting is off keep no head KV until then: a draft
+reading them through a shared prefix block may be worse, never wrong (every draft is
 verified).
 
 Drafting keeps the device busy: d1 and every later draft are argmaxed on the device and fed
@@ -36,18 +29,13 @@ the one before advanced by one on the device; the drafts stay there (`propose_dr
 verify takes them as its input ids on the device, and their one copy to the host, queued behind
 them, is read with the step's drawn tokens. In the steady state (every drafting request with 1
 to k + 1 pending rows) the catch-up and the draft steps replay one CUDA graph (`graphs.head`); a
-request back from a stretch without drafts first catches up over all but its last k + 1 rows, so
-the drafts still replay the graph. Every catch-up but the head graph's (a prompt chunk's, the
-clock's, those older rows) replays a catch-up graph where one holds its rows
-(`graphs.head_catch_up`, a graph per row bucket: one replay, not some forty launches of host
-time in a step the host launches while the device runs it), else runs eagerly. The head runs
-under the target's numerics (the decode ones; the catch-up graphs and prompt chunks' catch-ups
-the prefill ones), so it builds no kernel variant of its own while serving. The drafts are
-greedy, so the verify's acceptance equals rejection sampling's (`rejection_sampler`). Each
-draft's logits read the lm_head's first `speculative_draft_vocab` rows only (a view; by default
-65,536 of Qwen's 248,320, a quarter of the bytes: the full lm_head was the head's main cost at
-batch 1); a token past them is never drafted, and the verify emits it as it would without
-drafts.
+request back from a stretch without drafts first runs the head eagerly over all but its last k +
+1 rows, so the drafts still replay the graph. The head runs under the target's decode numerics,
+so it builds no kernel variant of its own while serving. The drafts are greedy, so the verify's
+acceptance equals rejection sampling's (`rejection_sampler`). Each draft's logits read the
+lm_head's first `speculative_draft_vocab` rows only (a view; by default 65,536 of Qwen's
+248,320, a quarter of the bytes: the full lm_head was the head's main cost at batch 1); a token
+past them is never drafted, and the verify emits it as it would without drafts.
 """
 
 from __future__ import annotations
@@ -56,7 +44,6 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from sparkinfer.model.cache_spec import ModelCaches
 from sparkinfer.model.forward_batch import ForwardBatch, host_to_device
@@ -65,15 +52,10 @@ from sparkinfer.model.mtp import MTPHead
 from sparkinfer.scheduler._causal_lm import CausalLM
 from sparkinfer.scheduler.batch import ScheduledBatch, ScheduledSeq
 from sparkinfer.scheduler.graphs.head import HeadGraphs, advance_draft_batch
-from sparkinfer.scheduler.graphs.head_catch_up import HeadCatchUpGraphs
 from sparkinfer.scheduler.request import Request
 from sparkinfer.scheduler.speculative.drafter import Drafts, TargetStep
 
-# The head's step clock for the rows requests keep while they do not draft (`observe`): one head
-# forward over all of them every CATCH_UP_INTERVAL observed steps, and at once when a request
-# has kept MAX_PENDING_ROWS (a bound on memory; the clock alone keeps each under 48 + k + 1).
-CATCH_UP_INTERVAL = 48
-MAX_PENDING_ROWS = 64
+MAX_PENDING_ROWS = 64  # a request's rows kept before the head runs over them anyway
 
 
 @dataclass
@@ -95,19 +77,9 @@ class _Pending:
         self.next_ids.append(next_ids)
         self.num_rows += hidden.shape[0]
 
-    def split(self, n: int) -> tuple[_Pending, _Pending]:
-        """(the first n rows, the rest), views of the same step pieces (no copy)."""
-        older, newer = _Pending(self.start), _Pending(self.start + n)
-        row = 0
-        for hidden, next_ids in zip(self.hidden, self.next_ids, strict=True):
-            size = hidden.shape[0]
-            cut = min(max(n - row, 0), size)
-            if cut:
-                older.add(hidden[:cut], next_ids[:cut])
-            if cut < size:
-                newer.add(hidden[cut:], next_ids[cut:])
-            row += size
-        return older, newer
+    def joined(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden [n, hidden], next ids [n]) of every pending row, in order."""
+        return _cat(self.hidden), _cat(self.next_ids)
 
 
 def _cat(pieces: list[torch.Tensor]) -> torch.Tensor:
@@ -154,8 +126,6 @@ class MTPDrafter:
         self._pending: weakref.WeakKeyDictionary[Request, _Pending] = weakref.WeakKeyDictionary()
         self._tails: weakref.WeakKeyDictionary[Request, _Tail] = weakref.WeakKeyDictionary()
         self.graphs: HeadGraphs | None = None  # captured by `capture_graphs` (CUDA)
-        self.catch_up_graphs: HeadCatchUpGraphs | None = None  # `capture_catch_up_graphs`
-        self._steps_since_catch_up = 0  # the clock of the shared catch-up (`observe`)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits a draft is argmaxed from: over the draft vocabulary, or the whole one."""
@@ -189,33 +159,6 @@ class MTPDrafter:
             graphs.capture()
         self.graphs = graphs
 
-    def capture_catch_up_graphs(
-        self,
-        *,
-        token_sizes: Sequence[int],
-        max_seqs: int,
-        max_blocks_per_seq: int,
-        stream: torch.cuda.Stream,
-    ) -> None:
-        """Capture the head's catch-up over kept rows for these row buckets
-        (`graphs.head_catch_up`): a catch-up they hold replays one graph, not some forty
-        launches."""
-        graphs = HeadCatchUpGraphs(
-            self.model,
-            self.head,
-            self.caches,
-            token_sizes=token_sizes,
-            max_seqs=max_seqs,
-            max_blocks_per_seq=max_blocks_per_seq,
-            block_size=self.block_size,
-            hidden_size=self.head.config.hidden_size,
-            dtype=next(self.head.parameters()).dtype,
-            stream=stream,
-        )
-        with torch.inference_mode():
-            graphs.capture()
-        self.catch_up_graphs = graphs
-
     def warm_up(self, row_counts: Iterable[int]) -> None:
         """Run the head once over each of these catch-up row counts, one request after a block
         of context, so a catch-up mid-serving builds no kernel variant (call under the
@@ -240,13 +183,8 @@ class MTPDrafter:
         return not is_overlapped
 
     def observe(self, step: TargetStep) -> None:
-        """Keep the step's accepted target rows; run the head over prompt chunks' at once, and
-        on the clock (every CATCH_UP_INTERVAL observed steps, or once a request has kept
-        MAX_PENDING_ROWS) over every decode request's kept rows but its last `_keep` ones: one
-        forward for all of them, so requests that started at different steps never run one
-        each in different steps."""
-        prompts: list[ScheduledSeq] = []
-        decodes: list[ScheduledSeq] = []
+        """Keep the step's accepted target rows; run the head over prompt chunks' at once."""
+        due: list[ScheduledSeq] = []
         offset = 0
         for seq, n, start in zip(step.seqs, step.rows_per_seq, step.start_positions, strict=True):
             pending = self._pending.get(seq.req)
@@ -254,24 +192,10 @@ class MTPDrafter:
                 pending = self._pending[seq.req] = _Pending(start)
             pending.add(step.hidden[offset : offset + n], step.next_token_ids[offset : offset + n])
             offset += n
-            (decodes if seq.is_decode else prompts).append(seq)
-        self._steps_since_catch_up += 1
-        keep, behind = self._keep, list[ScheduledSeq]()
-        if self._steps_since_catch_up >= CATCH_UP_INTERVAL or any(
-            self._pending[s.req].num_rows >= MAX_PENDING_ROWS for s in decodes
-        ):
-            self._steps_since_catch_up = 0
-            behind = [s for s in decodes if self._pending[s.req].num_rows > keep]
-        if prompts or behind:
-            rows = [self._pending.pop(s.req) for s in prompts]
-            rows += [self._split_older(s.req, keep) for s in behind]
-            self._run_head([*prompts, *behind], rows)
-
-    @property
-    def _keep(self) -> int:
-        """Rows a shared catch-up leaves pending: as many as a head graph takes (so a request
-        that drafts next replays it), none without graphs."""
-        return self.graphs.rows_per_seq if self.graphs is not None else 0
+            if not seq.is_decode or pending.num_rows >= MAX_PENDING_ROWS:
+                due.append(seq)
+        if due:
+            self._catch_up(due)
 
     def propose(self, seqs: Sequence[ScheduledSeq], num_drafts: Sequence[int]) -> list[list[int]]:
         """Up to num_drafts[i] drafts for each decode row whose rows the head has run through
@@ -340,7 +264,7 @@ class MTPDrafter:
             self._catch_up_older([seqs[i] for i in long], keep=graphs.rows_per_seq)
             pending = [self._pending[seqs[i].req] for i in going]
         rows = [
-            (p.num_rows, _rotary_positions(seqs[i].req, p.start, p.num_rows), p.start)
+            (p.num_rows, self._position_values([seqs[i]], [p.start], [p.num_rows]), p.start)
             for i, p in zip(going, pending, strict=True)
         ]
         hidden = _cat([h for p in pending for h in p.hidden])
@@ -359,52 +283,40 @@ class MTPDrafter:
     def _catch_up_older(self, seqs: list[ScheduledSeq], *, keep: int) -> None:
         """One head forward over all but the last `keep` pending rows of each of these requests
         (each has more); the last ones stay pending."""
-        self._run_head(seqs, [self._split_older(s.req, keep) for s in seqs])
-
-    def _split_older(self, req: Request, keep: int) -> _Pending:
-        """Take all but the last `keep` of req's pending rows (it has more); the rest stay."""
-        p = self._pending[req]
-        older, newer = p.split(p.num_rows - keep)
-        if newer.num_rows:
-            self._pending[req] = newer
-        else:
-            del self._pending[req]
-        return older
+        older: list[_Pending] = []
+        for seq in seqs:
+            p = self._pending[seq.req]
+            hidden, next_ids = p.joined()
+            n = p.num_rows - keep
+            older.append(_Pending(p.start, [hidden[:n]], [next_ids[:n]], n))
+            self._pending[seq.req] = _Pending(p.start + n, [hidden[n:]], [next_ids[n:]], keep)
+        self._run_head(seqs, older)
 
     def _catch_up(self, seqs: list[ScheduledSeq]) -> None:
         """One head forward over these requests' pending rows; keeps each one's tail."""
         self._run_head(seqs, [self._pending.pop(s.req) for s in seqs])
 
     def _run_head(self, seqs: list[ScheduledSeq], pending: list[_Pending]) -> None:
-        """The head over each request's rows in `pending` (in order), replaying a catch-up
-        graph where one holds them (else eagerly); keeps each one's tail."""
+        """The head over each request's rows in `pending` (in order); keeps each one's tail."""
         counts = [p.num_rows for p in pending]
         starts = [p.start for p in pending]
+        batch = ForwardBatch.build(
+            counts,
+            starts,
+            [s.req.block_ids for s in seqs],
+            [0] * len(seqs),  # the head keeps no recurrent state
+            caches=self.caches,
+            block_size=self.block_size,
+            device=self.device,
+            positions=self._positions(seqs, starts, counts),
+        )
         next_ids = _cat([t for p in pending for t in p.next_ids])
         hidden = _cat([h for p in pending for h in p.hidden])
-        positions = _joined_positions(seqs, starts, counts)
-        graphs = self.catch_up_graphs
-        bucket = graphs.bucket_for(counts) if graphs is not None else None
-        if graphs is not None and bucket is not None:
-            runs = [(a, n, s.req.block_ids) for s, a, n in zip(seqs, starts, counts, strict=True)]
-            out = graphs.run(bucket, runs, positions, hidden, next_ids)
-        else:
-            batch = ForwardBatch.build(
-                counts,
-                starts,
-                [s.req.block_ids for s in seqs],
-                [0] * len(seqs),  # the head keeps no recurrent state
-                caches=self.caches,
-                block_size=self.block_size,
-                device=self.device,
-                positions=host_to_device(torch.as_tensor(positions), self.device),
-            )
-            out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
-        # A copy of the last rows: a graph's output is rewritten by its next replay.
-        lasts = host_to_device(torch.as_tensor(np.cumsum(counts) - 1), self.device)
-        tails = out.index_select(0, lasts)
-        for i, (seq, start, n) in enumerate(zip(seqs, starts, counts, strict=True)):
-            self._tails[seq.req] = _Tail(start + n - 1, tails[i])
+        out = self.head(self.model.embed_input_ids(next_ids), hidden, batch)
+        last = -1
+        for seq, start, n in zip(seqs, starts, counts, strict=True):
+            last += n
+            self._tails[seq.req] = _Tail(start + n - 1, out[last])
 
     def _draft_batch(self, seqs: list[ScheduledSeq], counts: list[int]) -> ForwardBatch:
         """The first draft step's batch: one head row per request at cache index num_cached
@@ -427,27 +339,20 @@ class MTPDrafter:
     def _positions(
         self, seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
     ) -> torch.Tensor:
-        values = _joined_positions(seqs, starts, counts)
-        return host_to_device(torch.as_tensor(values), self.device)
+        values = self._position_values(seqs, starts, counts)
+        return host_to_device(torch.tensor(values, dtype=torch.int64), self.device)
 
-
-def _joined_positions(
-    seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
-) -> np.ndarray:
-    """Every run's rotary positions (`_rotary_positions`), in order."""
-    values = [_rotary_positions(s.req, a, n) for s, a, n in zip(seqs, starts, counts, strict=True)]
-    return values[0] if len(values) == 1 else np.concatenate(values)
-
-
-def _rotary_positions(req: Request, start: int, num_rows: int) -> np.ndarray:
-    """Rotary positions [num_rows] int64 of req's head rows from cache index `start`: each the
-    position of the token it embeds (its cache index + 1), offset by the request's rope_delta
-    past its prompt (after an image). Vectorised: a prompt chunk's catch-up is thousands of
-    rows."""
-    positions = np.arange(start + 1, start + 1 + num_rows, dtype=np.int64)
-    if req.rope_delta:
-        positions[max(0, req.num_prompt_tokens - start - 1) :] += req.rope_delta
-    return positions
+    @staticmethod
+    def _position_values(
+        seqs: Sequence[ScheduledSeq], starts: Sequence[int], counts: Sequence[int]
+    ) -> list[int]:
+        """Rotary positions of the rows: each one the position of the token it embeds (its
+        cache index + 1), offset by the request's rope_delta past an image."""
+        return [
+            start + 1 + r + (s.req.rope_delta if start + 1 + r >= s.req.num_prompt_tokens else 0)
+            for s, start, n in zip(seqs, starts, counts, strict=True)
+            for r in range(n)
+        ]
 
 
 def _on_device(ids: torch.Tensor, going: list[int], num_drafts: Sequence[int]) -> Drafts:

@@ -37,9 +37,8 @@ verify steps (steps with prompt chunks are left out), measured from the schedule
 drafts beat the plain step's; until both fits have points, and every `PROBE_INTERVAL` steps
 after that when some request may draft, it drafts anyway, so the verify fit follows the batch as
 it changes. A drafter's own cost counts where it is paid: the MTP head catches up over a
-request's rows when the request drafts (`mtp_drafter`), so the verify fit carries the head; the
-decode fit carries a plain step and, once every `CATCH_UP_INTERVAL` steps, one shared catch-up
-over the rows that requests not drafting kept.
+request's rows only when the request drafts (`mtp_drafter`), so the verify fit carries the head
+and the decode fit a plain step.
 """
 
 from __future__ import annotations

@@ -10,14 +10,12 @@ drafts from every token); the prompt chunks run as in any step; the decode rows 
 verify forward when any of them has drafts (replaying a `graphs.verify` graph when a bucket
 holds the rows), else as a plain decode forward (the decode graphs then still apply). With a
 drafter that reads hidden states (MTP) a plain decode forward replays a decode graph too (each
-graph keeps its rows' hidden states, `DecodeGraphs.hidden`), and prompt chunks a prefill graph
-(captured `keep_hidden`: it keeps every row's, `Runner.forward_all_rows`); with a block drafter
-(`needs_taps`) the runner captured its decode and verify graphs tapped, so they keep the tap
-layers' rows too (`tapped`), and its prompt chunks run eagerly; rows no bucket holds run
-eagerly over every row. Steps that overlap the next stay with the runner; the drafter still
-gets their rows on the device (`observe_in_flight`; a step with prompt chunks:
-`observe_prompts_in_flight`, every prompt row from a prefill graph or an eager forward, the
-sampled rows' next tokens still in flight).
+graph keeps its rows' hidden states, `DecodeGraphs.hidden`); with a block drafter (`needs_taps`)
+the runner captured its decode and verify graphs tapped, so they keep the tap layers' rows too
+(`tapped`); prompt chunks, and decode rows no bucket holds, run eagerly over every row. Steps
+that overlap the next stay with the runner; the drafter still gets their rows on the device
+(`observe_in_flight`; a step with prompt chunks: `observe_prompts_in_flight`, every prompt row
+from an eager forward, the sampled rows' next tokens still in flight).
 
 Within the step the host waits for the device once: drafts left on the device
 (`Drafter.propose_drafts`, `Drafts`) feed the verify's input ids there, acceptance runs on the
@@ -154,9 +152,8 @@ class SpeculativeStep:
         self.observer = observer  # brackets each drafter call (development tools)
 
     def capture_graphs(self) -> None:
-        """Capture the MTP head's catch-up graphs (`_capture_catch_up_graphs`) and its graphs
-        for the verify graphs' buckets; when that fails the head runs eagerly (slower drafts,
-        the same tokens). A block drafter's proposals are
+        """Capture the MTP head's graphs for the verify graphs' buckets; when that fails the
+        head runs eagerly (slower drafts, the same tokens). A block drafter's proposals are
         graphed per decode graph bucket, captured now where its attention is paged, else per
         (decode graph bucket, keys bucket), each captured when first needed."""
         t, verify = self.target, self.target.verify_graphs
@@ -169,10 +166,7 @@ class SpeculativeStep:
                     max_context=t.config.max_model_len,
                     stream=t.graphs.stream,
                 )
-        if not isinstance(self.drafter, MTPDrafter):
-            return
-        self._capture_catch_up_graphs(self.drafter)
-        if verify is None:
+        if not isinstance(self.drafter, MTPDrafter) or verify is None:
             return
         try:
             with t.on_stream(), t.numerics(is_decode=True):
@@ -187,29 +181,6 @@ class SpeculativeStep:
             # drafts the same tokens.
             self.drafter.graphs = None
             logger.warning("capturing the MTP head's graphs failed: it runs eagerly", exc_info=True)
-
-    def _capture_catch_up_graphs(self, drafter: MTPDrafter) -> None:
-        """Capture the head's catch-up graphs (`graphs.head_catch_up`) under the prefill
-        numerics (a prompt chunk's catch-up runs under them); when that fails catch-ups run
-        eagerly (the same drafts, more host time)."""
-        t, cfg = self.target, self.target.config
-        sizes = cfg.head_catch_up_graph_sizes()
-        if not sizes or t.graphs is None:
-            return
-        try:
-            with t.on_stream(), t.numerics(is_decode=False):
-                drafter.capture_catch_up_graphs(
-                    token_sizes=sizes,
-                    max_seqs=cfg.max_seqs_per_step,
-                    max_blocks_per_seq=cfg.max_blocks_per_seq,
-                    stream=t.graphs.stream,
-                )
-        except (GraphCaptureError, RuntimeError, ValueError, AssertionError):
-            drafter.catch_up_graphs = None
-            logger.warning(
-                "capturing the MTP head's catch-up graphs failed: it catches up eagerly",
-                exc_info=True,
-            )
 
     def warm_up(self) -> None:
         """Build the kernel variants a verify step reaches outside its graphs, under the decode
@@ -254,7 +225,6 @@ class SpeculativeStep:
     def drop_graphs(self) -> None:
         if isinstance(self.drafter, MTPDrafter):
             self.drafter.graphs = None
-            self.drafter.catch_up_graphs = None
 
     @property
     def needs_hidden(self) -> bool:
@@ -508,15 +478,12 @@ class SpeculativeStep:
         prompt_logprobs: dict[str, tuple[TokenLogprob, ...]] | None = None,
     ) -> None:
         """A forward as in a step not read at once (graphed where it can be); when the drafter
-        needs the rows' hidden states (their taps, for a block drafter) a decode graph's, a
-        prefill graph's (captured `keep_hidden`; not tapped) or an eager forward's over every
-        row."""
+        needs the rows' hidden states (their taps, for a block drafter) a decode graph's or an
+        eager forward's over every row."""
         t = self.target
         scores = {} if prompt_logprobs is None else prompt_logprobs
         if self.needs_hidden:
             graphed = self._plain_graphed(seqs, inflight)
-            if graphed is None and not self.needs_taps:
-                graphed = t.forward_all_rows(seqs, scores, inflight)
             out, h = graphed or t.forward_eager(
                 seqs, scores, inflight, all_rows=True, use_taps=self.needs_taps
             )

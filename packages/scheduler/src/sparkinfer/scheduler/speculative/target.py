@@ -49,13 +49,6 @@ class Target(Protocol):
         inflight: StepInFlight | None,
     ) -> torch.Tensor: ...
 
-    def forward_all_rows(
-        self,
-        seqs: list[ScheduledSeq],
-        prompt_logprobs: dict[str, tuple[TokenLogprob, ...]],
-        inflight: StepInFlight | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
     def forward_eager(
         self,
         seqs: list[ScheduledSeq],
