@@ -97,13 +97,17 @@ def _table(workload: Workload) -> list[str]:
     shown = [run for run in workload.runs if run["date"] == latest]
     newest = {row["case"]: (row, run) for run in shown for row in run["rows"]}
     lines += [_row(row, run) for row, run in newest.values()]
+    # One paragraph under the table: where the earlier runs are, and the notes.
+    after: list[str] = []
     earlier = len(workload.runs) - len(shown)
     if earlier:
         link = f"records/{workload.source}"
-        lines += ["", f"Earlier runs ({earlier}): [{link}]({link})."]
+        after.append(f"Earlier runs ({earlier}): [{link}]({link}).")
     notes = sorted({run["note"] for run in workload.runs if run.get("note")})
     if notes:
-        lines += ["", "Notes: " + ", ".join(f"[{Path(n).stem}]({n})" for n in notes) + "."]
+        after.append("Notes: " + ", ".join(f"[{Path(n).stem}]({n})" for n in notes) + ".")
+    if after:
+        lines += ["", " ".join(after)]
     return [*lines, ""]
 
 
